@@ -1,0 +1,66 @@
+// The exceptions tandem throws at its API.
+//
+// Every error message names what was wrong: the rank or node, the peer
+// address, the key, the sizes expected and got. Callers catch the specific
+// type when they can act on it (a PeerLost ends a job; a Timeout may be
+// retried) and tandem::Error for everything else.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace tandem {
+
+/// Base of every exception tandem throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A caller passed a value that cannot be used (bad shape, unknown key, bad
+/// option). Nothing was changed.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// The process environment or a configuration value is unusable (an
+/// unparsable variable, a missing scheduler address).
+class ConfigError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A wait ran out of time. The message says what was awaited and from whom.
+class Timeout : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A node of the job died or became unreachable. The message names it.
+class PeerLost : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A peer failed the authentication handshake (wrong secret or job id).
+class AuthFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A peer sent bytes that break the wire protocol (bad magic, version,
+/// checksum, a length above its limit, an unknown message type).
+class ProtocolError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An operating-system call failed (socket, file, process). The message
+/// carries the call, its target and errno's text.
+class IoError : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace tandem

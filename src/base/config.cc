@@ -1,0 +1,36 @@
+#include "base/config.h"
+
+#include <fmt/format.h>
+
+#include "tandem/error.h"
+
+namespace tandem::base {
+
+Config Config::FromEnvironment(const Environment& env) {
+  Config c;
+  c.verbose = static_cast<int>(env.GetInt("PS_VERBOSE", c.verbose, 0, 3));
+  c.heartbeat_interval = env.GetSeconds("PS_HEARTBEAT_INTERVAL", c.heartbeat_interval);
+  c.heartbeat_timeout = env.GetSeconds("PS_HEARTBEAT_TIMEOUT", c.heartbeat_timeout);
+  // MXNet used 0 to mean "no heartbeats"; tandem always watches its peers, so
+  // 0 restores the defaults rather than switching detection off.
+  if (c.heartbeat_interval.count() == 0) c.heartbeat_interval = std::chrono::seconds(1);
+  if (c.heartbeat_timeout.count() == 0) c.heartbeat_timeout = std::chrono::seconds(10);
+  if (c.heartbeat_timeout <= c.heartbeat_interval) {
+    throw ConfigError(fmt::format(
+        "PS_HEARTBEAT_TIMEOUT ({} ms) must exceed PS_HEARTBEAT_INTERVAL ({} ms)",
+        c.heartbeat_timeout.count(), c.heartbeat_interval.count()));
+  }
+  c.secret = env.GetString("TANDEM_SECRET", c.secret);
+  c.job_id = env.GetString("TANDEM_JOB_ID", c.job_id);
+  c.connect_timeout = env.GetSeconds("TANDEM_CONNECT_TIMEOUT", c.connect_timeout);
+  c.handshake_timeout = env.GetSeconds("TANDEM_HANDSHAKE_TIMEOUT", c.handshake_timeout);
+  c.start_timeout = env.GetSeconds("TANDEM_START_TIMEOUT", c.start_timeout);
+  c.barrier_timeout = env.GetSeconds("TANDEM_BARRIER_TIMEOUT", c.barrier_timeout);
+  c.max_meta_bytes = static_cast<uint32_t>(
+      env.GetInt("TANDEM_MAX_META_BYTES", c.max_meta_bytes, 1024, int64_t{1} << 30));
+  c.max_payload_bytes = static_cast<uint64_t>(env.GetInt(
+      "TANDEM_MAX_PAYLOAD_BYTES", static_cast<int64_t>(c.max_payload_bytes), 0, int64_t{1} << 40));
+  return c;
+}
+
+}  // namespace tandem::base

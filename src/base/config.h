@@ -1,0 +1,56 @@
+// tandem's tuning and debugging knobs, parsed once from the environment.
+//
+// Where (role, rank, scheduler address) comes from lives in src/cluster/ (the
+// start-up contracts); this struct holds how a process behaves. Every field
+// names its variable; docs/environment.md is the user's table of them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "base/environment.h"
+
+namespace tandem::base {
+
+struct Config {
+  /// PS_VERBOSE: 0 quiet, 1 connections, node ids and barriers, 2 every message.
+  int verbose = 0;
+
+  /// PS_HEARTBEAT_INTERVAL (seconds): how often a node tells the scheduler it lives.
+  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+  /// PS_HEARTBEAT_TIMEOUT (seconds): silence after which the scheduler declares a node dead.
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
+
+  /// TANDEM_SECRET: the per-job secret of the HMAC handshake. `tandem launch`
+  /// generates one; a job started by other means must set the same value on
+  /// every process (empty is allowed only when every process agrees on it).
+  std::string secret;
+  /// TANDEM_JOB_ID: names the job in the handshake, so two jobs sharing a
+  /// secret still cannot join each other.
+  std::string job_id = "tandem";
+
+  /// TANDEM_CONNECT_TIMEOUT (seconds): how long to retry connecting to a peer
+  /// (and resolving its name) before giving up.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(120)};
+  /// TANDEM_HANDSHAKE_TIMEOUT (seconds): how long a new connection may take to
+  /// authenticate before it is dropped.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  /// TANDEM_START_TIMEOUT (seconds): how long the scheduler waits for every
+  /// expected node to register, and a node for the node table.
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(300)};
+  /// TANDEM_BARRIER_TIMEOUT (seconds): how long a barrier may wait for its
+  /// members.
+  std::chrono::milliseconds barrier_timeout{std::chrono::seconds(600)};
+
+  /// TANDEM_MAX_META_BYTES: the largest metadata section a peer may send.
+  uint32_t max_meta_bytes = 16u << 20;
+  /// TANDEM_MAX_PAYLOAD_BYTES: the largest payload a peer may send.
+  uint64_t max_payload_bytes = uint64_t{16} << 30;
+
+  /// Parses every field from `env`; unset variables keep the defaults above.
+  /// Throws ConfigError naming the variable when a value is unusable.
+  static Config FromEnvironment(const Environment& env);
+};
+
+}  // namespace tandem::base

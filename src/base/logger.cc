@@ -1,0 +1,48 @@
+#include "base/logger.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <ctime>
+
+namespace tandem::base {
+
+Logger::Logger(std::string tag, int verbosity, int fd)
+    : tag_(std::move(tag)), verbosity_(verbosity), fd_(fd) {}
+
+void Logger::SetTag(std::string tag) {
+  std::lock_guard lock(mu_);
+  tag_ = std::move(tag);
+}
+
+std::string Logger::tag() const {
+  std::lock_guard lock(mu_);
+  return tag_;
+}
+
+void Logger::Write(char level, std::string_view text) const {
+  auto now = std::chrono::system_clock::now();
+  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  auto millis =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  std::string line;
+  {
+    std::lock_guard lock(mu_);
+    line = fmt::format("[{:02}:{:02}:{:02}.{:03} {} {}] {}\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                       millis, tag_, level, text);
+  }
+  const char* data = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd_, data, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // nowhere left to report a failure to log
+    data += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace tandem::base

@@ -1,0 +1,18 @@
+// The subcommands of the `tandem` binary, one file each.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tandem::cli {
+
+/// A subcommand's body: runs after parsing and returns the process exit code.
+using CommandBody = std::function<int()>;
+
+/// Each Register* adds one subcommand to `app` and sets `*body` to run when
+/// that subcommand was chosen.
+void RegisterLaunchCommand(CLI::App& app, CommandBody* body);
+void RegisterRoleCommands(CLI::App& app, CommandBody* body);
+
+}  // namespace tandem::cli
