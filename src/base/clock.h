@@ -26,12 +26,16 @@ class SteadyClock final : public Clock {
 /// A clock that moves only when told to (for tests).
 class ManualClock final : public Clock {
  public:
-  SteadyTime Now() const override { return SteadyTime(now_.load()); }
+  SteadyTime Now() const override {
+    return SteadyTime(std::chrono::steady_clock::duration(ticks_.load()));
+  }
   /// Moves time forward by `d`.
-  void Advance(std::chrono::steady_clock::duration d) { now_ += d; }
+  void Advance(std::chrono::steady_clock::duration d) { ticks_ += d.count(); }
 
  private:
-  std::atomic<std::chrono::steady_clock::duration> now_{std::chrono::hours(1)};
+  std::atomic<std::chrono::steady_clock::rep> ticks_{
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::hours(1))
+          .count()};
 };
 
 }  // namespace tandem::base

@@ -1,0 +1,106 @@
+// Membership of a tandem job: who the nodes are, their ranks, barriers, and
+// the news that a node was lost.
+//
+// A process joins with Cluster::Join(), which reads its start-up contract
+// from the environment (today the DMLC_* variables that MXNet's launch.py,
+// Kubeflow's MXJob and `tandem launch` set), registers with the scheduler
+// and blocks until every expected node is there. docs/cluster.md describes
+// the protocol.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem {
+
+/// The three kinds of process in a job.
+enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+
+/// "scheduler", "server" or "worker".
+std::string_view RoleName(Role role);
+
+/// Barrier groups; combine with `|` (e.g. kServers | kWorkers).
+namespace group {
+inline constexpr int kScheduler = 1;
+inline constexpr int kServers = 2;
+inline constexpr int kWorkers = 4;
+inline constexpr int kAll = kScheduler | kServers | kWorkers;
+}  // namespace group
+
+/// One node of the job as the scheduler announced it.
+struct NodeInfo {
+  int id = -1;        ///< unique in the job: 0 is the scheduler, then servers, then workers
+  Role role = Role::kWorker;
+  int rank = -1;      ///< 0..n-1 within the role
+  std::string host;   ///< address other nodes reach it at
+  uint16_t port = 0;  ///< its listening port
+  std::string ToString() const;  ///< e.g. "worker 3 (node 6, 10.0.0.5:41234)"
+};
+
+/// A node's membership in a running job.
+///
+/// Thread-safety: every method may be called from any thread; Barrier calls
+/// are serialised (one barrier at a time per node).
+class Cluster {
+ public:
+  /// Joins the job that this process's environment describes. The scheduler
+  /// process also starts the scheduler service. Blocks until the scheduler
+  /// has sent the node table. Throws ConfigError (unusable environment),
+  /// Timeout (scheduler unreachable, or not every node arrived within
+  /// TANDEM_START_TIMEOUT: the error says who was missing), AuthFailed.
+  static std::unique_ptr<Cluster> Join();
+
+  /// As Join(), with an explicit environment instead of the process's.
+  static std::unique_ptr<Cluster> Join(const std::map<std::string, std::string>& env);
+
+  /// Leaves at once (no final barrier) if Finalize() was not called.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  /// This node's role, rank within its role and node id.
+  Role role() const;
+  int rank() const;
+  int id() const;
+  /// The number of workers and servers in the job.
+  int num_workers() const;
+  int num_servers() const;
+  /// Every node of the job, ordered by id.
+  const std::vector<NodeInfo>& nodes() const;
+
+  /// Blocks until every node of `groups` (a mask of group::k*; this node
+  /// must belong to it) has called Barrier with the same mask. Throws
+  /// InvalidArgument (bad mask), PeerLost (a node of the job was lost),
+  /// Timeout (TANDEM_BARRIER_TIMEOUT passed; the error names the nodes the
+  /// scheduler was still waiting for).
+  void Barrier(int groups);
+
+  /// Throws PeerLost if a node of the job has been lost; returns otherwise.
+  void CheckHealth() const;
+
+  /// Orderly exit: a barrier over all nodes, then leave. It waits as long
+  /// as the slowest node takes to finish its work (a server waits for the
+  /// workers' training to end) but never past a lost node: heartbeats watch
+  /// every node meanwhile. The scheduler additionally waits until every node
+  /// has left. Throws PeerLost.
+  void Finalize();
+
+ private:
+  struct Impl;
+  explicit Cluster(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// For programs that a launcher starts in every role (as MXNet's launch.py
+/// did, and Kubeflow's MXJob does with one image): if the environment says
+/// this process is the scheduler or a server, runs that role until the job
+/// ends and returns the process exit code to return from main(); returns
+/// nothing in a worker, which then goes on with its own work.
+std::optional<int> ServeAssignedRole();
+
+}  // namespace tandem

@@ -1,0 +1,164 @@
+// tandem::Cluster: wires a process's objects together from its environment
+// (config, logger, transport, the scheduler service when this process is
+// the scheduler, the membership client) and exposes the public API.
+#include "tandem/cluster.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/environment.h"
+#include "base/logger.h"
+#include "cluster/dmlc_contract.h"
+#include "cluster/membership.h"
+#include "cluster/node_address.h"
+#include "cluster/scheduler.h"
+#include "net/message_dispatcher.h"
+#include "net/tcp_transport.h"
+#include "tandem/error.h"
+
+namespace tandem {
+
+struct Cluster::Impl {
+  base::Environment env;
+  base::Config config;
+  cluster::ProcessDescription desc;
+  base::Logger log;
+  base::SteadyClock clock;
+  net::MessageDispatcher dispatcher;
+  std::unique_ptr<net::Transport> transport;
+  std::unique_ptr<cluster::Scheduler> scheduler;
+  std::unique_ptr<cluster::Membership> membership;
+  bool finalized = false;
+
+  explicit Impl(base::Environment e)
+      : env(std::move(e)),
+        config(base::Config::FromEnvironment(env)),
+        desc(ParseContract(env)),
+        log(std::string(RoleName(desc.role)), config.verbose) {}
+
+  static cluster::ProcessDescription ParseContract(const base::Environment& env) {
+    if (!cluster::HasDmlcContract(env)) {
+      throw ConfigError(
+          "no start-up contract in the environment: DMLC_ROLE is not set (start the program "
+          "with `tandem launch`, or set DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, "
+          "DMLC_NUM_SERVER and DMLC_NUM_WORKER as MXNet's launch.py does)");
+    }
+    return cluster::ParseDmlcContract(env);
+  }
+
+  void Start() {
+    log.V1("start-up contract: {} (role {}, scheduler {}:{}, {} servers, {} workers)",
+           desc.contract, RoleName(desc.role), desc.scheduler_host, desc.scheduler_port,
+           desc.num_servers, desc.num_workers);
+    net::TransportOptions topts;
+    topts.job_id = config.job_id;
+    topts.secret = config.secret;
+    topts.limits.max_meta_bytes = config.max_meta_bytes;
+    topts.limits.max_payload_bytes = config.max_payload_bytes;
+    topts.handshake_timeout = config.handshake_timeout;
+    transport = std::make_unique<net::TcpTransport>(topts, &dispatcher, log);
+    dispatcher.SetTransport(transport.get());
+
+    cluster::Membership::Options m;
+    m.role = desc.role;
+    m.requested_rank = desc.requested_rank;
+    m.connect_timeout = config.connect_timeout;
+    m.start_timeout = config.start_timeout;
+    m.barrier_timeout = config.barrier_timeout;
+    m.heartbeat_interval = config.heartbeat_interval;
+    m.heartbeat_timeout = config.heartbeat_timeout;
+    if (desc.role == Role::kScheduler) {
+      // A name (a Kubernetes Service, say) may not be an address of this
+      // host, so bind every interface then; MXJob asks for that explicitly.
+      bool bind_all = desc.use_kubernetes || !cluster::IsIpLiteral(desc.scheduler_host);
+      std::string bind_host = bind_all ? "0.0.0.0" : desc.scheduler_host;
+      transport->Listen({bind_host, desc.scheduler_port});
+      cluster::Scheduler::Options s;
+      s.num_servers = desc.num_servers;
+      s.num_workers = desc.num_workers;
+      s.heartbeat_timeout = config.heartbeat_timeout;
+      s.start_timeout = config.start_timeout;
+      s.barrier_timeout = config.barrier_timeout;
+      scheduler = std::make_unique<cluster::Scheduler>(s, *transport, log, clock);
+      dispatcher.Register(cluster::msg::kRegister, cluster::msg::kSchedulerBoundLast,
+                          scheduler.get());
+      log.Info("scheduler listening on {}:{} for {} servers and {} workers", bind_host,
+               desc.scheduler_port, desc.num_servers, desc.num_workers);
+      m.scheduler = {bind_all ? "127.0.0.1" : desc.scheduler_host, desc.scheduler_port};
+      m.host = desc.scheduler_host;
+      m.port = desc.scheduler_port;
+    } else {
+      m.scheduler = {desc.scheduler_host, desc.scheduler_port};
+      m.host = cluster::SelectNodeHost(desc, config.connect_timeout, log);
+      std::string bind_host = cluster::IsIpLiteral(m.host) ? m.host : "0.0.0.0";
+      m.port = transport->Listen({bind_host, 0}).port;
+    }
+    membership = std::make_unique<cluster::Membership>(m, *transport, log, clock);
+    dispatcher.Register(cluster::msg::kNodeBoundFirst, cluster::msg::kNodeBoundLast,
+                        membership.get());
+    membership->Join();
+  }
+
+  ~Impl() {
+    if (membership && !finalized) membership->Close();
+    if (scheduler && scheduler->failure()) {
+      // Let the lost-node notices reach every node before this process goes.
+      scheduler->DrainConnections(std::chrono::seconds(3));
+    }
+    if (transport) transport->Shutdown();
+  }
+};
+
+Cluster::Cluster(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Cluster::~Cluster() = default;
+
+std::unique_ptr<Cluster> Cluster::Join() { return Join(base::Environment::FromProcess().vars()); }
+
+std::unique_ptr<Cluster> Cluster::Join(const std::map<std::string, std::string>& env) {
+  auto impl = std::make_unique<Impl>(base::Environment(env));
+  impl->Start();
+  return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+}
+
+Role Cluster::role() const { return impl_->membership->self().role; }
+int Cluster::rank() const { return impl_->membership->self().rank; }
+int Cluster::id() const { return impl_->membership->self().id; }
+int Cluster::num_workers() const { return impl_->membership->table().num_workers; }
+int Cluster::num_servers() const { return impl_->membership->table().num_servers; }
+const std::vector<NodeInfo>& Cluster::nodes() const { return impl_->membership->table().nodes; }
+void Cluster::Barrier(int groups) { impl_->membership->Barrier(groups); }
+void Cluster::CheckHealth() const { impl_->membership->CheckHealth(); }
+
+void Cluster::Finalize() {
+  impl_->membership->Finalize();
+  impl_->finalized = true;
+  if (impl_->scheduler) {
+    auto limit = impl_->config.heartbeat_timeout + std::chrono::seconds(10);
+    if (!impl_->scheduler->WaitUntilAllLeft(limit)) {
+      if (auto failure = impl_->scheduler->failure()) throw PeerLost(*failure);
+      throw Timeout(fmt::format("not every node left within {} ms after the final barrier",
+                                limit.count()));
+    }
+    impl_->log.Info("every node left; the job is complete");
+  }
+}
+
+std::optional<int> ServeAssignedRole() {
+  auto env = base::Environment::FromProcess();
+  auto role = env.GetString("DMLC_ROLE", "");
+  if (role != "scheduler" && role != "server") return std::nullopt;
+  try {
+    auto cluster = Cluster::Join(env.vars());
+    cluster->Finalize();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", role.c_str(), getpid(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace tandem

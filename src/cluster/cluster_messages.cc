@@ -1,0 +1,237 @@
+#include "cluster/cluster_messages.h"
+
+#include <fmt/format.h>
+
+#include "base/byte_io.h"
+#include "tandem/error.h"
+
+namespace tandem {
+
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kScheduler:
+      return "scheduler";
+    case Role::kServer:
+      return "server";
+    case Role::kWorker:
+      return "worker";
+  }
+  return "unknown-role";
+}
+
+std::string NodeInfo::ToString() const {
+  std::string address = host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port)
+                                                            : fmt::format("{}:{}", host, port);
+  if (role == Role::kScheduler) return fmt::format("scheduler (node {}, {})", id, address);
+  return fmt::format("{} {} (node {}, {})", RoleName(role), rank, id, address);
+}
+
+namespace cluster {
+namespace {
+
+// Hosts are DNS names or IP literals; 255 bytes is DNS's own limit.
+constexpr uint32_t kMaxHostBytes = 255;
+constexpr uint32_t kMaxTextBytes = 64 * 1024;
+// Far above any real job, small enough that a hostile count cannot make us
+// reserve much before the reads themselves fail on truncation.
+constexpr int32_t kMaxNodes = 1 << 20;
+
+Role DecodeRole(uint8_t raw, const char* what) {
+  if (raw > static_cast<uint8_t>(Role::kWorker)) {
+    throw ProtocolError(fmt::format("{}: unknown role value {}", what, raw));
+  }
+  return static_cast<Role>(raw);
+}
+
+void PutNode(base::ByteWriter& w, const NodeInfo& n) {
+  w.Put<int32_t>(n.id);
+  w.Put<uint8_t>(static_cast<uint8_t>(n.role));
+  w.Put<int32_t>(n.rank);
+  w.PutString(n.host);
+  w.Put<uint16_t>(n.port);
+}
+
+NodeInfo GetNode(base::ByteReader& r, const char* what) {
+  NodeInfo n;
+  n.id = r.Get<int32_t>("id");
+  n.role = DecodeRole(r.Get<uint8_t>("role"), what);
+  n.rank = r.Get<int32_t>("rank");
+  n.host = r.GetString("host", kMaxHostBytes);
+  n.port = r.Get<uint16_t>("port");
+  return n;
+}
+
+}  // namespace
+
+std::string RegisterRequest::Encode() const {
+  base::ByteWriter w;
+  w.Put<uint8_t>(static_cast<uint8_t>(role));
+  w.Put<int32_t>(requested_rank);
+  w.PutString(host);
+  w.Put<uint16_t>(port);
+  w.Put<uint32_t>(pid);
+  w.PutString(hostname);
+  return w.Take();
+}
+
+RegisterRequest RegisterRequest::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "register request");
+  RegisterRequest q;
+  q.role = DecodeRole(r.Get<uint8_t>("role"), "register request");
+  q.requested_rank = r.Get<int32_t>("requested_rank");
+  q.host = r.GetString("host", kMaxHostBytes);
+  q.port = r.Get<uint16_t>("port");
+  q.pid = r.Get<uint32_t>("pid");
+  q.hostname = r.GetString("hostname", kMaxHostBytes);
+  r.ExpectEnd();
+  if (q.requested_rank < -1) {
+    throw ProtocolError(fmt::format("register request: requested rank {} is negative",
+                                    q.requested_rank));
+  }
+  if (q.host.empty()) throw ProtocolError("register request: empty host");
+  return q;
+}
+
+std::string NodeTable::Encode() const {
+  base::ByteWriter w;
+  w.Put<int32_t>(num_servers);
+  w.Put<int32_t>(num_workers);
+  w.Put<int32_t>(static_cast<int32_t>(nodes.size()));
+  for (const auto& n : nodes) PutNode(w, n);
+  return w.Take();
+}
+
+NodeTable NodeTable::Decode(const std::string& meta) {
+  const char* what = "node table";
+  base::ByteReader r(meta, what);
+  NodeTable t;
+  t.num_servers = r.Get<int32_t>("num_servers");
+  t.num_workers = r.Get<int32_t>("num_workers");
+  auto count = r.Get<int32_t>("count");
+  if (t.num_servers < 0 || t.num_workers < 1 || count < 0 || count > kMaxNodes ||
+      int64_t{count} != int64_t{t.num_servers} + t.num_workers + 1) {
+    throw ProtocolError(fmt::format(
+        "node table: inconsistent counts ({} servers, {} workers, {} nodes listed)", t.num_servers,
+        t.num_workers, count));
+  }
+  std::vector<int> next_rank(3, 0);
+  for (int32_t i = 0; i < count; ++i) {
+    NodeInfo n = GetNode(r, what);
+    if (n.id != i) {
+      throw ProtocolError(fmt::format("node table: entry {} has id {}", i, n.id));
+    }
+    auto role_index = static_cast<size_t>(n.role);
+    bool scheduler_slot = i == 0;
+    if (scheduler_slot != (n.role == Role::kScheduler) || n.rank != next_rank[role_index]) {
+      throw ProtocolError(fmt::format("node table: entry {} ({} rank {}) is out of order", i,
+                                      RoleName(n.role), n.rank));
+    }
+    ++next_rank[role_index];
+    t.nodes.push_back(std::move(n));
+  }
+  if (next_rank[1] != t.num_servers || next_rank[2] != t.num_workers) {
+    throw ProtocolError(fmt::format("node table: lists {} servers and {} workers, header says {} and {}",
+                                    next_rank[1], next_rank[2], t.num_servers, t.num_workers));
+  }
+  r.ExpectEnd();
+  return t;
+}
+
+std::string BarrierRequest::Encode() const {
+  base::ByteWriter w;
+  w.Put<uint8_t>(groups);
+  w.Put<uint8_t>(flags);
+  w.Put<uint64_t>(sequence);
+  return w.Take();
+}
+
+BarrierRequest BarrierRequest::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "barrier request");
+  BarrierRequest b;
+  b.groups = r.Get<uint8_t>("groups");
+  b.flags = r.Get<uint8_t>("flags");
+  b.sequence = r.Get<uint64_t>("sequence");
+  r.ExpectEnd();
+  if (b.groups == 0 || (b.groups & ~group::kAll) != 0) {
+    throw ProtocolError(fmt::format("barrier request: invalid group mask {}", b.groups));
+  }
+  if ((b.flags & ~kFinal) != 0) {
+    throw ProtocolError(fmt::format("barrier request: unknown flags {:#x}", b.flags));
+  }
+  return b;
+}
+
+std::string BarrierFailure::Encode() const {
+  base::ByteWriter w;
+  w.Put<uint8_t>(timed_out ? 1 : 0);
+  w.PutString(text.size() > kMaxTextBytes ? text.substr(0, kMaxTextBytes) : text);
+  return w.Take();
+}
+
+BarrierFailure BarrierFailure::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "barrier failure");
+  BarrierFailure f;
+  auto kind = r.Get<uint8_t>("timed_out");
+  if (kind > 1) throw ProtocolError(fmt::format("barrier failure: bad kind {}", kind));
+  f.timed_out = kind == 1;
+  f.text = r.GetString("text", kMaxTextBytes);
+  r.ExpectEnd();
+  return f;
+}
+
+std::string NodeLostNotice::Encode() const {
+  base::ByteWriter w;
+  PutNode(w, node);
+  w.PutString(reason);
+  return w.Take();
+}
+
+NodeLostNotice NodeLostNotice::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "node-lost notice");
+  NodeLostNotice n;
+  n.node = GetNode(r, "node-lost notice");
+  n.reason = r.GetString("reason", kMaxTextBytes);
+  r.ExpectEnd();
+  return n;
+}
+
+std::string EncodeText(const std::string& text) {
+  base::ByteWriter w;
+  w.PutString(text.size() > kMaxTextBytes ? text.substr(0, kMaxTextBytes) : text);
+  return w.Take();
+}
+
+std::string DecodeText(const std::string& meta, const char* what) {
+  base::ByteReader r(meta, what);
+  std::string text = r.GetString("text", kMaxTextBytes);
+  r.ExpectEnd();
+  return text;
+}
+
+bool InGroups(const NodeInfo& n, int groups) {
+  switch (n.role) {
+    case Role::kScheduler:
+      return (groups & group::kScheduler) != 0;
+    case Role::kServer:
+      return (groups & group::kServers) != 0;
+    case Role::kWorker:
+      return (groups & group::kWorkers) != 0;
+  }
+  return false;
+}
+
+std::string GroupsName(int groups) {
+  std::string out;
+  auto add = [&](int bit, const char* name) {
+    if ((groups & bit) == 0) return;
+    if (!out.empty()) out += "+";
+    out += name;
+  };
+  add(group::kScheduler, "scheduler");
+  add(group::kServers, "servers");
+  add(group::kWorkers, "workers");
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace cluster
+}  // namespace tandem

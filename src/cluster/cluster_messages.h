@@ -1,0 +1,104 @@
+// The messages of the membership protocol (docs/protocol-cluster.md) and
+// their metadata codecs. Every decoder is bounds-checked (base::ByteReader)
+// and throws tandem::ProtocolError on malformed input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "net/wire_format.h"
+#include "tandem/cluster.h"
+
+namespace tandem::cluster {
+
+/// Message types of the cluster range (net::msgtype::kClusterFirst..+63).
+namespace msg {
+// node -> scheduler
+inline constexpr uint16_t kRegister = net::msgtype::kClusterFirst + 0;
+inline constexpr uint16_t kBarrier = net::msgtype::kClusterFirst + 1;
+inline constexpr uint16_t kHeartbeat = net::msgtype::kClusterFirst + 2;
+inline constexpr uint16_t kLeave = net::msgtype::kClusterFirst + 3;
+inline constexpr uint16_t kSchedulerBoundLast = kLeave;
+// scheduler -> node
+inline constexpr uint16_t kNodeTable = net::msgtype::kClusterFirst + 16;
+inline constexpr uint16_t kRejected = net::msgtype::kClusterFirst + 17;
+inline constexpr uint16_t kBarrierDone = net::msgtype::kClusterFirst + 18;
+inline constexpr uint16_t kBarrierFailed = net::msgtype::kClusterFirst + 19;
+inline constexpr uint16_t kHeartbeatAck = net::msgtype::kClusterFirst + 20;
+inline constexpr uint16_t kNodeLost = net::msgtype::kClusterFirst + 21;
+inline constexpr uint16_t kStartTimedOut = net::msgtype::kClusterFirst + 22;
+inline constexpr uint16_t kNodeBoundFirst = kNodeTable;
+inline constexpr uint16_t kNodeBoundLast = kStartTimedOut;
+}  // namespace msg
+
+/// Sent by a node when it first connects to the scheduler.
+struct RegisterRequest {
+  Role role = Role::kWorker;
+  int32_t requested_rank = -1;  ///< -1: let the scheduler choose
+  std::string host;             ///< where other nodes reach this node
+  uint16_t port = 0;            ///< its listening port
+  uint32_t pid = 0;             ///< for diagnostics
+  std::string hostname;         ///< for diagnostics
+
+  std::string Encode() const;
+  static RegisterRequest Decode(const std::string& meta);
+};
+
+/// The scheduler's answer once every node registered: the whole job.
+struct NodeTable {
+  int32_t num_servers = 0;
+  int32_t num_workers = 0;
+  std::vector<NodeInfo> nodes;  ///< ordered by id; id == index
+
+  std::string Encode() const;
+  /// Also validates the table: ids are 0..n-1 in order, node 0 is the
+  /// scheduler, ranks per role are 0..count-1 exactly once, counts match.
+  static NodeTable Decode(const std::string& meta);
+};
+
+/// A barrier request: the group mask and this node's count of barriers over
+/// that mask so far (all members must agree on it).
+struct BarrierRequest {
+  /// The final barrier of Finalize(): it lasts as long as the slowest node's
+  /// work, so the scheduler applies no barrier timeout to it (heartbeats
+  /// still watch every node).
+  static constexpr uint8_t kFinal = 1;
+  uint8_t groups = 0;
+  uint8_t flags = 0;
+  uint64_t sequence = 0;
+
+  std::string Encode() const;
+  static BarrierRequest Decode(const std::string& meta);
+};
+
+/// Why a barrier failed: it timed out, or its members disagree on how many
+/// barriers they passed.
+struct BarrierFailure {
+  bool timed_out = false;
+  std::string text;
+
+  std::string Encode() const;
+  static BarrierFailure Decode(const std::string& meta);
+};
+
+/// Tells every node that one was lost.
+struct NodeLostNotice {
+  NodeInfo node;
+  std::string reason;
+
+  std::string Encode() const;
+  static NodeLostNotice Decode(const std::string& meta);
+};
+
+/// Metadata that is just a human-readable text (kRejected, kBarrierFailed).
+std::string EncodeText(const std::string& text);
+std::string DecodeText(const std::string& meta, const char* what);
+
+/// True when node `n` belongs to the barrier group mask.
+bool InGroups(const NodeInfo& n, int groups);
+
+/// "servers+workers" and the like, for messages.
+std::string GroupsName(int groups);
+
+}  // namespace tandem::cluster

@@ -1,0 +1,294 @@
+#include "cluster/membership.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "tandem/error.h"
+
+namespace tandem::cluster {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+double Seconds(milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+
+std::string Hostname() {
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "unknown";
+  return buf;
+}
+
+}  // namespace
+
+Membership::Membership(Options options, net::Transport& transport, base::Logger& log,
+                       const base::Clock& clock)
+    : options_(std::move(options)), transport_(transport), log_(log), clock_(clock) {}
+
+Membership::~Membership() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    leaving_ = true;
+  }
+  cv_.notify_all();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  Close();
+}
+
+void Membership::Send(uint16_t type, std::string meta, uint64_t request_id) {
+  net::OutgoingMessage m;
+  m.header.type = type;
+  m.header.sender = self_id_;
+  m.header.recipient = 0;
+  m.header.request_id = request_id;
+  m.meta = std::move(meta);
+  transport_.Send(conn_, std::move(m));
+}
+
+void Membership::Join() {
+  log_.V1("connecting to the scheduler at {}", options_.scheduler.ToString());
+  conn_ = transport_.Connect(options_.scheduler, options_.connect_timeout);
+  {
+    std::lock_guard lock(mu_);
+    connected_ = true;
+    last_heard_ = clock_.Now();
+  }
+  RegisterRequest req;
+  req.role = options_.role;
+  req.requested_rank = options_.requested_rank;
+  req.host = options_.host;
+  req.port = options_.port;
+  req.pid = static_cast<uint32_t>(getpid());
+  req.hostname = Hostname();
+  Send(msg::kRegister, req.Encode());
+  log_.V1("registered with the scheduler as {} at {}:{}", RoleName(options_.role), options_.host,
+          options_.port);
+
+  // The scheduler's own start timeout fires first and says who is missing;
+  // ours is the backstop for a scheduler that went silent.
+  auto limit = options_.start_timeout + options_.heartbeat_timeout;
+  std::unique_lock lock(mu_);
+  bool arrived = cv_.wait_for(lock, limit, [&] { return table_.has_value() || failure_; });
+  if (failure_) ThrowFailure();
+  if (!arrived) {
+    throw Timeout(fmt::format(
+        "no node table from the scheduler at {} within {:.0f} s (TANDEM_START_TIMEOUT plus "
+        "PS_HEARTBEAT_TIMEOUT)",
+        options_.scheduler.ToString(), Seconds(limit)));
+  }
+  lock.unlock();
+  log_.SetTag(self().role == Role::kScheduler
+                  ? std::string("scheduler")
+                  : fmt::format("{} {}", RoleName(self().role), self().rank));
+  log_.V1("joined: {} of a job with {} servers and {} workers", self().ToString(),
+          table_->num_servers, table_->num_workers);
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
+  if (id != conn_) return;
+  std::unique_lock lock(mu_);
+  last_heard_ = clock_.Now();
+  try {
+    switch (msg.header.type) {
+      case msg::kNodeTable: {
+        if (table_) throw ProtocolError("a second node table");
+        NodeTable t = NodeTable::Decode(msg.meta);
+        int me = msg.header.recipient;
+        if (me < 0 || me >= static_cast<int>(t.nodes.size())) {
+          throw ProtocolError(fmt::format("node table addressed to node {} of {}", me,
+                                          t.nodes.size()));
+        }
+        const NodeInfo& n = t.nodes[static_cast<size_t>(me)];
+        if (n.role != options_.role || n.host != options_.host || n.port != options_.port) {
+          throw ProtocolError(fmt::format("node table entry {} is {}, but this node is {} at {}:{}",
+                                          me, n.ToString(), RoleName(options_.role),
+                                          options_.host, options_.port));
+        }
+        self_id_ = me;
+        table_ = std::move(t);
+        break;
+      }
+      case msg::kRejected:
+        Fail(FailureKind::kRejected,
+             fmt::format("the scheduler rejected this node: {}", DecodeText(msg.meta, "rejection")));
+        break;
+      case msg::kStartTimedOut:
+        Fail(FailureKind::kTimeout, DecodeText(msg.meta, "start failure"));
+        break;
+      case msg::kBarrierDone:
+      case msg::kBarrierFailed: {
+        auto it = barrier_waits_.find(msg.header.request_id);
+        if (it == barrier_waits_.end()) {
+          throw ProtocolError(fmt::format("barrier answer for unknown request {}",
+                                          msg.header.request_id));
+        }
+        it->second.done = true;
+        if (msg.header.type == msg::kBarrierFailed) {
+          BarrierFailure f = BarrierFailure::Decode(msg.meta);
+          it->second.error = f.text;
+          it->second.timed_out = f.timed_out;
+        }
+        break;
+      }
+      case msg::kHeartbeatAck:
+        break;
+      case msg::kNodeLost: {
+        NodeLostNotice notice = NodeLostNotice::Decode(msg.meta);
+        Fail(FailureKind::kPeerLost,
+             fmt::format("lost {}: {}", notice.node.ToString(), notice.reason));
+        break;
+      }
+      default:
+        throw ProtocolError(fmt::format("unexpected message type {}", msg.header.type));
+    }
+  } catch (const ProtocolError& e) {
+    Fail(FailureKind::kPeerLost,
+         fmt::format("the scheduler at {} broke the protocol: {}", options_.scheduler.ToString(),
+                     e.what()));
+  }
+  lock.unlock();
+  cv_.notify_all();
+}
+
+void Membership::OnDisconnected(net::ConnectionId id, const std::string& reason) {
+  if (id != conn_) return;
+  {
+    std::lock_guard lock(mu_);
+    connected_ = false;
+    if (!leaving_) {
+      Fail(FailureKind::kPeerLost,
+           fmt::format("lost the scheduler ({}): {}", options_.scheduler.ToString(), reason));
+    }
+  }
+  cv_.notify_all();
+}
+
+void Membership::Fail(FailureKind kind, std::string text) {
+  if (failure_) return;
+  log_.Error("{}", text);
+  failure_.emplace(kind, std::move(text));
+}
+
+void Membership::ThrowFailure() const {
+  const auto& [kind, text] = *failure_;
+  switch (kind) {
+    case FailureKind::kPeerLost:
+      throw PeerLost(text);
+    case FailureKind::kRejected:
+      throw ConfigError(text);
+    case FailureKind::kTimeout:
+      throw Timeout(text);
+  }
+  throw Error(text);
+}
+
+void Membership::CheckHealth() const {
+  std::lock_guard lock(mu_);
+  if (failure_) ThrowFailure();
+}
+
+void Membership::Barrier(int groups, bool final) {
+  if (groups <= 0 || (groups & ~group::kAll) != 0) {
+    throw InvalidArgument(fmt::format("barrier group mask {} is not a combination of "
+                                      "group::kScheduler, kServers, kWorkers",
+                                      groups));
+  }
+  if (!table_) throw InvalidArgument("Barrier() before Join()");
+  if (!InGroups(self(), groups)) {
+    throw InvalidArgument(fmt::format("{} called a barrier over {}, a group it is not in",
+                                      self().ToString(), GroupsName(groups)));
+  }
+  std::lock_guard serial(barrier_mu_);
+  BarrierRequest req;
+  req.groups = static_cast<uint8_t>(groups);
+  req.flags = final ? BarrierRequest::kFinal : 0;
+  req.sequence = ++barrier_sequence_[groups];
+  uint64_t request_id;
+  {
+    std::lock_guard lock(mu_);
+    if (failure_) ThrowFailure();
+    request_id = ++next_request_;
+    barrier_waits_[request_id] = {};
+  }
+  auto started = clock_.Now();
+  Send(msg::kBarrier, req.Encode(), request_id);
+  std::unique_lock lock(mu_);
+  auto ready = [&] { return barrier_waits_[request_id].done || failure_.has_value(); };
+  if (final) {
+    // Lasts as long as the slowest node's work; heartbeats bound it instead.
+    cv_.wait(lock, ready);
+  } else {
+    // The scheduler's barrier timeout fires first and names the missing
+    // nodes; this is the backstop for a silent scheduler.
+    auto limit = options_.barrier_timeout + options_.heartbeat_timeout;
+    if (!cv_.wait_for(lock, limit, ready)) {
+      barrier_waits_.erase(request_id);
+      throw Timeout(fmt::format("barrier #{} over {}: no answer from the scheduler at {} within "
+                                "{:.0f} s",
+                                req.sequence, GroupsName(groups), options_.scheduler.ToString(),
+                                Seconds(limit)));
+    }
+  }
+  BarrierWait result = barrier_waits_[request_id];
+  barrier_waits_.erase(request_id);
+  if (result.error) {
+    if (result.timed_out) throw Timeout(*result.error);
+    throw Error(*result.error);
+  }
+  if (!result.done) ThrowFailure();
+  log_.V1("barrier #{} over {} passed in {:.3f} s", req.sequence, GroupsName(groups),
+          Seconds(duration_cast<milliseconds>(clock_.Now() - started)));
+}
+
+void Membership::Finalize() {
+  Barrier(group::kAll, /*final=*/true);
+  {
+    std::lock_guard lock(mu_);
+    leaving_ = true;
+  }
+  Send(msg::kLeave, {});
+  log_.V1("left the job");
+}
+
+void Membership::Close() {
+  bool close;
+  {
+    std::lock_guard lock(mu_);
+    leaving_ = true;
+    close = connected_;
+  }
+  if (close) transport_.Close(conn_);
+}
+
+void Membership::HeartbeatLoop() {
+  std::unique_lock lock(mu_);
+  auto next = std::chrono::steady_clock::now() + options_.heartbeat_interval;
+  while (!stopping_) {
+    // Other events notify cv_ too; only the interval's end sends a beat.
+    if (cv_.wait_until(lock, next) != std::cv_status::timeout) {
+      if (stopping_ || leaving_ || !connected_) break;
+      continue;
+    }
+    next += options_.heartbeat_interval;
+    if (stopping_ || leaving_ || !connected_) break;
+    auto silent = duration_cast<milliseconds>(clock_.Now() - last_heard_);
+    if (silent > options_.heartbeat_timeout) {
+      Fail(FailureKind::kPeerLost,
+           fmt::format("lost the scheduler ({}): nothing heard for {:.1f} s "
+                       "(PS_HEARTBEAT_TIMEOUT={:.1f} s)",
+                       options_.scheduler.ToString(), Seconds(silent),
+                       Seconds(options_.heartbeat_timeout)));
+      cv_.notify_all();
+      break;
+    }
+    lock.unlock();
+    Send(msg::kHeartbeat, {});
+    lock.lock();
+  }
+}
+
+}  // namespace tandem::cluster

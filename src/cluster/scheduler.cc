@@ -1,0 +1,446 @@
+#include "cluster/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <tuple>
+
+#include "tandem/error.h"
+
+namespace tandem::cluster {
+namespace {
+
+using std::chrono::duration_cast;
+using std::chrono::milliseconds;
+
+double Seconds(milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+
+int ExpectedOf(Role role, int num_servers, int num_workers) {
+  switch (role) {
+    case Role::kScheduler:
+      return 1;
+    case Role::kServer:
+      return num_servers;
+    case Role::kWorker:
+      return num_workers;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Options options, net::Transport& transport, const base::Logger& log,
+                     const base::Clock& clock)
+    : options_(options),
+      transport_(transport),
+      log_(log),
+      clock_(clock),
+      start_(clock.Now()),
+      watchdog_([this] { WatchdogLoop(); }) {}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  watchdog_.join();
+}
+
+net::OutgoingMessage Scheduler::MakeMessage(uint16_t type, int recipient, std::string meta,
+                                            uint64_t request_id, uint32_t flags) const {
+  net::OutgoingMessage m;
+  m.header.type = type;
+  m.header.flags = flags;
+  m.header.sender = 0;
+  m.header.recipient = recipient;
+  m.header.request_id = request_id;
+  m.meta = std::move(meta);
+  return m;
+}
+
+void Scheduler::Flush(Outbox& out) {
+  for (auto& [conn, m] : out.sends) transport_.Send(conn, std::move(m));
+  for (auto conn : out.closes) transport_.Close(conn);
+  out.sends.clear();
+  out.closes.clear();
+}
+
+void Scheduler::OnConnected(net::ConnectionId id, const net::PeerInfo& peer) {
+  std::lock_guard lock(mu_);
+  open_connections_.insert(id);
+  log_.V1("scheduler: connection {} from {}", id, peer.address.ToString());
+}
+
+void Scheduler::OnMessage(net::ConnectionId id, net::Message&& msg) {
+  Outbox out;
+  {
+    std::lock_guard lock(mu_);
+    try {
+      auto it = node_of_conn_.find(id);
+      if (msg.header.type == msg::kRegister) {
+        if (it != node_of_conn_.end()) {
+          throw ProtocolError(fmt::format("node {} registered twice", it->second));
+        }
+        HandleRegister(id, msg, out);
+      } else if (it == node_of_conn_.end()) {
+        bool pending = std::any_of(pending_.begin(), pending_.end(),
+                                   [&](const Pending& p) { return p.conn == id; });
+        if (!pending) {
+          throw ProtocolError(fmt::format("message type {} before registering", msg.header.type));
+        }
+        // A registered node waiting for the table may already send
+        // heartbeats; nothing else is meaningful yet.
+        if (msg.header.type != msg::kHeartbeat) {
+          throw ProtocolError(
+              fmt::format("message type {} before the job formed", msg.header.type));
+        }
+      } else {
+        int node = it->second;
+        states_[static_cast<size_t>(node)].last_seen = clock_.Now();
+        switch (msg.header.type) {
+          case msg::kBarrier:
+            HandleBarrier(node, msg, out);
+            break;
+          case msg::kHeartbeat:
+            out.sends.emplace_back(id, MakeMessage(msg::kHeartbeatAck, node, {}));
+            break;
+          case msg::kLeave:
+            if (!states_[static_cast<size_t>(node)].left) {
+              states_[static_cast<size_t>(node)].left = true;
+              ++left_count_;
+              log_.V1("scheduler: {} left ({} of {} nodes)", table_->nodes[node].ToString(),
+                      left_count_, table_->nodes.size());
+              cv_.notify_all();
+            }
+            break;
+          default:
+            throw ProtocolError(fmt::format("unexpected message type {}", msg.header.type));
+        }
+      }
+    } catch (const ProtocolError& e) {
+      log_.Warn("scheduler: dropping connection {} ({}): {}", id,
+                transport_.Peer(id).address.ToString(), e.what());
+      out.closes.push_back(id);
+    }
+  }
+  Flush(out);
+}
+
+void Scheduler::HandleRegister(net::ConnectionId conn, const net::Message& msg, Outbox& out) {
+  RegisterRequest req = RegisterRequest::Decode(msg.meta);
+  std::string who = fmt::format("{} at {}:{} (pid {} on {})", RoleName(req.role), req.host,
+                                req.port, req.pid, req.hostname);
+  if (failure_) {
+    Reject(conn, fmt::format("the job has failed: {}", *failure_), out);
+    return;
+  }
+  if (table_) {
+    Reject(conn, fmt::format("{} tried to join, but the job has already formed with {} servers "
+                             "and {} workers", who, options_.num_servers, options_.num_workers),
+           out);
+    return;
+  }
+  int expected = ExpectedOf(req.role, options_.num_servers, options_.num_workers);
+  int have = static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
+                                            [&](const Pending& p) { return p.request.role == req.role; }));
+  if (have >= expected) {
+    Reject(conn, fmt::format("{} tried to join, but the job expects {} {}(s) and all have "
+                             "registered (check DMLC_NUM_SERVER / DMLC_NUM_WORKER)",
+                             who, expected, RoleName(req.role)),
+           out);
+    return;
+  }
+  if (req.requested_rank >= 0) {
+    if (req.requested_rank >= expected) {
+      Reject(conn, fmt::format("{} asked for rank {}, but the job has only {} {}(s)", who,
+                               req.requested_rank, expected, RoleName(req.role)),
+             out);
+      return;
+    }
+    for (const auto& p : pending_) {
+      if (p.request.role == req.role && p.request.requested_rank == req.requested_rank) {
+        Reject(conn, fmt::format("{} asked for rank {}, which {} at {}:{} already holds", who,
+                                 req.requested_rank, RoleName(req.role), p.request.host,
+                                 p.request.port),
+               out);
+        return;
+      }
+    }
+  }
+  pending_.push_back({conn, std::move(req)});
+  size_t total = static_cast<size_t>(options_.num_servers + options_.num_workers + 1);
+  log_.V1("scheduler: registered {} ({} of {} nodes)", who, pending_.size(), total);
+  if (pending_.size() == total) FormJob(out);
+}
+
+void Scheduler::FormJob(Outbox& out) {
+  // Ranks: a requested rank is honoured; the others fill the free ranks in
+  // the order of (host, port), so a job with the same addresses gets the same
+  // ranks every time, whatever order registrations arrived in.
+  NodeTable t;
+  t.num_servers = options_.num_servers;
+  t.num_workers = options_.num_workers;
+  std::vector<net::ConnectionId> conn_of_id;
+  for (Role role : {Role::kScheduler, Role::kServer, Role::kWorker}) {
+    int count = ExpectedOf(role, options_.num_servers, options_.num_workers);
+    std::vector<const Pending*> by_rank(static_cast<size_t>(count), nullptr);
+    std::vector<const Pending*> unplaced;
+    for (const auto& p : pending_) {
+      if (p.request.role != role) continue;
+      if (p.request.requested_rank >= 0) {
+        by_rank[static_cast<size_t>(p.request.requested_rank)] = &p;
+      } else {
+        unplaced.push_back(&p);
+      }
+    }
+    std::sort(unplaced.begin(), unplaced.end(), [](const Pending* a, const Pending* b) {
+      return std::tie(a->request.host, a->request.port, a->request.pid) <
+             std::tie(b->request.host, b->request.port, b->request.pid);
+    });
+    size_t next = 0;
+    for (auto& slot : by_rank) {
+      if (slot == nullptr) slot = unplaced[next++];
+    }
+    for (int rank = 0; rank < count; ++rank) {
+      const Pending* p = by_rank[static_cast<size_t>(rank)];
+      NodeInfo n;
+      n.id = static_cast<int>(t.nodes.size());
+      n.role = role;
+      n.rank = rank;
+      n.host = p->request.host;
+      n.port = p->request.port;
+      t.nodes.push_back(n);
+      conn_of_id.push_back(p->conn);
+    }
+  }
+  std::string encoded = t.Encode();
+  auto now = clock_.Now();
+  states_.assign(t.nodes.size(), NodeState{});
+  for (size_t id = 0; id < t.nodes.size(); ++id) {
+    states_[id].conn = conn_of_id[id];
+    states_[id].last_seen = now;
+    node_of_conn_[conn_of_id[id]] = static_cast<int>(id);
+    out.sends.emplace_back(conn_of_id[id],
+                           MakeMessage(msg::kNodeTable, static_cast<int>(id), encoded));
+  }
+  pending_.clear();
+  table_ = std::move(t);
+  log_.Info("scheduler: all {} nodes registered after {:.3f} s ({} servers, {} workers)",
+            table_->nodes.size(),
+            Seconds(duration_cast<milliseconds>(now - start_)), options_.num_servers,
+            options_.num_workers);
+  for (const auto& n : table_->nodes) log_.V1("scheduler: node table: {}", n.ToString());
+}
+
+std::vector<int> Scheduler::MembersOf(int groups) const {
+  std::vector<int> ids;
+  for (const auto& n : table_->nodes) {
+    if (InGroups(n, groups)) ids.push_back(n.id);
+  }
+  return ids;
+}
+
+void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
+  BarrierRequest req = BarrierRequest::Decode(msg.meta);
+  const NodeInfo& who = table_->nodes[static_cast<size_t>(node)];
+  if (!InGroups(who, req.groups)) {
+    throw ProtocolError(fmt::format("{} asked for a barrier over {}, a group it is not in",
+                                    who.ToString(), GroupsName(req.groups)));
+  }
+  BarrierState& b = barriers_[req.groups];
+  if (b.arrived.empty()) {
+    b.sequence = req.sequence;
+    b.final = (req.flags & BarrierRequest::kFinal) != 0;
+    b.started = clock_.Now();
+  } else if (b.sequence != req.sequence) {
+    // Nodes disagree on how many barriers they have passed over this group:
+    // one of them skipped or repeated one. Fail the barrier on everyone
+    // instead of pairing barriers that do not belong together.
+    b.arrived.emplace(node, msg.header.request_id);
+    std::string text = fmt::format(
+        "barrier over {}: {} is at barrier #{} but the nodes already waiting are at #{}",
+        GroupsName(req.groups), who.ToString(), req.sequence, b.sequence);
+    FinishBarrier(b, msg::kBarrierFailed, /*timed_out=*/false, text, out);
+    barriers_.erase(req.groups);
+    return;
+  }
+  b.arrived.emplace(node, msg.header.request_id);
+  log_.V2("scheduler: barrier #{} over {}: {} arrived ({} of {})", b.sequence,
+          GroupsName(req.groups), who.ToString(), b.arrived.size(),
+          MembersOf(req.groups).size());
+  if (b.arrived.size() == MembersOf(req.groups).size()) {
+    log_.V1("scheduler: barrier #{} over {} complete", b.sequence, GroupsName(req.groups));
+    FinishBarrier(b, msg::kBarrierDone, false, {}, out);
+    barriers_.erase(req.groups);
+  }
+}
+
+void Scheduler::FinishBarrier(BarrierState& b, uint16_t type, bool timed_out,
+                              const std::string& text, Outbox& out) {
+  for (const auto& [id, request_id] : b.arrived) {
+    std::string meta = type == msg::kBarrierFailed ? BarrierFailure{timed_out, text}.Encode()
+                                                   : std::string();
+    out.sends.emplace_back(states_[static_cast<size_t>(id)].conn,
+                           MakeMessage(type, id, std::move(meta), request_id,
+                                       net::flags::kResponse |
+                                           (type == msg::kBarrierFailed ? net::flags::kError : 0)));
+  }
+}
+
+void Scheduler::Reject(net::ConnectionId conn, const std::string& reason, Outbox& out) {
+  log_.Warn("scheduler: rejecting connection {}: {}", conn, reason);
+  out.sends.emplace_back(conn, MakeMessage(msg::kRejected, -1, EncodeText(reason), 0,
+                                           net::flags::kError));
+}
+
+void Scheduler::FailJob(const std::string& reason, Outbox& out) {
+  if (failure_) return;
+  failure_ = reason;
+  log_.Error("scheduler: job failed: {}", reason);
+  cv_.notify_all();
+  (void)out;
+}
+
+void Scheduler::DeclareLost(int node, const std::string& reason, Outbox& out) {
+  NodeState& s = states_[static_cast<size_t>(node)];
+  if (s.left) return;
+  const NodeInfo& lost = table_->nodes[static_cast<size_t>(node)];
+  if (failure_) {
+    // After the first loss the others exit on purpose; their departures are
+    // consequences, not news.
+    log_.V1("scheduler: {} gone after the job failed: {}", lost.ToString(), reason);
+    s.left = true;
+    return;
+  }
+  s.left = true;
+  out.closes.push_back(s.conn);
+  NodeLostNotice notice{lost, reason};
+  std::string meta = notice.Encode();
+  for (size_t id = 0; id < states_.size(); ++id) {
+    if (static_cast<int>(id) == node || states_[id].left) continue;
+    out.sends.emplace_back(states_[id].conn,
+                           MakeMessage(msg::kNodeLost, static_cast<int>(id), meta));
+  }
+  FailJob(fmt::format("lost {}: {}", lost.ToString(), reason), out);
+}
+
+void Scheduler::OnDisconnected(net::ConnectionId id, const std::string& reason) {
+  Outbox out;
+  {
+    std::lock_guard lock(mu_);
+    open_connections_.erase(id);
+    cv_.notify_all();
+    auto it = node_of_conn_.find(id);
+    if (it != node_of_conn_.end()) {
+      if (!states_[static_cast<size_t>(it->second)].left) {
+        DeclareLost(it->second, fmt::format("its connection closed ({})", reason), out);
+      }
+    } else {
+      auto p = std::find_if(pending_.begin(), pending_.end(),
+                            [&](const Pending& q) { return q.conn == id; });
+      if (p != pending_.end()) {
+        log_.Warn("scheduler: {} at {}:{} disconnected before the job formed ({}); waiting for "
+                  "a replacement",
+                  RoleName(p->request.role), p->request.host, p->request.port, reason);
+        pending_.erase(p);
+      }
+    }
+  }
+  Flush(out);
+}
+
+std::string Scheduler::MissingFromStart() const {
+  std::vector<std::string> parts;
+  for (Role role : {Role::kScheduler, Role::kServer, Role::kWorker}) {
+    int expected = ExpectedOf(role, options_.num_servers, options_.num_workers);
+    int have = static_cast<int>(std::count_if(
+        pending_.begin(), pending_.end(), [&](const Pending& p) { return p.request.role == role; }));
+    if (have < expected) {
+      parts.push_back(fmt::format("{} of {} {}(s)", expected - have, expected, RoleName(role)));
+    }
+  }
+  std::string registered;
+  for (const auto& p : pending_) {
+    registered += fmt::format("{}{} at {}:{}", registered.empty() ? "" : ", ",
+                              RoleName(p.request.role), p.request.host, p.request.port);
+  }
+  return fmt::format("still missing {}; registered: {}", fmt::join(parts, ", "),
+                     registered.empty() ? "none" : registered);
+}
+
+void Scheduler::WatchdogLoop() {
+  auto tick = std::min(milliseconds(200), options_.heartbeat_timeout / 4);
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lock, tick);
+    if (stopping_) break;
+    Outbox out;
+    auto now = clock_.Now();
+    if (!table_ && !failure_ && now - start_ > options_.start_timeout) {
+      std::string text = fmt::format(
+          "not every node registered within TANDEM_START_TIMEOUT={:.0f} s: {}",
+          Seconds(options_.start_timeout), MissingFromStart());
+      for (const auto& p : pending_) {
+        out.sends.emplace_back(p.conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0,
+                                                   net::flags::kError));
+      }
+      FailJob(text, out);
+    }
+    if (table_ && !failure_) {
+      for (size_t id = 0; id < states_.size(); ++id) {
+        auto silent = duration_cast<milliseconds>(now - states_[id].last_seen);
+        if (!states_[id].left && silent > options_.heartbeat_timeout) {
+          DeclareLost(static_cast<int>(id),
+                      fmt::format("no heartbeat for {:.1f} s (PS_HEARTBEAT_TIMEOUT={:.1f} s)",
+                                  Seconds(silent), Seconds(options_.heartbeat_timeout)),
+                      out);
+        }
+      }
+      for (auto it = barriers_.begin(); it != barriers_.end();) {
+        BarrierState& b = it->second;
+        if (b.final || now - b.started <= options_.barrier_timeout) {
+          ++it;
+          continue;
+        }
+        std::vector<std::string> missing;
+        for (int id : MembersOf(it->first)) {
+          if (!b.arrived.contains(id)) missing.push_back(table_->nodes[id].ToString());
+        }
+        std::string text = fmt::format(
+            "barrier #{} over {} timed out after {:.0f} s (TANDEM_BARRIER_TIMEOUT) waiting for: {}",
+            b.sequence, GroupsName(it->first), Seconds(options_.barrier_timeout),
+            fmt::join(missing, ", "));
+        log_.Error("scheduler: {}", text);
+        FinishBarrier(b, msg::kBarrierFailed, /*timed_out=*/true, text, out);
+        it = barriers_.erase(it);
+      }
+    }
+    if (!out.sends.empty() || !out.closes.empty()) {
+      lock.unlock();
+      Flush(out);
+      lock.lock();
+    }
+  }
+}
+
+bool Scheduler::WaitUntilAllLeft(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] {
+    return failure_.has_value() ||
+           (table_ && left_count_ == static_cast<int>(table_->nodes.size()));
+  });
+  return !failure_ && table_ && left_count_ == static_cast<int>(table_->nodes.size());
+}
+
+std::optional<std::string> Scheduler::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+void Scheduler::DrainConnections(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return open_connections_.empty(); });
+}
+
+}  // namespace tandem::cluster

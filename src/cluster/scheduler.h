@@ -1,0 +1,122 @@
+// The scheduler service: rendezvous, rank assignment, barriers, heartbeats
+// and failure detection for one job (docs/protocol-cluster.md).
+//
+// It runs inside the scheduler process beside that process's own
+// membership client, which registers with it like every other node.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "base/clock.h"
+#include "base/logger.h"
+#include "cluster/cluster_messages.h"
+#include "net/transport.h"
+
+namespace tandem::cluster {
+
+/// Thread-safety: callbacks arrive on the transport's thread and the
+/// watchdog runs on its own; both take `mu_`. Nothing is sent or closed
+/// while `mu_` is held (a transport may call back synchronously), so every
+/// handler collects its sends in an Outbox and flushes it after unlocking.
+/// Public methods may be called from any thread.
+class Scheduler final : public net::TransportHandler {
+ public:
+  struct Options {
+    int num_servers = 0;
+    int num_workers = 1;
+    std::chrono::milliseconds heartbeat_timeout{10000};
+    std::chrono::milliseconds start_timeout{300000};
+    std::chrono::milliseconds barrier_timeout{600000};
+  };
+
+  /// `transport` must already listen; the scheduler receives its callbacks
+  /// through a dispatcher (types msg::kRegister..msg::kSchedulerBoundLast)
+  /// and OnDisconnected. Starts the watchdog thread.
+  Scheduler(Options options, net::Transport& transport, const base::Logger& log,
+            const base::Clock& clock);
+  /// Stops the watchdog. The transport must be shut down first or outlive
+  /// no callbacks into this object.
+  ~Scheduler() override;
+
+  /// Blocks until every node has left after its final barrier (true) or the
+  /// job failed or `timeout` passed (false).
+  bool WaitUntilAllLeft(std::chrono::milliseconds timeout);
+
+  /// The reason the job failed (a lost node, a start timeout), if it did.
+  std::optional<std::string> failure() const;
+
+  /// Blocks until every connection has closed or `timeout` passed: lets the
+  /// notices of a failure reach every node before the process exits.
+  void DrainConnections(std::chrono::milliseconds timeout);
+
+  void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
+  void OnMessage(net::ConnectionId id, net::Message&& msg) override;
+  void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
+
+ private:
+  struct Outbox {
+    std::vector<std::pair<net::ConnectionId, net::OutgoingMessage>> sends;
+    std::vector<net::ConnectionId> closes;
+  };
+  struct Pending {
+    net::ConnectionId conn;
+    RegisterRequest request;
+  };
+  struct NodeState {
+    net::ConnectionId conn = 0;
+    base::SteadyTime last_seen;
+    bool left = false;
+  };
+  struct BarrierState {
+    uint64_t sequence = 0;
+    bool final = false;
+    base::SteadyTime started;
+    std::map<int, uint64_t> arrived;  // node id -> request id
+  };
+
+  void HandleRegister(net::ConnectionId conn, const net::Message& msg, Outbox& out);
+  void HandleBarrier(int node, const net::Message& msg, Outbox& out);
+  void FormJob(Outbox& out);
+  void FailJob(const std::string& reason, Outbox& out);
+  void DeclareLost(int node, const std::string& reason, Outbox& out);
+  void Reject(net::ConnectionId conn, const std::string& reason, Outbox& out);
+  void FinishBarrier(BarrierState& b, uint16_t type, bool timed_out, const std::string& text,
+                     Outbox& out);
+  std::vector<int> MembersOf(int groups) const;
+  std::string MissingFromStart() const;
+  void WatchdogLoop();
+  void Flush(Outbox& out);
+  net::OutgoingMessage MakeMessage(uint16_t type, int recipient, std::string meta,
+                                   uint64_t request_id = 0, uint32_t flags = 0) const;
+
+  const Options options_;
+  net::Transport& transport_;
+  const base::Logger& log_;
+  const base::Clock& clock_;
+  const base::SteadyTime start_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::set<net::ConnectionId> open_connections_;
+  std::vector<Pending> pending_;              // before the job formed
+  std::optional<NodeTable> table_;            // once formed
+  std::vector<NodeState> states_;             // by node id, once formed
+  std::map<net::ConnectionId, int> node_of_conn_;
+  std::map<int, BarrierState> barriers_;      // by group mask
+  std::optional<std::string> failure_;
+  int left_count_ = 0;
+
+  std::thread watchdog_;  // last: starts after everything above exists
+};
+
+}  // namespace tandem::cluster
