@@ -62,15 +62,25 @@ class ByteReader {
   ByteReader(std::string_view bytes, std::string_view what)
       : ByteReader(std::as_bytes(std::span(bytes.data(), bytes.size())), what) {}
 
-  /// Reads an integer or enum; `field` names it in the error.
+  /// Reads an integer or enum; `field` names it in the error. A bool must be
+  /// the byte 0 or 1: any other byte would be an invalid bool object.
   template <typename T>
     requires std::is_integral_v<T> || std::is_enum_v<T>
   T Get(std::string_view field) {
-    Need(sizeof(T), field);
-    T value;
-    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return value;
+    if constexpr (std::is_same_v<T, bool>) {
+      const auto byte = Get<uint8_t>(field);
+      if (byte > 1) {
+        throw ProtocolError(fmt::format("{}: field '{}' is a bool but holds {} (expected 0 or 1)",
+                                        what_, field, static_cast<unsigned>(byte)));
+      }
+      return byte == 1;
+    } else {
+      Need(sizeof(T), field);
+      T value;
+      std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
+      pos_ += sizeof(T);
+      return value;
+    }
   }
   /// Reads a u32-length-prefixed string of at most `max_len` bytes.
   std::string GetString(std::string_view field, uint32_t max_len = 1u << 20) {

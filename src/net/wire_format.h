@@ -9,6 +9,8 @@
 #include <span>
 #include <string>
 
+#include "net/crc32c.h"
+
 namespace tandem::net {
 
 /// "TNDM" as it appears on the wire (bytes 'T' 'N' 'D' 'M').
@@ -24,9 +26,9 @@ inline constexpr uint16_t kHandshakeHello = 1;
 inline constexpr uint16_t kHandshakeChallenge = 2;
 inline constexpr uint16_t kHandshakeProof = 3;
 inline constexpr uint16_t kHandshakeWelcome = 4;
-inline constexpr uint16_t kClusterFirst = 64;     ///< src/cluster: 64..127
-inline constexpr uint16_t kKvFirst = 128;         ///< src/kv: 128..191
-inline constexpr uint16_t kCollectiveFirst = 192; ///< src/collective: 192..255
+inline constexpr uint16_t kClusterFirst = 64;      ///< src/cluster: 64..127
+inline constexpr uint16_t kKvFirst = 128;          ///< src/kv: 128..191
+inline constexpr uint16_t kCollectiveFirst = 192;  ///< src/collective: 192..255
 inline constexpr uint16_t kLast = 255;
 }  // namespace msgtype
 
@@ -58,16 +60,23 @@ struct WireLimits {
   uint64_t max_payload_bytes = uint64_t{16} << 30;
 };
 
-/// Writes `h` (magic, version, fields, header checksum) into `out`.
+/// Writes `h` into `out`: the magic, every field of `h` as given (including
+/// `h.version`), zeroed reserved bytes and the header checksum. It does not
+/// validate `h`: the receiver's DecodeHeader is the gatekeeper, and tests and
+/// fuzz corpora need to write headers a receiver must reject. Any thread;
+/// never throws.
 void EncodeHeader(const Header& h, std::span<std::byte, kHeaderSize> out);
 
-/// Decodes and validates a header: magic, version, checksum, reserved bytes,
-/// type range, flags, and both lengths against `limits`. Throws
-/// tandem::ProtocolError describing the first violation (e.g. "payload length
-/// 17179869185 exceeds limit 17179869184").
+/// Decodes and validates a header, in this order: magic, version, checksum,
+/// reserved bytes, type range, flags, sender and recipient, then both lengths
+/// against `limits`. Throws tandem::ProtocolError describing the first
+/// violation (e.g. "payload length 17179869185 exceeds limit 17179869184").
+/// Any thread.
 Header DecodeHeader(std::span<const std::byte, kHeaderSize> in, const WireLimits& limits);
 
-/// CRC-32C (Castagnoli) of `bytes`, as used for the header checksum.
-uint32_t Crc32c(std::span<const std::byte> bytes);
+/// A short name for a message type in error messages: "handshake hello" for
+/// the net layer's types, "cluster message 70" / "kv message 130" /
+/// "collective message 200" for the upper layers' ranges. Any thread.
+std::string MessageTypeName(uint16_t type);
 
 }  // namespace tandem::net

@@ -4,9 +4,10 @@
 //
 //   cluster_check [--barriers N] [--sleep-ms MS] [--serve-roles]
 //
-// With --serve-roles a scheduler or server hands its role to tandem
-// (tandem::ServeAssignedRole) instead of taking part in the barriers, and the
-// barriers then span the workers only. Prints one summary line that the tests
+// With --serve-roles the barriers span the workers only, and a scheduler or
+// server started with this program hands its role to tandem
+// (tandem::ServeAssignedRole); use it when the job's scheduler and servers are
+// tandem's built-in ones or should behave as such. Prints one summary line that the tests
 // parse, and exits non-zero with the error when anything fails.
 #include <unistd.h>
 

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Installs everything tandem needs to build, test and lint, from Debian 12's
+# packages only. Idempotent and non-interactive: when every package is already
+# installed it changes nothing and returns in well under a second.
+#
+# Usage: scripts/install-deps.sh        (as root, or as a user with sudo)
+set -euo pipefail
+
+# One package per line, with what needs it. Keep to what the tree uses now.
+PACKAGES=(
+  cmake               # the build
+  make                # cmake's fallback generator
+  ninja-build         # the preferred generator (scripts/build.sh uses it when present)
+  g++                 # the compiler of the normal build (g++ 12)
+  libgtest-dev        # unit tests
+  libgmock-dev        # unit tests (mocks)
+  libbenchmark-dev    # bench/
+  libcli11-dev        # the `tandem` command line
+  nlohmann-json3-dev  # JSON (node tables, bench output)
+  libfmt-dev          # formatting and logging
+  libssl-dev          # HMAC-SHA256 of the handshake (OpenSSL)
+  clang-14            # sanitizer and libFuzzer builds
+  libclang-rt-14-dev  # clang's ASan/UBSan/libFuzzer runtimes
+  clang-format        # scripts/lint.sh
+  clang-tidy          # scripts/lint.sh
+  python3-pytest      # system tests, run by Debian's /usr/bin/python3
+  iproute2            # ip netns / tc for the multi-host bed
+  nftables            # packet loss on the bed's bridge
+  ethtool             # offloads off on the bed's veths
+  procps              # ps and sysctl, to inspect a bed and a job
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  if [[ "$status" != "installed" ]]; then
+    missing+=("$pkg")
+  fi
+done
+
+if [[ ${#missing[@]} -eq 0 ]]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+    exit 1
+  fi
+fi
+
+export DEBIAN_FRONTEND=noninteractive
+APT_OPTS=(-y -q --no-install-recommends -o DPkg::Lock::Timeout=600)
+"${SUDO[@]}" apt-get -q -o DPkg::Lock::Timeout=600 update
+"${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "${missing[@]}"
+echo "install-deps: done"

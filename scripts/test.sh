@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# tandem's test command (README, .ci/run): every stage CI runs, in order,
+# stopping at the first failure with a message that names the stage.
+#
+#   deps      scripts/install-deps.sh
+#   format    clang-format check of every C++ file (scripts/lint.sh --format);
+#             reports only, until TANDEM_FORMAT_ENFORCED defaults to 1 below
+#   build     RelWithDebInfo build with g++            (build dir: $TANDEM_BUILD_DIR, build/)
+#   unit      ctest: unit tests, 2 at a time
+#   system    ctest: system tests (real processes, namespaces), one at a time
+#   package   install into a temporary prefix; build and run tests/package/
+#             against it with find_package(tandem)
+#   asan-build  ASan+UBSan build with clang 14        ($TANDEM_ASAN_BUILD_DIR, build-asan/)
+#   asan-tests  unit and system tests of that build
+#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (60 s per target;
+#             build dir $TANDEM_FUZZ_BUILD_DIR, build-fuzz/)
+#
+# clang-tidy is not a stage: on 2 cores it takes minutes for a finding list
+# that needs a person's judgement. Run scripts/lint.sh --tidy before sending a
+# change.
+#
+# Environment: TANDEM_BUILD_DIR, TANDEM_ASAN_BUILD_DIR, TANDEM_FUZZ_SECONDS,
+# TANDEM_FORMAT_ENFORCED (1: an unformatted file fails the run),
+# TANDEM_SANITIZE_CC/TANDEM_SANITIZE_CXX (default clang-14/clang++-14).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+BUILD_DIR=${TANDEM_BUILD_DIR:-$ROOT/build}
+ASAN_DIR=${TANDEM_ASAN_BUILD_DIR:-$ROOT/build-asan}
+FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-60}
+SANITIZE_CC=${TANDEM_SANITIZE_CC:-clang-14}
+SANITIZE_CXX=${TANDEM_SANITIZE_CXX:-clang++-14}
+# The tree was written by hand before .clang-format existed; once it has been
+# formatted (scripts/lint.sh --format --fix), make this default 1.
+FORMAT_ENFORCED=${TANDEM_FORMAT_ENFORCED:-0}
+LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tandem-test.XXXXXX")
+trap 'rm -rf "$LOG_DIR"' EXIT
+
+STAGE_NAMES=()
+STAGE_SECONDS=()
+TESTS_TOTAL=0
+TESTS_FAILED=0
+
+summary() {
+  echo
+  echo "== stage durations"
+  local i
+  for i in "${!STAGE_NAMES[@]}"; do
+    printf '   %-10s %5ds\n' "${STAGE_NAMES[$i]}" "${STAGE_SECONDS[$i]}"
+  done
+}
+
+# stage NAME COMMAND...: runs COMMAND with `set -e` in force, times it, and
+# stops the whole run if it fails.
+stage() {
+  local name=$1
+  shift
+  echo
+  echo "== stage $name: $*"
+  local start=$SECONDS rc
+  set +e
+  (set -e; "$@")
+  rc=$?
+  set -e
+  STAGE_NAMES+=("$name")
+  STAGE_SECONDS+=($((SECONDS - start)))
+  if [[ $rc -ne 0 ]]; then
+    summary
+    echo
+    echo "test.sh: FAILED in stage '$name' (exit code $rc, after $((SECONDS - start))s)" >&2
+    exit 1
+  fi
+  echo "== stage $name passed in $((SECONDS - start))s"
+}
+
+# run_ctest BUILD_DIR LABEL CTEST_ARGS...: runs ctest, echoing its output, and
+# adds its counts to the totals of the closing line.
+run_ctest() {
+  local dir=$1 label=$2
+  shift 2
+  local log="$LOG_DIR/ctest-$label.log"
+  local rc=0
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error "$@" 2>&1 | tee "$log" || rc=$?
+  local counts
+  counts=$(sed -n 's/.*tests passed, \([0-9]*\) tests\{0,1\} failed out of \([0-9]*\).*/\1 \2/p' "$log" |
+           tail -n 1)
+  if [[ -n "$counts" ]]; then
+    TESTS_FAILED=$((TESTS_FAILED + ${counts% *}))
+    TESTS_TOTAL=$((TESTS_TOTAL + ${counts#* }))
+    echo "$TESTS_TOTAL $TESTS_FAILED" > "$LOG_DIR/counts"
+  fi
+  return "$rc"
+}
+
+# The stages below run in subshells; the counts travel through a file.
+load_counts() {
+  if [[ -f "$LOG_DIR/counts" ]]; then
+    read -r TESTS_TOTAL TESTS_FAILED < "$LOG_DIR/counts"
+  fi
+}
+
+format_check() {
+  if [[ $FORMAT_ENFORCED == 1 ]]; then
+    scripts/lint.sh --format
+  elif ! scripts/lint.sh --format; then
+    echo "(formatting is reported, not enforced: TANDEM_FORMAT_ENFORCED=1 enforces it)"
+  fi
+}
+
+unit_tests() {
+  load_counts
+  run_ctest "$1" "unit-$(basename "$1")" -E '^system\.' -j 2 --timeout 300
+}
+
+# System tests start whole jobs (7 processes each) and measure timeouts: one at
+# a time, so that they do not starve each other on 2 cores.
+system_tests() {
+  load_counts
+  run_ctest "$1" "system-$(basename "$1")" -R '^system\.' --timeout 900
+}
+
+sanitized_build() {
+  if [[ ! -f "$ASAN_DIR/CMakeCache.txt" ]]; then
+    export CC=$SANITIZE_CC CXX=$SANITIZE_CXX
+  fi
+  scripts/build.sh "$ASAN_DIR" -DTANDEM_SANITIZE=ON -DTANDEM_BUILD_BENCH=OFF
+}
+
+sanitized_tests() {
+  # Any report fails the test that produced it; child processes inherit these.
+  export ASAN_OPTIONS=detect_leaks=1:detect_stack_use_after_return=1
+  export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+  unit_tests "$ASAN_DIR"
+  system_tests "$ASAN_DIR"
+}
+
+fuzzers() {
+  if [[ -f scripts/run-fuzzers.sh ]]; then
+    bash scripts/run-fuzzers.sh "$FUZZ_SECONDS"
+  else
+    echo "no scripts/run-fuzzers.sh in this tree: nothing to fuzz"
+  fi
+}
+
+package_check() {
+  local prefix="$LOG_DIR/prefix" consumer="$LOG_DIR/consumer"
+  cmake --install "$BUILD_DIR" --prefix "$prefix"
+  cmake -S tests/package -B "$consumer" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake --build "$consumer" -j "$(nproc)"
+  "$consumer/tandem_consumer"
+  "$consumer/tandem_consumer_static"
+}
+
+START=$SECONDS
+stage deps scripts/install-deps.sh
+stage format format_check
+stage build scripts/build.sh "$BUILD_DIR"
+stage unit unit_tests "$BUILD_DIR"
+stage system system_tests "$BUILD_DIR"
+stage package package_check
+stage asan-build sanitized_build
+stage asan-tests sanitized_tests
+stage fuzz fuzzers
+load_counts
+summary
+printf '   %-10s %5ds\n' total $((SECONDS - START))
+echo
+echo "test.sh: all stages passed"
+echo "tests: $((TESTS_TOTAL - TESTS_FAILED)) passed, $TESTS_FAILED failed"

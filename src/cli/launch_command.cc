@@ -1,0 +1,116 @@
+// `tandem launch`: starts a whole job and supervises it (src/launch/).
+//
+//   tandem launch -n WORKERS [-s SERVERS] [--launcher local] [--env K=V]...
+//                 [--teardown-grace SECONDS] [--command-runs-all-roles]
+//                 [--job-id ID] -- COMMAND [ARGS...]
+//
+// docs/launch.md is the user's description.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "base/environment.h"
+#include "cli/commands.h"
+#include "launch/local_launcher.h"
+#include "launch/process_supervisor.h"
+#include "tandem/error.h"
+
+namespace tandem::cli {
+namespace {
+
+// What the command line says; filled by CLI11, read by the body.
+struct LaunchArguments {
+  int num_workers = 0;
+  int num_servers = 0;
+  std::string launcher = "local";
+  std::vector<std::string> env;
+  double teardown_grace_seconds = 10.0;
+  bool command_runs_all_roles = false;
+  std::string job_id;
+  std::vector<std::string> command;
+};
+
+int RunLaunch(const LaunchArguments& args, bool servers_given) {
+  launch::LocalJobOptions options;
+  options.num_workers = args.num_workers;
+  // As MXNet's launch.py: without -s, one server per worker.
+  options.num_servers = servers_given ? args.num_servers : args.num_workers;
+  options.command = args.command;
+  for (const auto& assignment : args.env) {
+    options.env.push_back(launch::ParseEnvAssignment(assignment));
+  }
+  options.job_id = args.job_id;
+  options.command_runs_all_roles = args.command_runs_all_roles;
+
+  launch::SupervisorOptions supervisor;
+  supervisor.teardown_grace = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(args.teardown_grace_seconds * 1000.0)));
+  return launch::RunLocalJob(options, supervisor, base::Environment::FromProcess());
+}
+
+}  // namespace
+
+void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
+  auto args = std::make_shared<LaunchArguments>();
+  auto* cmd = app.add_subcommand(
+      "launch",
+      "Start a job (a scheduler, servers and workers) and supervise it: output prefixed per "
+      "process, the whole job torn down when a process fails or on Ctrl-C, the job's exit code");
+  cmd->footer(
+      "Put the command after '--' so that its own options are not read as the launcher's:\n"
+      "  tandem launch -n 4 -s 2 -- python3 train.py --epochs 3\n"
+      "See docs/launch.md for the environment each process gets and the tear-down policy.");
+
+  cmd->add_option("-n,--num-workers", args->num_workers, "Number of workers (at least 1)")
+      ->required()
+      ->check(CLI::Range(1, 1 << 16));
+  auto* servers =
+      cmd->add_option("-s,--num-servers", args->num_servers,
+                      "Number of parameter servers (0 or more; default: as many as workers, as in "
+                      "MXNet's launch.py)")
+          ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("--launcher", args->launcher, "How to start the processes (only 'local' so far)")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            if (value == "local") return {};
+            return fmt::format(
+                "only the local launcher exists in this version of tandem ('{}' is not available)",
+                value);
+          },
+          "local", "launcher"));
+  cmd->add_option("--env", args->env,
+                  "Set NAME=VALUE in every process of the job (repeatable; overrides the "
+                  "launcher's own variables and those it sets; launch.py's NAME:VALUE works too)")
+      ->allow_extra_args(false)
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            try {
+              launch::ParseEnvAssignment(value);
+              return {};
+            } catch (const Error& e) {
+              return e.what();
+            }
+          },
+          "NAME=VALUE", "env assignment"));
+  cmd->add_option("--teardown-grace", args->teardown_grace_seconds,
+                  "Seconds the other processes get to exit on their own after one fails, before "
+                  "SIGTERM (SIGKILL follows 5 s later)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  cmd->add_flag("--command-runs-all-roles", args->command_runs_all_roles,
+                "Run COMMAND as the scheduler and the servers too (the program hands those roles "
+                "to tandem), instead of the built-in `tandem scheduler` and `tandem server`");
+  cmd->add_option("--job-id", args->job_id,
+                  "The job's id (TANDEM_JOB_ID); default: a fresh random one");
+  cmd->add_option("command", args->command, "The workers' command and its arguments, after '--'");
+
+  cmd->callback([body, args, servers] {
+    const bool servers_given = servers->count() > 0;
+    *body = [args, servers_given] { return RunLaunch(*args, servers_given); };
+  });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,65 @@
+// Starting one process of a job: its own process group, death with the
+// launcher, output through pipes, an explicit environment, no shell.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "net/unique_fd.h"
+
+namespace tandem::launch {
+
+/// What to run. Thread-safety: a value type.
+struct ProcessSpec {
+  /// Names the process in output prefixes and reports: "worker 3".
+  std::string label;
+  /// The program and its arguments, passed to execve untouched (no shell).
+  /// argv[0] without a '/' is looked up in the PATH of `env`.
+  std::vector<std::string> argv;
+  /// The complete environment of the process (nothing else is inherited).
+  std::map<std::string, std::string> env;
+};
+
+/// A started process. Its pid is also its process group id.
+/// Thread-safety: a value type; the owner's thread.
+struct StartedProcess {
+  pid_t pid = -1;
+  net::UniqueFd stdout_pipe;  ///< read end of the child's stdout, non-blocking
+  net::UniqueFd stderr_pipe;  ///< read end of the child's stderr, non-blocking
+};
+
+/// The file `program` names: itself when it contains a '/', else the first
+/// executable regular file of that name in the PATH of `env` (an empty
+/// entry meaning the current directory; no PATH at all meaning
+/// "/usr/local/bin:/usr/bin:/bin"). Throws InvalidArgument naming the
+/// program and the PATH searched when there is none. Any thread.
+std::string FindExecutable(const std::string& program,
+                           const std::map<std::string, std::string>& env);
+
+/// Starts `spec` with fork and execve and returns once the program runs.
+///
+/// The child:
+///  - leads a new process group (setpgid(0, 0)), so a terminal's Ctrl-C
+///    reaches only the launcher, and the launcher can signal the child and
+///    every process it starts in one kill(-pgid, ...);
+///  - gets SIGKILL when the thread that called this function dies
+///    (PR_SET_PDEATHSIG), and exits at once if the launcher already died
+///    before that was set;
+///  - reads /dev/null as stdin and writes stdout and stderr to two pipes;
+///  - starts with `signal_mask` as its signal mask (the launcher's mask
+///    before it blocked the signals it handles) and inherits the calling
+///    process's signal dispositions.
+///
+/// The calling thread must outlive the child (PR_SET_PDEATHSIG follows the
+/// thread that forked). Safe to call in a multi-threaded process: the child
+/// calls only async-signal-safe functions before execve. Throws
+/// InvalidArgument (empty argv, program not found), IoError naming the label
+/// and the failing call (pipe, fork, setpgid, execve...); a child that could
+/// not exec has been reaped when it throws.
+StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal_mask);
+
+}  // namespace tandem::launch

@@ -1,0 +1,175 @@
+#include "launch/local_launcher.h"
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "launch/job_credentials.h"
+#include "net/hmac_handshake.h"
+#include "net/unique_fd.h"
+#include "tandem/error.h"
+
+namespace tandem::launch {
+namespace {
+
+constexpr const char* kLoopback = "127.0.0.1";
+
+bool IsVariableName(std::string_view name) {
+  if (name.empty()) return false;
+  auto alpha = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  if (!alpha(name[0])) return false;
+  for (char c : name) {
+    if (!alpha(c) && !(c >= '0' && c <= '9')) return false;
+  }
+  return true;
+}
+
+std::map<std::string, std::string> RoleEnvironment(
+    const LocalJobOptions& options, const LocalJobIdentity& identity,
+    const std::map<std::string, std::string>& launcher_env, std::string_view role, int rank) {
+  std::map<std::string, std::string> env = launcher_env;
+  env.erase("DMLC_WORKER_ID");
+  env.erase("DMLC_SERVER_ID");
+  env["DMLC_ROLE"] = std::string(role);
+  env["DMLC_PS_ROOT_URI"] = kLoopback;
+  env["DMLC_PS_ROOT_PORT"] = std::to_string(identity.scheduler_port);
+  env["DMLC_NUM_SERVER"] = std::to_string(options.num_servers);
+  env["DMLC_NUM_WORKER"] = std::to_string(options.num_workers);
+  env["DMLC_NODE_HOST"] = kLoopback;
+  env["TANDEM_SECRET"] = identity.secret;
+  env["TANDEM_JOB_ID"] = identity.job_id;
+  if (role == "worker") env["DMLC_WORKER_ID"] = std::to_string(rank);
+  if (role == "server") env["DMLC_SERVER_ID"] = std::to_string(rank);
+  for (const auto& [key, value] : options.env) env[key] = value;
+  return env;
+}
+
+std::vector<std::string> BuiltInRole(const LocalJobOptions& options, const char* role) {
+  if (options.command_runs_all_roles) return options.command;
+  return {options.tandem_binary, role};
+}
+
+}  // namespace
+
+std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text) {
+  size_t sep = text.find('=');
+  if (sep == std::string_view::npos) sep = text.find(':');
+  if (sep == std::string_view::npos) {
+    throw InvalidArgument(fmt::format(
+        "--env '{}' is not of the form NAME=VALUE (e.g. --env OMP_NUM_THREADS=4)", text));
+  }
+  std::string name(text.substr(0, sep));
+  if (!IsVariableName(name)) {
+    throw InvalidArgument(fmt::format(
+        "--env '{}': '{}' is not a variable name (letters, digits and '_', not starting with a "
+        "digit)",
+        text, name));
+  }
+  return {name, std::string(text.substr(sep + 1))};
+}
+
+void ValidateLocalJobOptions(const LocalJobOptions& options) {
+  if (options.num_workers < 1) {
+    throw InvalidArgument(
+        fmt::format("-n/--num-workers is {}; a job needs at least 1 worker", options.num_workers));
+  }
+  if (options.num_servers < 0) {
+    throw InvalidArgument(
+        fmt::format("-s/--num-servers is {}; it must be 0 or more", options.num_servers));
+  }
+  if (options.command.empty() || options.command[0].empty()) {
+    throw InvalidArgument(
+        "no command to run: give it after '--', e.g. tandem launch -n 2 -s 1 -- python3 train.py");
+  }
+  for (const auto& [name, value] : options.env) {
+    if (!IsVariableName(name)) {
+      throw InvalidArgument(fmt::format("--env: '{}' is not a variable name", name));
+    }
+  }
+  if (options.job_id.size() > net::kMaxJobIdBytes) {
+    throw InvalidArgument(fmt::format("--job-id is {} bytes long; the limit is {}",
+                                      options.job_id.size(), net::kMaxJobIdBytes));
+  }
+}
+
+std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
+                                       const LocalJobIdentity& identity,
+                                       const std::map<std::string, std::string>& launcher_env) {
+  std::vector<ProcessSpec> specs;
+  specs.reserve(1 + options.num_servers + options.num_workers);
+  specs.push_back({"scheduler", BuiltInRole(options, "scheduler"),
+                   RoleEnvironment(options, identity, launcher_env, "scheduler", 0)});
+  for (int i = 0; i < options.num_servers; ++i) {
+    specs.push_back({fmt::format("server {}", i), BuiltInRole(options, "server"),
+                     RoleEnvironment(options, identity, launcher_env, "server", i)});
+  }
+  for (int i = 0; i < options.num_workers; ++i) {
+    specs.push_back({fmt::format("worker {}", i), options.command,
+                     RoleEnvironment(options, identity, launcher_env, "worker", i)});
+  }
+  return specs;
+}
+
+uint16_t PickFreeLoopbackPort() {
+  net::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw IoError(fmt::format("socket(AF_INET) failed: {}", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    throw IoError(fmt::format("cannot find a free port: bind to {}:0 failed: {}", kLoopback,
+                              std::strerror(errno)));
+  }
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    throw IoError(fmt::format("cannot find a free port: getsockname failed: {}",
+                              std::strerror(errno)));
+  }
+  return ntohs(addr.sin_port);
+}
+
+std::string CurrentExecutablePath() {
+  char path[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n < 0) {
+    throw IoError(fmt::format("cannot find the tandem binary: readlink(/proc/self/exe) failed: {}",
+                              std::strerror(errno)));
+  }
+  return std::string(path, static_cast<size_t>(n));
+}
+
+int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervisor_options,
+                const base::Environment& launcher_env) {
+  ValidateLocalJobOptions(options);
+  LocalJobOptions resolved = options;
+  if (resolved.tandem_binary.empty() && !resolved.command_runs_all_roles) {
+    resolved.tandem_binary = CurrentExecutablePath();
+  }
+  LocalJobIdentity identity;
+  identity.scheduler_port = PickFreeLoopbackPort();
+  identity.secret = GenerateJobSecret();
+  identity.job_id = options.job_id.empty() ? GenerateJobId() : options.job_id;
+
+  std::vector<ProcessSpec> specs = BuildLocalJob(resolved, identity, launcher_env.vars());
+  // A misspelt program fails here, before any process of the job exists.
+  for (const auto& spec : specs) FindExecutable(spec.argv[0], spec.env);
+
+  ProcessSupervisor supervisor(supervisor_options);
+  OutputSink(supervisor_options.stderr_fd)
+      .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{}, {} server{}, {} worker{}\n",
+                             identity.job_id, kLoopback, identity.scheduler_port,
+                             options.num_servers, options.num_servers == 1 ? "" : "s",
+                             options.num_workers, options.num_workers == 1 ? "" : "s"));
+  for (const auto& spec : specs) supervisor.Start(spec);
+  return supervisor.Run().exit_code;
+}
+
+}  // namespace tandem::launch

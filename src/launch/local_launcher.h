@@ -1,0 +1,104 @@
+// `tandem launch --launcher local`: a whole job on this host, as MXNet's
+// launch.py did in its local mode: one scheduler, S servers and W workers,
+// all under one ProcessSupervisor.
+//
+// Each process gets the launcher's environment plus the DMLC contract
+// (src/cluster/dmlc_contract.h) and the job's credentials; docs/launch.md
+// has the table. The scheduler and the servers run this binary's built-in
+// roles (`tandem scheduler`, `tandem server`) unless the command runs every
+// role itself (--command-runs-all-roles).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "base/environment.h"
+#include "launch/child_process.h"
+#include "launch/process_supervisor.h"
+
+namespace tandem::launch {
+
+/// What the user asked for. Thread-safety: a value type.
+struct LocalJobOptions {
+  int num_workers = 1;  ///< >= 1
+  int num_servers = 0;  ///< >= 0
+  /// The workers' program and arguments (and every role's, with
+  /// command_runs_all_roles). Must not be empty.
+  std::vector<std::string> command;
+  /// --env K=V in the order given; they override everything else, a later
+  /// one overriding an earlier one of the same name.
+  std::vector<std::pair<std::string, std::string>> env;
+  /// TANDEM_JOB_ID; empty: a fresh one (GenerateJobId).
+  std::string job_id;
+  /// The scheduler and servers run `command` too (the program hands those
+  /// roles to tandem, e.g. with tandem::ServeAssignedRole()).
+  bool command_runs_all_roles = false;
+  /// The binary whose `scheduler` and `server` subcommands run those roles;
+  /// empty: this process's own executable (CurrentExecutablePath).
+  std::string tandem_binary;
+};
+
+/// Per-job values the launcher chooses before starting anything.
+/// Thread-safety: a value type.
+struct LocalJobIdentity {
+  uint16_t scheduler_port = 0;  ///< DMLC_PS_ROOT_PORT
+  std::string secret;           ///< TANDEM_SECRET
+  std::string job_id;           ///< TANDEM_JOB_ID
+};
+
+/// Parses one --env argument: "NAME=VALUE" (split at the first '='), or
+/// launch.py's "NAME:VALUE" when there is no '='. The value may be empty
+/// and may contain anything. Throws InvalidArgument quoting the argument
+/// when there is no separator or NAME is not [A-Za-z_][A-Za-z0-9_]*. Any thread.
+std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text);
+
+/// Throws InvalidArgument, naming the option, for a worker count below 1, a
+/// server count below 0, an empty command, an --env name that
+/// ParseEnvAssignment would refuse, or a job id longer than the handshake
+/// allows. Any thread.
+void ValidateLocalJobOptions(const LocalJobOptions& options);
+
+/// The processes of the job in start order: the scheduler, servers 0..S-1,
+/// workers 0..W-1, labelled "scheduler", "server <i>", "worker <i>".
+///
+/// Each environment is `launcher_env` without DMLC_WORKER_ID and
+/// DMLC_SERVER_ID (a per-process id of the launcher's own would be wrong
+/// for every child), plus DMLC_ROLE, DMLC_PS_ROOT_URI=127.0.0.1,
+/// DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER,
+/// DMLC_NODE_HOST=127.0.0.1, TANDEM_SECRET, TANDEM_JOB_ID, DMLC_WORKER_ID=i
+/// for worker i and DMLC_SERVER_ID=i for server i, and finally options.env.
+/// Requires: options valid, identity.job_id set, options.tandem_binary set
+/// unless command_runs_all_roles. Pure; any thread.
+std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
+                                       const LocalJobIdentity& identity,
+                                       const std::map<std::string, std::string>& launcher_env);
+
+/// A TCP port on 127.0.0.1 that was free a moment ago: binds port 0, reads
+/// the kernel's choice and closes the socket. Another process may take it
+/// before the scheduler binds it; the scheduler then fails to bind with a
+/// clear error and the job is torn down. Throws IoError. Any thread.
+uint16_t PickFreeLoopbackPort();
+
+/// The absolute path of this process's executable (/proc/self/exe). Throws
+/// IoError. Any thread.
+std::string CurrentExecutablePath();
+
+/// Runs the whole job: validates `options`, picks the scheduler's port,
+/// generates the secret (and the job id unless given), checks that every
+/// program exists, starts the scheduler, the servers and the workers under
+/// one ProcessSupervisor built with `supervisor_options`, supervises them
+/// to the end and returns the launcher's exit code (see
+/// process_supervisor.h). `launcher_env` is the environment the processes
+/// inherit. Throws InvalidArgument for bad options or a program that does
+/// not exist (before anything started), IoError when a process cannot be
+/// started (those already started are killed first). Call it from the
+/// thread that lives as long as the job, with SIGINT, SIGTERM, SIGHUP and
+/// SIGCHLD not handled by other threads (see ProcessSupervisor).
+int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervisor_options,
+                const base::Environment& launcher_env);
+
+}  // namespace tandem::launch

@@ -1,0 +1,424 @@
+#include "launch/process_supervisor.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "tandem/error.h"
+
+namespace tandem::launch {
+namespace {
+
+using std::chrono::milliseconds;
+
+// Reaping and group checks run at least this often even without SIGCHLD:
+// a process group whose leader has exited may still hold members that are
+// not our children, whose end no signal tells us about.
+constexpr milliseconds kSweepInterval{200};
+
+// Bounds one turn's reading of a pipe, so that a child that writes without
+// pause cannot starve the others, the signals and the deadlines.
+constexpr int kReadsPerTurn = 16;
+// At a child's exit its pipes are read further, so that its last lines
+// come before the report of its exit.
+constexpr int kReadsAtExit = 1024;
+
+std::string Seconds(milliseconds d) { return fmt::format("{:g} s", d.count() / 1000.0); }
+
+std::string Groups(int n) { return n == 1 ? "1 process group" : fmt::format("{} process groups", n); }
+
+}  // namespace
+
+// One started process, its group and its two output streams.
+struct ProcessSupervisor::Child {
+  Child(std::string label_in, StartedProcess started, OutputSink* out, OutputSink* err)
+      : label(std::move(label_in)),
+        pid(started.pid),
+        stdout_pipe(std::move(started.stdout_pipe)),
+        stderr_pipe(std::move(started.stderr_pipe)),
+        stdout_lines("[" + label + "] ", out),
+        stderr_lines("[" + label + "] ", err) {}
+
+  std::string label;
+  pid_t pid;                   // also the process group id
+  bool exited = false;         // reaped (or given up on)
+  bool group_gone = false;     // kill(-pid, 0) failed with ESRCH (or given up on)
+  net::UniqueFd stdout_pipe;   // closed at EOF
+  net::UniqueFd stderr_pipe;   // closed at EOF
+  LinePrefixer stdout_lines;
+  LinePrefixer stderr_lines;
+};
+
+std::string ProcessExit::Describe() const {
+  return fmt::format("{} (pid {}) {}", label, pid, status.Describe());
+}
+
+ProcessSupervisor::ProcessSupervisor(SupervisorOptions options)
+    : options_(options), stdout_sink_(options.stdout_fd), stderr_sink_(options.stderr_fd) {
+  sigemptyset(&handled_signals_);
+  for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaddset(&handled_signals_, sig);
+  signal_fd_.Reset(::signalfd(-1, &handled_signals_, SFD_NONBLOCK | SFD_CLOEXEC));
+  if (!signal_fd_) {
+    throw IoError(fmt::format("process supervisor: signalfd failed: {}", std::strerror(errno)));
+  }
+  int rc = ::pthread_sigmask(SIG_BLOCK, &handled_signals_, &saved_mask_);
+  if (rc != 0) {
+    throw IoError(fmt::format("process supervisor: pthread_sigmask failed: {}", std::strerror(rc)));
+  }
+
+  // With SIGCHLD ignored (or SA_NOCLDWAIT) the kernel reaps children itself
+  // and waitid could never report their exit.
+  ::sigaction(SIGCHLD, nullptr, &saved_sigchld_);
+  if (saved_sigchld_.sa_handler == SIG_IGN || (saved_sigchld_.sa_flags & SA_NOCLDWAIT) != 0) {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGCHLD, &dfl, nullptr);
+    restore_sigchld_ = true;
+  }
+
+  if (options_.adopt_orphans) {
+    if (::prctl(PR_GET_CHILD_SUBREAPER, &saved_subreaper_) != 0 ||
+        ::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+      int err = errno;
+      RestoreProcessState();
+      throw IoError(fmt::format("process supervisor: prctl(PR_SET_CHILD_SUBREAPER) failed: {}",
+                                std::strerror(err)));
+    }
+    restore_subreaper_ = true;
+  }
+}
+
+ProcessSupervisor::~ProcessSupervisor() {
+  KillAndReapEverything();
+  RestoreProcessState();
+}
+
+pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
+  if (ran_) {
+    throw InvalidArgument(
+        fmt::format("cannot start {}: the supervisor's Run() has already been called", spec.label));
+  }
+  StartedProcess started = StartChildProcess(spec, saved_mask_);
+  children_.push_back(
+      std::make_unique<Child>(spec.label, std::move(started), &stdout_sink_, &stderr_sink_));
+  return children_.back()->pid;
+}
+
+JobOutcome ProcessSupervisor::Run() {
+  if (ran_) throw InvalidArgument("ProcessSupervisor::Run() called twice");
+  ran_ = true;
+
+  std::vector<pollfd> fds;
+  std::vector<std::pair<Child*, bool>> owners;  // for fds[i + 1]: the child, and stderr?
+  while (true) {
+    auto now = std::chrono::steady_clock::now();
+    if (sweep_due_ || now - last_sweep_ >= kSweepInterval) {
+      sweep_due_ = false;
+      last_sweep_ = now;
+      Reap(now);
+      UpdateGroups();
+    }
+    AdvanceTearDown(now);
+    if (Finished()) break;
+
+    fds.clear();
+    owners.clear();
+    fds.push_back({signal_fd_.get(), POLLIN, 0});
+    for (auto& child : children_) {
+      if (child->stdout_pipe) {
+        fds.push_back({child->stdout_pipe.get(), POLLIN, 0});
+        owners.emplace_back(child.get(), false);
+      }
+      if (child->stderr_pipe) {
+        fds.push_back({child->stderr_pipe.get(), POLLIN, 0});
+        owners.emplace_back(child.get(), true);
+      }
+    }
+    int ready = ::poll(fds.data(), fds.size(), PollTimeoutMs(now));
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      throw IoError(fmt::format("process supervisor: poll failed: {}", std::strerror(errno)));
+    }
+    now = std::chrono::steady_clock::now();
+    if (fds[0].revents != 0) HandleSignals(now);
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0) Drain(*owners[i - 1].first, owners[i - 1].second, kReadsPerTurn);
+    }
+  }
+
+  // Every group is gone, so only a process that left its group could still
+  // write: take what is in the pipes and finish the partial lines.
+  for (auto& child : children_) {
+    Drain(*child, false, kReadsAtExit);
+    Drain(*child, true, kReadsAtExit);
+    child->stdout_lines.Flush();
+    child->stderr_lines.Flush();
+    child->stdout_pipe.Reset();
+    child->stderr_pipe.Reset();
+  }
+
+  JobOutcome outcome;
+  outcome.exits = exits_;
+  outcome.first_failure = first_failure_;
+  outcome.interrupt_signal = interrupt_signal_;
+  if (first_failure_) {
+    outcome.exit_code = first_failure_->status.ShellCode();
+    Log(fmt::format("job failed: {}", first_failure_->Describe()));
+  } else if (interrupt_signal_ != 0) {
+    outcome.exit_code = 128 + interrupt_signal_;
+    Log(fmt::format("job interrupted by {}", SignalName(interrupt_signal_)));
+  } else if (exits_.size() < children_.size()) {
+    // Only a process that survived SIGKILL (stuck in the kernel) lacks an exit.
+    outcome.exit_code = 1;
+    Log(fmt::format("job failed: {} of {} processes could not be reaped",
+                    children_.size() - exits_.size(), children_.size()));
+  }
+  return outcome;
+}
+
+void ProcessSupervisor::HandleSignals(TimePoint now) {
+  while (true) {
+    signalfd_siginfo info{};
+    ssize_t n = ::read(signal_fd_.get(), &info, sizeof(info));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n != static_cast<ssize_t>(sizeof(info))) {
+      throw IoError(fmt::format("process supervisor: reading the signalfd failed: {}",
+                                n < 0 ? std::strerror(errno) : "short read"));
+    }
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      sweep_due_ = true;
+      continue;
+    }
+    if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;  // SIGPIPE: the sink copes
+
+    UpdateGroups();
+    const int live = LiveGroups();
+    if (interrupt_signal_ == 0) {
+      interrupt_signal_ = sig;
+      Log(fmt::format("received {}; forwarding it to {}; SIGKILL follows in {}{}", SignalName(sig),
+                      Groups(live), Seconds(options_.kill_delay),
+                      sig == SIGINT ? " (press Ctrl-C again to send it now)" : ""));
+      SignalGroups(sig);
+      if (phase_ == Phase::kRunning || phase_ == Phase::kGrace) {
+        phase_ = Phase::kTerminating;
+        deadline_ = now + options_.kill_delay;
+      } else if (phase_ == Phase::kTerminating) {
+        deadline_ = std::min(deadline_, now + options_.kill_delay);
+      }
+    } else {
+      Log(fmt::format("received {} again; sending SIGKILL to {}", SignalName(sig), Groups(live)));
+      SignalGroups(SIGKILL);
+      if (phase_ != Phase::kKilling) {
+        phase_ = Phase::kKilling;
+        deadline_ = now + options_.kill_delay;
+      }
+    }
+  }
+}
+
+void ProcessSupervisor::Reap(TimePoint now) {
+  for (auto& child : children_) {
+    if (child->group_gone) continue;
+    while (true) {
+      siginfo_t info{};
+      if (::waitid(P_PGID, static_cast<id_t>(child->pid), &info, WEXITED | WNOHANG) != 0) {
+        if (errno == EINTR) continue;
+        break;  // ECHILD: no child of ours left in this group
+      }
+      if (info.si_pid == 0) break;  // children in the group, none ended yet
+      if (info.si_pid == child->pid) OnExit(*child, ExitStatus::FromSiginfo(info), now);
+      // Otherwise a descendant we adopted as subreaper: reaped, nothing to report.
+    }
+  }
+}
+
+void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint now) {
+  Drain(child, false, kReadsAtExit);
+  Drain(child, true, kReadsAtExit);
+  child.exited = true;
+  ProcessExit exit{child.label, child.pid, status};
+  exits_.push_back(exit);
+  if (!status.success() && !first_failure_ && interrupt_signal_ == 0) {
+    first_failure_ = exit;
+    if (phase_ == Phase::kRunning) {
+      Log(fmt::format("{}; tearing down the job", exit.Describe()));
+      phase_ = Phase::kGrace;
+      deadline_ = now + options_.teardown_grace;
+      return;
+    }
+  }
+  Log(exit.Describe());
+}
+
+void ProcessSupervisor::UpdateGroups() {
+  for (auto& child : children_) {
+    // While the leader is unreaped its group exists; afterwards the group
+    // lives as long as any member does.
+    if (!child->exited || child->group_gone) continue;
+    if (::kill(-child->pid, 0) != 0 && errno == ESRCH) child->group_gone = true;
+  }
+}
+
+void ProcessSupervisor::AdvanceTearDown(TimePoint now) {
+  switch (phase_) {
+    case Phase::kRunning:
+    case Phase::kGrace:
+      if (AllExited() && LiveGroups() > 0) {
+        Log(fmt::format("every process of the job has exited, but {} still {} other processes; "
+                        "sending SIGTERM (SIGKILL follows in {})",
+                        Groups(LiveGroups()), LiveGroups() == 1 ? "holds" : "hold",
+                        Seconds(options_.kill_delay)));
+        SignalGroups(SIGTERM);
+        phase_ = Phase::kTerminating;
+        deadline_ = now + options_.kill_delay;
+      } else if (phase_ == Phase::kGrace && now >= deadline_) {
+        const int running = static_cast<int>(std::count_if(
+            children_.begin(), children_.end(), [](const auto& c) { return !c->exited; }));
+        Log(fmt::format("{} still running after the grace period of {}; sending SIGTERM to {} "
+                        "(SIGKILL follows in {})",
+                        running == 1 ? "1 process" : fmt::format("{} processes", running),
+                        Seconds(options_.teardown_grace), Groups(LiveGroups()),
+                        Seconds(options_.kill_delay)));
+        SignalGroups(SIGTERM);
+        phase_ = Phase::kTerminating;
+        deadline_ = now + options_.kill_delay;
+      }
+      break;
+    case Phase::kTerminating:
+      if (now >= deadline_) {
+        if (LiveGroups() > 0) {
+          Log(fmt::format("{} still present {} after SIGTERM; sending SIGKILL",
+                          Groups(LiveGroups()), Seconds(options_.kill_delay)));
+          SignalGroups(SIGKILL);
+        }
+        phase_ = Phase::kKilling;
+        deadline_ = now + options_.kill_delay;
+      }
+      break;
+    case Phase::kKilling:
+      // Repeated, in case a member forked while the previous SIGKILL was
+      // being delivered; harmless otherwise.
+      SignalGroups(SIGKILL);
+      if (now >= deadline_) {
+        for (auto& child : children_) {
+          if (child->group_gone) continue;
+          Log(fmt::format("process group {} of {} still exists {} after SIGKILL (a process stuck "
+                          "in the kernel?); giving up on it",
+                          child->pid, child->label, Seconds(options_.kill_delay)));
+          child->exited = true;
+          child->group_gone = true;
+        }
+      }
+      break;
+  }
+}
+
+int ProcessSupervisor::SignalGroups(int signal) {
+  int signalled = 0;
+  for (auto& child : children_) {
+    if (child->group_gone) continue;
+    if (::kill(-child->pid, signal) == 0) {
+      ++signalled;
+    } else if (errno == ESRCH && child->exited) {
+      child->group_gone = true;
+    }
+  }
+  return signalled;
+}
+
+int ProcessSupervisor::LiveGroups() const {
+  return static_cast<int>(std::count_if(children_.begin(), children_.end(),
+                                        [](const auto& c) { return !c->group_gone; }));
+}
+
+bool ProcessSupervisor::AllExited() const {
+  return std::all_of(children_.begin(), children_.end(), [](const auto& c) { return c->exited; });
+}
+
+bool ProcessSupervisor::Finished() const { return AllExited() && LiveGroups() == 0; }
+
+void ProcessSupervisor::Drain(Child& child, bool from_stderr, int max_reads) {
+  net::UniqueFd& pipe = from_stderr ? child.stderr_pipe : child.stdout_pipe;
+  LinePrefixer& lines = from_stderr ? child.stderr_lines : child.stdout_lines;
+  char buffer[64 * 1024];
+  for (int i = 0; i < max_reads && pipe; ++i) {
+    ssize_t n = ::read(pipe.get(), buffer, sizeof(buffer));
+    if (n > 0) {
+      lines.Append(std::string_view(buffer, static_cast<size_t>(n)));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    // End of stream (every writer is gone) or an error reading it.
+    lines.Flush();
+    pipe.Reset();
+  }
+}
+
+void ProcessSupervisor::Log(const std::string& text) {
+  stderr_sink_.WriteLine(fmt::format("[launcher] {}\n", text));
+}
+
+int ProcessSupervisor::PollTimeoutMs(TimePoint now) const {
+  milliseconds wait = kSweepInterval;
+  if (phase_ != Phase::kRunning) {
+    auto left = std::chrono::ceil<milliseconds>(deadline_ - now);
+    wait = std::clamp(left, milliseconds(0), wait);
+  }
+  return static_cast<int>(wait.count());
+}
+
+void ProcessSupervisor::KillAndReapEverything() {
+  for (auto& child : children_) {
+    if (child->group_gone) continue;
+    ::kill(-child->pid, SIGKILL);
+    if (!child->exited) {
+      siginfo_t info{};
+      while (::waitid(P_PID, static_cast<id_t>(child->pid), &info, WEXITED) != 0 &&
+             errno == EINTR) {
+      }
+      child->exited = true;
+    }
+    // Adopted descendants of the group that have ended already.
+    while (true) {
+      siginfo_t more{};
+      if (::waitid(P_PGID, static_cast<id_t>(child->pid), &more, WEXITED | WNOHANG) != 0 ||
+          more.si_pid == 0) {
+        break;
+      }
+    }
+  }
+}
+
+void ProcessSupervisor::RestoreProcessState() {
+  if (restore_subreaper_) {
+    ::prctl(PR_SET_CHILD_SUBREAPER, saved_subreaper_);
+    restore_subreaper_ = false;
+  }
+  if (restore_sigchld_) {
+    ::sigaction(SIGCHLD, &saved_sigchld_, nullptr);
+    restore_sigchld_ = false;
+  }
+  // Consume what is pending, so that unblocking cannot deliver a late
+  // SIGINT or SIGPIPE with its default action.
+  if (signal_fd_) {
+    signalfd_siginfo info{};
+    while (::read(signal_fd_.get(), &info, sizeof(info)) > 0) {
+    }
+    signal_fd_.Reset();
+  }
+  ::pthread_sigmask(SIG_SETMASK, &saved_mask_, nullptr);
+}
+
+}  // namespace tandem::launch

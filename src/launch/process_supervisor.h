@@ -1,0 +1,179 @@
+// The process supervisor: runs the processes of one job on this host and
+// ends them together.
+//
+// What it guarantees (docs/launch.md is the user's description):
+//  - Output: every line a process writes to stdout or stderr reaches the
+//    launcher's stdout or stderr whole, prefixed "[<label>] ".
+//  - Tear-down: when a process fails (non-zero exit or a signal) the others
+//    get `teardown_grace` to exit on their own (tandem processes notice the
+//    lost peer and say so), then every process group left gets SIGTERM, and
+//    `kill_delay` later SIGKILL.
+//  - Signals: SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded
+//    to every process group at once, SIGKILL follows `kill_delay` later; a
+//    second such signal sends SIGKILL at once. A signal the launcher
+//    inherited as ignored (SIGHUP under nohup) stays ignored, by it and by
+//    the job.
+//  - No orphans: each process leads its own process group, dies with the
+//    launcher (PR_SET_PDEATHSIG), and Run() returns only when every group
+//    it created is gone, so descendants that stayed in their group are gone
+//    too. Processes that leave their group (setsid, setpgid) are out of
+//    reach, as with any process-group-based supervisor.
+//  - Exit code: 0 when every process exited 0; else the first failed
+//    process's code (128 + signal for a signal); 128 + signal when the
+//    launcher was interrupted before anything failed (130 for Ctrl-C).
+//
+// Mechanics: one thread, one poll() loop over a signalfd (SIGCHLD, SIGINT,
+// SIGTERM, SIGHUP, SIGPIPE), the children's output pipes and the tear-down
+// deadlines. Processes are reaped per process group with
+// waitid(P_PGID, ...), which collects the direct child and any descendant
+// of its group the launcher adopted as child subreaper, and never touches
+// other children of the process.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launch/child_process.h"
+#include "launch/exit_status.h"
+#include "launch/prefixed_output.h"
+#include "net/unique_fd.h"
+
+namespace tandem::launch {
+
+/// How the supervisor tears a job down and where output goes.
+struct SupervisorOptions {
+  /// After the first failure: how long the other processes may take to exit
+  /// on their own before their process groups get SIGTERM.
+  std::chrono::milliseconds teardown_grace{std::chrono::seconds(10)};
+  /// After SIGTERM, or a signal forwarded from the launcher: how long before
+  /// SIGKILL. Also how long to wait for a group to vanish after SIGKILL
+  /// before giving up on it.
+  std::chrono::milliseconds kill_delay{std::chrono::seconds(5)};
+  /// Where the children's stdout lines go (not owned; must stay open).
+  int stdout_fd = STDOUT_FILENO;
+  /// Where the children's stderr lines and the launcher's own "[launcher]"
+  /// lines go (not owned; must stay open).
+  int stderr_fd = STDERR_FILENO;
+  /// Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER) while the
+  /// supervisor lives, so that descendants orphaned inside a job's process
+  /// groups become its children and are reaped by it, instead of waiting
+  /// for init to reap them (the process group exists until they are).
+  bool adopt_orphans = true;
+};
+
+/// The end of one process of the job. Thread-safety: a value type.
+struct ProcessExit {
+  std::string label;
+  pid_t pid = -1;
+  ExitStatus status;
+
+  /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)".
+  std::string Describe() const;
+};
+
+/// What Run() observed. Thread-safety: a value type.
+struct JobOutcome {
+  /// The launcher's exit code (see the file comment).
+  int exit_code = 0;
+  /// Every started process that was reaped, in the order they ended.
+  std::vector<ProcessExit> exits;
+  /// The first process that failed before the launcher was interrupted.
+  std::optional<ProcessExit> first_failure;
+  /// The first SIGINT, SIGTERM or SIGHUP the launcher received, or 0.
+  int interrupt_signal = 0;
+};
+
+/// Starts, watches and ends the processes of one job.
+///
+/// Thread-safety: one thread. The thread that constructs the supervisor must
+/// call Start and Run and destroy it: the signal mask is per thread, and
+/// children die when the thread that started them ends. The constructor
+/// blocks SIGCHLD, SIGINT, SIGTERM, SIGHUP and SIGPIPE in that thread; any
+/// other thread of the process must block them too (build the supervisor
+/// before starting threads, or have none), or the kernel may hand those
+/// signals to a thread that does not expect them.
+class ProcessSupervisor {
+ public:
+  /// Takes over the signals above (restored by the destructor), resets a
+  /// SIGCHLD disposition of SIG_IGN to the default (else children would
+  /// vanish unreaped) and, with adopt_orphans, becomes a child subreaper.
+  /// Throws IoError when the signalfd cannot be made.
+  explicit ProcessSupervisor(SupervisorOptions options = {});
+
+  /// Kills (SIGKILL) every process group still present (when Run was not
+  /// called or did not finish), reaps the children, and restores the signal
+  /// mask, the SIGCHLD disposition and the subreaper flag. Signals that
+  /// arrived after Run returned are discarded.
+  ~ProcessSupervisor();
+
+  ProcessSupervisor(const ProcessSupervisor&) = delete;
+  ProcessSupervisor& operator=(const ProcessSupervisor&) = delete;
+
+  /// Starts `spec` (see StartChildProcess) and returns its pid, which is
+  /// also its process group id. Requires: Run has not been called. Throws
+  /// InvalidArgument or IoError when the process cannot be started;
+  /// processes started before stay running (the destructor kills them).
+  pid_t Start(const ProcessSpec& spec);
+
+  /// Supervises the started processes until every one has ended and every
+  /// process group created is gone; writes their output and the launcher's
+  /// reports meanwhile and returns the outcome. Requires: called once.
+  /// Throws IoError only when poll or the signalfd fail.
+  JobOutcome Run();
+
+ private:
+  struct Child;
+  enum class Phase {
+    kRunning,      // nothing failed, nothing interrupted
+    kGrace,        // a process failed; the others may exit on their own until deadline_
+    kTerminating,  // SIGTERM (or a forwarded signal) sent; SIGKILL at deadline_
+    kKilling,      // SIGKILL sent; give up on groups still present at deadline_
+  };
+  using TimePoint = std::chrono::steady_clock::time_point;
+
+  void HandleSignals(TimePoint now);
+  void Reap(TimePoint now);
+  void OnExit(Child& child, const ExitStatus& status, TimePoint now);
+  void UpdateGroups();
+  void AdvanceTearDown(TimePoint now);
+  int SignalGroups(int signal);
+  int LiveGroups() const;
+  bool AllExited() const;
+  bool Finished() const;
+  void Drain(Child& child, bool to_stderr, int max_reads);
+  void Log(const std::string& text);
+  int PollTimeoutMs(TimePoint now) const;
+  void KillAndReapEverything();
+  void RestoreProcessState();
+
+  SupervisorOptions options_;
+  OutputSink stdout_sink_;
+  OutputSink stderr_sink_;
+  std::vector<std::unique_ptr<Child>> children_;
+
+  sigset_t handled_signals_;
+  sigset_t saved_mask_;  // the thread's mask before; children start with it
+  net::UniqueFd signal_fd_;
+  bool restore_sigchld_ = false;
+  struct sigaction saved_sigchld_ {};
+  bool restore_subreaper_ = false;
+  int saved_subreaper_ = 0;
+
+  bool ran_ = false;
+  Phase phase_ = Phase::kRunning;
+  TimePoint deadline_{};
+  bool sweep_due_ = true;  // reap and check groups on the next loop turn
+  TimePoint last_sweep_{};
+  std::vector<ProcessExit> exits_;
+  std::optional<ProcessExit> first_failure_;
+  int interrupt_signal_ = 0;
+};
+
+}  // namespace tandem::launch

@@ -1,0 +1,133 @@
+// An epoll event loop running on a thread of its own.
+//
+// The loop owns one thread. Everything that touches a socket's read side, a
+// connection's life cycle or a handler callback runs there; other threads
+// hand work over with Post(). Timers (handshake deadlines, retry backoff)
+// fire on the same thread, so code run by the loop never needs a lock against
+// other code run by the loop.
+//
+// One iteration: wait in epoll_wait (until the next timer is due, or not at
+// all when tasks are queued), dispatch ready descriptors, run due timers, run
+// queued tasks. Tasks posted from the loop thread itself cost no system call;
+// from other threads, the first task of a batch writes the eventfd once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "net/unique_fd.h"
+
+namespace tandem::net {
+
+/// A descriptor registered with an EventLoop: what ModifyFd and RemoveFd
+/// need. `serial` tells registrations of a reused descriptor number apart.
+struct FdWatch {
+  int fd = -1;
+  uint64_t serial = 0;
+};
+
+/// Thread-safety: Post, RunAfter, Cancel, IsLoopThread, ModifyFd and Stop may
+/// be called from any thread; AddFd and RemoveFd only on the loop thread. The
+/// registration table and the callbacks belong to the loop thread; the task
+/// queue and the timers are guarded by an internal mutex.
+class EventLoop {
+ public:
+  using Duration = std::chrono::steady_clock::duration;
+  /// Receives the epoll event bits (EPOLLIN, EPOLLOUT, EPOLLERR, EPOLLHUP...).
+  using FdCallback = std::function<void(uint32_t events)>;
+  using TimerId = uint64_t;
+
+  /// Creates the epoll instance and the wake-up eventfd and starts the loop
+  /// thread, named `name` (at most 15 characters are kept). Throws IoError
+  /// when the kernel objects cannot be created.
+  explicit EventLoop(std::string name);
+  /// Stops the loop (see Stop). Must not run on the loop thread.
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  /// Queues `task` to run on the loop thread, after the current callback
+  /// when called from the loop thread. Tasks run in the order posted.
+  /// Returns false (and destroys the task unrun) once the loop has stopped.
+  /// Any thread; never throws except std::bad_alloc.
+  bool Post(std::function<void()> task);
+
+  /// Runs `fn` on the loop thread once `delay` has passed (millisecond
+  /// resolution). Returns an id for Cancel. Timers still pending when the loop
+  /// stops never run. Any thread.
+  TimerId RunAfter(Duration delay, std::function<void()> fn);
+
+  /// Cancels a pending timer. Returns false when it already ran, is running,
+  /// or never existed. Any thread.
+  bool Cancel(TimerId id);
+
+  /// True when called on the loop thread.
+  bool IsLoopThread() const { return std::this_thread::get_id() == thread_id_; }
+
+  /// Registers `fd` for `events` (EPOLLIN, EPOLLOUT, ...; level-triggered
+  /// unless EPOLLET is given); `cb` runs on the loop thread whenever it is
+  /// ready. The caller keeps owning `fd` and must RemoveFd before closing it.
+  /// Loop thread only. Throws IoError when epoll_ctl fails.
+  FdWatch AddFd(int fd, uint32_t events, FdCallback cb);
+
+  /// Changes the events `watch` waits for. Any thread, as long as the caller
+  /// guarantees the registration is not being removed concurrently. Throws
+  /// IoError when epoll_ctl fails.
+  void ModifyFd(const FdWatch& watch, uint32_t events);
+
+  /// Unregisters `watch`; its callback is released and no further event of
+  /// this registration is dispatched, even one already returned by the
+  /// current epoll_wait. Safe to call from inside its own callback. Loop
+  /// thread only; never throws.
+  void RemoveFd(const FdWatch& watch);
+
+  /// Makes the loop run every task posted so far and exit, then joins the
+  /// thread. Pending timers and descriptor events are dropped. Idempotent.
+  /// From the loop thread it only requests the stop; the destructor joins.
+  void Stop();
+
+ private:
+  void Run();
+  // Runs the timers whose deadline has passed; returns nothing.
+  void RunDueTimers();
+  // Runs every queued task; returns how many ran.
+  size_t RunTasks();
+  // Milliseconds epoll_wait may sleep: -1 (no timer), 0 (work queued), or
+  // the time to the next timer rounded up.
+  int WaitMillis();
+  void Wake();
+
+  UniqueFd epoll_fd_;
+  UniqueFd wake_fd_;
+
+  // Loop thread only.
+  std::unordered_map<uint64_t, std::shared_ptr<FdCallback>> callbacks_;
+  uint64_t next_serial_ = 1;
+
+  // Guarded by mu_.
+  std::mutex mu_;
+  std::vector<std::function<void()>> tasks_;
+  std::map<std::pair<std::chrono::steady_clock::time_point, TimerId>, std::function<void()>>
+      timers_;
+  std::unordered_map<TimerId, std::chrono::steady_clock::time_point> timer_deadlines_;
+  TimerId next_timer_ = 1;
+  bool accepting_ = true;  // false once the loop thread has exited
+
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> wake_pending_{false};
+  std::thread thread_;
+  std::thread::id thread_id_;
+  std::mutex join_mu_;  // serialises concurrent Stop() calls
+};
+
+}  // namespace tandem::net

@@ -1,0 +1,174 @@
+// One TCP connection of a TcpTransport: its socket, its frame reader, its
+// handshake and its send queue (docs/transport.md).
+//
+// Life cycle: kHandshake -> kEstablished -> closed. A new connection first
+// runs the HMAC handshake (net/hmac_handshake.h) with HandshakeLimits() and a
+// deadline; only then does the transport learn of it (OnEstablished) and its
+// frames reach the TransportHandler. Any failure closes the connection and
+// nothing else.
+//
+// Sending: Send() appends to a FIFO queue under the connection's mutex. When
+// the queue was empty the calling thread writes at once with sendmsg(),
+// gathering [header][meta][payload spans...] of as many queued messages as
+// fit one call, straight from the callers' memory; what the kernel does not
+// take waits for EPOLLOUT and is written by the loop thread. Invariant: the
+// queue is non-empty exactly when EPOLLOUT is armed (or the connection is
+// closing).
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/logger.h"
+#include "net/event_loop.h"
+#include "net/frame_reader.h"
+#include "net/hmac_handshake.h"
+#include "net/transport.h"
+#include "net/unique_fd.h"
+
+namespace tandem::net {
+
+class TcpConnection;
+
+/// What a TcpConnection reports to the transport that owns it. Both
+/// callbacks run on the loop thread, each at most once per connection.
+class TcpConnectionOwner {
+ public:
+  virtual ~TcpConnectionOwner() = default;
+  /// The handshake succeeded; messages may flow.
+  virtual void OnEstablished(TcpConnection& c) = 0;
+  /// The connection is closed and its socket released. `reason` names the
+  /// peer and the cause; `error` is the same as an exception (AuthFailed,
+  /// ProtocolError, Timeout, PeerLost, Error), for a Connect() waiting on a
+  /// connection that never got established.
+  virtual void OnClosed(TcpConnection& c, const std::string& reason, std::exception_ptr error) = 0;
+};
+
+/// Thread-safety: the read side, the handshake and the life cycle belong to
+/// the loop thread; Send() and RequestClose() may be called from any thread;
+/// the send queue and the socket's write side are guarded by mu_.
+class TcpConnection final : public FrameSink, public std::enable_shared_from_this<TcpConnection> {
+ public:
+  enum class Role { kClient, kServer };
+
+  /// What a connection borrows from its transport; all must outlive it.
+  struct Context {
+    EventLoop* loop;
+    TransportHandler* handler;
+    TcpConnectionOwner* owner;
+    base::Logger* logger;
+    const TransportOptions* options;
+  };
+
+  /// Takes a connected, non-blocking socket. `peer_name` names the peer in
+  /// messages (for outbound connections the address the caller asked for and
+  /// the one it resolved to). Any thread; does no I/O.
+  TcpConnection(ConnectionId id, UniqueFd fd, PeerInfo peer, std::string peer_name, Role role,
+                Context ctx);
+  ~TcpConnection() override;
+
+  /// Registers the socket with the loop, arms the handshake deadline and,
+  /// for a client, sends the hello. Loop thread. Throws IoError when the
+  /// socket cannot be registered.
+  void Start();
+
+  /// Queues `msg` (see the file comment); fills in its lengths. When the
+  /// connection is not established or already closed, `on_sent` receives
+  /// PeerLost on the loop thread. Any thread. Throws InvalidArgument when the
+  /// metadata exceeds the header's 32-bit length field.
+  void Send(OutgoingMessage msg);
+
+  /// Asks for the connection to be closed with `reason`: frames not yet
+  /// delivered are dropped from now on, and the loop closes the socket soon.
+  /// Any thread; idempotent.
+  void RequestClose(std::string reason);
+
+  /// Closes the socket now, fails queued sends with PeerLost(reason) and
+  /// reports OnClosed. Loop thread; idempotent; never throws.
+  void Close(const std::string& reason, std::exception_ptr error);
+
+  ConnectionId id() const { return id_; }
+  const PeerInfo& peer() const { return peer_; }
+  /// The peer as error messages name it.
+  const std::string& peer_name() const { return peer_name_; }
+  /// True once the handshake succeeded (stays true after closing).
+  bool established() const { return established_.load(std::memory_order_acquire); }
+
+  // FrameSink, called by reader_ on the loop thread.
+  std::span<std::byte> PayloadDestination(const Header& h, const std::string& meta) override;
+  void OnFrame(Message&& msg) override;
+
+ private:
+  enum class Stage { kClientAwaitChallenge, kClientAwaitWelcome, kServerAwaitHello,
+                     kServerAwaitProof, kEstablished };
+
+  // One queued message and how far it has been written. Pieces are numbered
+  // 0 = header, 1 = meta, 2.. = payload spans.
+  struct PendingSend {
+    OutgoingMessage msg;
+    std::array<std::byte, kHeaderSize> header;
+    size_t piece = 0;
+    size_t offset = 0;  // bytes of `piece` already written
+    size_t piece_count() const { return 2 + msg.payload.size(); }
+    std::span<const std::byte> Piece(size_t i) const;
+  };
+  using Completions = std::vector<std::function<void(std::exception_ptr)>>;
+
+  void OnEvents(uint32_t events);
+  void OnReadable();
+  void OnWritable();
+  void OnHandshakeTimeout();
+  // Enqueues `msg` whatever the stage (handshake frames use this directly).
+  void Enqueue(OutgoingMessage msg);
+  // Writes queued messages until the queue is empty or the socket is full;
+  // arms or disarms EPOLLOUT to match. Requires mu_. Appends finished
+  // messages' callbacks to `done`. On a write error, records it and moves
+  // every queued callback to `done`.
+  void FlushLocked(Completions& done);
+  void SetWantWriteLocked(bool want);
+  // Runs `done` on the loop thread with `error` (nullptr for success).
+  void Complete(Completions done, std::exception_ptr error);
+  void Establish();
+  // Closes because of an exception thrown while reading or handshaking.
+  void Fail(std::exception_ptr error);
+
+  const ConnectionId id_;
+  const PeerInfo peer_;
+  const std::string peer_name_;
+  const Role role_;
+  const Context ctx_;
+
+  // Loop thread only.
+  std::unique_ptr<FrameReader> reader_;
+  Stage stage_;
+  std::optional<ClientHandshake> client_handshake_;
+  std::optional<ServerHandshake> server_handshake_;
+  EventLoop::TimerId handshake_timer_ = 0;
+  bool closed_ = false;
+
+  std::atomic<bool> established_{false};
+  std::atomic<bool> close_requested_{false};
+
+  // Guarded by mu_ (written by the loop thread under mu_ when closing).
+  std::mutex mu_;
+  UniqueFd fd_;
+  FdWatch watch_;
+  bool registered_ = false;
+  bool want_write_ = false;
+  bool write_closed_ = false;     // no further writes: closed, or a write failed
+  std::string write_error_;      // why writes stopped, for late senders
+  std::deque<PendingSend> queue_;
+};
+
+}  // namespace tandem::net

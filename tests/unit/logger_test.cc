@@ -1,0 +1,175 @@
+#include "base/logger.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <regex>
+#include <stdexcept>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tandem::base {
+namespace {
+
+// A pipe whose read end is drained by a thread, so writers never block on
+// a full pipe. Lines() closes the write end and returns what was written.
+class CapturedFd {
+ public:
+  CapturedFd() {
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error("pipe() failed");
+    read_fd_ = fds[0];
+    write_fd_ = fds[1];
+    reader_ = std::thread([this] {
+      char buffer[4096];
+      for (;;) {
+        ssize_t n = ::read(read_fd_, buffer, sizeof(buffer));
+        if (n <= 0) return;
+        text_.append(buffer, static_cast<size_t>(n));
+      }
+    });
+  }
+  ~CapturedFd() {
+    CloseWriteEnd();
+    if (reader_.joinable()) reader_.join();
+    ::close(read_fd_);
+  }
+  int fd() const { return write_fd_; }
+
+  std::vector<std::string> Lines() {
+    CloseWriteEnd();
+    reader_.join();
+    std::vector<std::string> lines;
+    std::istringstream in(text_);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+  const std::string& text() const { return text_; }
+
+ private:
+  void CloseWriteEnd() {
+    if (write_fd_ >= 0) ::close(write_fd_);
+    write_fd_ = -1;
+  }
+
+  int read_fd_ = -1;
+  int write_fd_ = -1;
+  std::string text_;  // written by reader_ only, read after it is joined
+  std::thread reader_;
+};
+
+// "[hh:mm:ss.mmm <tag> <level>] <text>"
+const std::regex kLine(R"(^\[\d\d:\d\d:\d\d\.\d\d\d (.+) ([IWE12])\] (.*)$)");
+
+struct ParsedLine {
+  std::string tag;
+  char level;
+  std::string text;
+};
+
+ParsedLine Parse(const std::string& line) {
+  std::smatch m;
+  if (!std::regex_match(line, m, kLine)) {
+    ADD_FAILURE() << "malformed log line: '" << line << "'";
+    return {};
+  }
+  return {m[1].str(), m[2].str()[0], m[3].str()};
+}
+
+class LoggerVerbosityTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoggerVerbosityTest, PsVerboseGatesV1AndV2Only) {
+  const int verbosity = GetParam();
+  CapturedFd out;
+  {
+    Logger log("worker 3", verbosity, out.fd());
+    EXPECT_EQ(log.verbosity(), verbosity);
+    log.Info("info {}", 1);
+    log.Warn("warn {}", 2);
+    log.Error("error {}", 3);
+    log.V1("connections {}", 4);
+    log.V2("message {}", 5);
+  }
+  std::vector<ParsedLine> lines;
+  for (const std::string& line : out.Lines()) lines.push_back(Parse(line));
+
+  std::vector<std::string> expected = {"I info 1", "W warn 2", "E error 3"};
+  if (verbosity >= 1) expected.push_back("1 connections 4");
+  if (verbosity >= 2) expected.push_back("2 message 5");
+  std::vector<std::string> got;
+  for (const ParsedLine& l : lines) {
+    EXPECT_EQ(l.tag, "worker 3");
+    got.push_back(std::string(1, l.level) + " " + l.text);
+  }
+  EXPECT_EQ(got, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(Levels, LoggerVerbosityTest, ::testing::Values(0, 1, 2, 3));
+
+TEST(LoggerTest, SetTagRenamesLaterLines) {
+  CapturedFd out;
+  Logger log("worker", 0, out.fd());
+  log.Info("before");
+  log.SetTag("worker 5");
+  EXPECT_EQ(log.tag(), "worker 5");
+  log.Info("after");
+  const std::vector<std::string> lines = out.Lines();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(Parse(lines[0]).tag, "worker");
+  EXPECT_EQ(Parse(lines[0]).text, "before");
+  EXPECT_EQ(Parse(lines[1]).tag, "worker 5");
+  EXPECT_EQ(Parse(lines[1]).text, "after");
+}
+
+TEST(LoggerTest, EveryLineEndsWithANewline) {
+  CapturedFd out;
+  Logger log("scheduler", 0, out.fd());
+  log.Info("one");
+  log.Info("two");
+  out.Lines();
+  const std::string& text = out.text();
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.back(), '\n');
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 2);
+}
+
+class LoggerConcurrencyTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(LoggerConcurrencyTest, LinesOfConcurrentThreadsNeverInterleave) {
+  const int threads = GetParam();
+  constexpr int kLinesPerThread = 300;
+  CapturedFd out;
+  Logger log("server 1", 2, out.fd());
+  std::vector<std::thread> writers;
+  for (int t = 0; t < threads; ++t) {
+    writers.emplace_back([&log, t] {
+      for (int i = 0; i < kLinesPerThread; ++i) {
+        log.V2("thread {} line {} {}", t, i, std::string(40, static_cast<char>('a' + t)));
+      }
+    });
+  }
+  for (std::thread& w : writers) w.join();
+  const std::vector<std::string> lines = out.Lines();
+  ASSERT_EQ(lines.size(), static_cast<size_t>(threads * kLinesPerThread));
+  const std::regex body(R"(thread (\d+) line (\d+) ([a-z]{40}))");
+  std::vector<int> next(threads, 0);
+  for (const std::string& line : lines) {
+    const ParsedLine parsed = Parse(line);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_match(parsed.text, m, body)) << line;
+    const int t = std::stoi(m[1].str());
+    ASSERT_LT(t, threads);
+    // Each thread's own lines arrive in order and whole.
+    EXPECT_EQ(std::stoi(m[2].str()), next[t]++);
+    EXPECT_EQ(m[3].str(), std::string(40, static_cast<char>('a' + t)));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, LoggerConcurrencyTest, ::testing::Values(1, 4));
+
+}  // namespace
+}  // namespace tandem::base

@@ -1,0 +1,618 @@
+// Tests of the process supervisor with real children (/bin/sh -c scripts):
+// output prefixing, exit codes, the tear-down policy, process groups and
+// signal forwarding.
+#include "launch/process_supervisor.h"
+
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tandem/error.h"
+
+namespace tandem::launch {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::ContainerEq;
+using ::testing::HasSubstr;
+
+// An in-memory file that the supervisor writes to and the test reads back
+// after Run() returned.
+class MemoryFile {
+ public:
+  MemoryFile() : fd_(::memfd_create("supervisor-output", MFD_CLOEXEC)) {
+    if (fd_ < 0) throw std::runtime_error("memfd_create failed");
+  }
+  ~MemoryFile() { ::close(fd_); }
+  MemoryFile(const MemoryFile&) = delete;
+  MemoryFile& operator=(const MemoryFile&) = delete;
+
+  int fd() const { return fd_; }
+
+  std::string Text() const {
+    struct stat st {};
+    ::fstat(fd_, &st);
+    std::string text(static_cast<size_t>(st.st_size), '\0');
+    size_t done = 0;
+    while (done < text.size()) {
+      ssize_t n = ::pread(fd_, text.data() + done, text.size() - done, static_cast<off_t>(done));
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    text.resize(done);
+    return text;
+  }
+
+  std::vector<std::string> Lines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(Text());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+ private:
+  int fd_;
+};
+
+std::map<std::string, std::string> BaseEnv() {
+  return {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"LC_ALL", "C"}};
+}
+
+ProcessSpec Shell(std::string label, std::string script,
+                  std::map<std::string, std::string> env = BaseEnv()) {
+  return {std::move(label), {"/bin/sh", "-c", std::move(script)}, std::move(env)};
+}
+
+SupervisorOptions Options(const MemoryFile& out, const MemoryFile& err) {
+  SupervisorOptions o;
+  o.stdout_fd = out.fd();
+  o.stderr_fd = err.fd();
+  o.teardown_grace = milliseconds(5000);
+  o.kill_delay = milliseconds(5000);
+  return o;
+}
+
+bool GroupGone(pid_t pgid) { return ::kill(-pgid, 0) != 0 && errno == ESRCH; }
+bool ProcessGone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+
+// The index of the first line containing `needle`, or -1.
+int LineIndex(const std::vector<std::string>& lines, const std::string& needle) {
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find(needle) != std::string::npos) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+const ProcessExit* FindExit(const JobOutcome& outcome, const std::string& label) {
+  for (const auto& e : outcome.exits) {
+    if (e.label == label) return &e;
+  }
+  return nullptr;
+}
+
+TEST(ProcessSupervisorTest, PrefixesEveryLineWithTheLabel) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  pid_t pid0 = 0;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    pid0 = supervisor.Start(Shell("worker 0", "echo alpha; echo beta; echo oops >&2"));
+    supervisor.Start(Shell("server 1", "echo gamma"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_FALSE(outcome.first_failure.has_value());
+  ASSERT_EQ(outcome.exits.size(), 2u);
+
+  auto out_lines = out.Lines();
+  EXPECT_NE(LineIndex(out_lines, "[worker 0] alpha"), -1);
+  EXPECT_LT(LineIndex(out_lines, "[worker 0] alpha"), LineIndex(out_lines, "[worker 0] beta"));
+  EXPECT_NE(LineIndex(out_lines, "[server 1] gamma"), -1);
+  EXPECT_EQ(out_lines.size(), 3u) << out.Text();
+
+  auto err_lines = err.Lines();
+  EXPECT_NE(LineIndex(err_lines, "[worker 0] oops"), -1) << err.Text();
+  EXPECT_NE(LineIndex(err_lines, "[launcher] worker 0 (pid " + std::to_string(pid0) +
+                                     ") exited with status 0"),
+            -1)
+      << err.Text();
+  // The exit report follows the process's last line.
+  EXPECT_LT(LineIndex(err_lines, "[worker 0] oops"), LineIndex(err_lines, "[launcher] worker 0"));
+}
+
+TEST(ProcessSupervisorTest, FlushesAPartialLastLineAndJoinsLinesSplitAcrossWrites) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    supervisor.Start(Shell("worker 0", "printf 'ab'; sleep 0.1; printf 'cd\\nno newline'"));
+    supervisor.Start(Shell("worker 1", "printf 'tail' >&2"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_EQ(out.Text(), "[worker 0] abcd\n[worker 0] no newline\n");
+  EXPECT_NE(LineIndex(err.Lines(), "[worker 1] tail"), -1) << err.Text();
+}
+
+TEST(ProcessSupervisorTest, InterleavedStdoutAndStderrLinesStayWhole) {
+  MemoryFile out, err;
+  const std::string payload(5000, 'x');  // longer than PIPE_BUF and a pipe read's worth
+  auto env = BaseEnv();
+  env["PAYLOAD"] = payload;
+  const std::string script =
+      "i=0; while [ $i -lt 60 ]; do echo \"out $i $PAYLOAD\"; echo \"err $i $PAYLOAD\" >&2; "
+      "i=$((i+1)); done";
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    supervisor.Start(Shell("worker 0", script, env));
+    supervisor.Start(Shell("worker 1", script, env));
+    outcome = supervisor.Run();
+  }
+  ASSERT_EQ(outcome.exit_code, 0);
+  const std::regex out_line("\\[worker [01]\\] out ([0-9]+) " + payload);
+  const std::regex err_line("\\[worker [01]\\] err ([0-9]+) " + payload);
+  int out_count = 0;
+  for (const auto& line : out.Lines()) {
+    ASSERT_TRUE(std::regex_match(line, out_line)) << "mangled stdout line of " << line.size()
+                                                  << " bytes: " << line.substr(0, 80);
+    ++out_count;
+  }
+  int err_count = 0;
+  for (const auto& line : err.Lines()) {
+    if (line.rfind("[launcher]", 0) == 0) continue;
+    ASSERT_TRUE(std::regex_match(line, err_line)) << "mangled stderr line of " << line.size()
+                                                  << " bytes: " << line.substr(0, 80);
+    ++err_count;
+  }
+  EXPECT_EQ(out_count, 120);
+  EXPECT_EQ(err_count, 120);
+}
+
+TEST(ProcessSupervisorTest, PassesArgvUntouchedAndTheEnvironmentExactly) {
+  MemoryFile out, err;
+  std::map<std::string, std::string> env = {{"ONLY", "this"}, {"SPACED", "a b  c"}};
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    supervisor.Start({"worker 0", {"/usr/bin/env"}, env});
+    supervisor.Start({"worker 1",
+                      {"/usr/bin/printf", "%s|", "a b", "$HOME", "'q'", "", "*"},
+                      BaseEnv()});
+    EXPECT_EQ(supervisor.Run().exit_code, 0);
+  }
+  std::vector<std::string> env_lines;
+  std::string printed;
+  for (const auto& line : out.Lines()) {
+    if (line.rfind("[worker 0] ", 0) == 0) env_lines.push_back(line.substr(11));
+    if (line.rfind("[worker 1] ", 0) == 0) printed = line.substr(11);
+  }
+  std::sort(env_lines.begin(), env_lines.end());
+  EXPECT_THAT(env_lines, ContainerEq(std::vector<std::string>{"ONLY=this", "SPACED=a b  c"}));
+  EXPECT_EQ(printed, "a b|$HOME|'q'||*|");
+}
+
+TEST(ProcessSupervisorTest, ExitCodeIsTheFirstFailure) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  pid_t first = 0;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    first = supervisor.Start(Shell("worker 2", "exit 3"));
+    // Fails too, but only once the launcher has reaped worker 2 (kill -0
+    // succeeds on a zombie), and within the grace period.
+    supervisor.Start(Shell("worker 5", "while kill -0 " + std::to_string(first) +
+                                           " 2>/dev/null; do sleep 0.02; done; exit 4"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 3);
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_EQ(outcome.first_failure->label, "worker 2");
+  EXPECT_EQ(outcome.first_failure->pid, first);
+  const ProcessExit* other = FindExit(outcome, "worker 5");
+  ASSERT_NE(other, nullptr);
+  // It ended on its own within the grace period: never signalled.
+  EXPECT_FALSE(other->status.signaled);
+  EXPECT_EQ(other->status.code, 4);
+
+  auto lines = err.Lines();
+  const std::string who = "worker 2 (pid " + std::to_string(first) + ")";
+  EXPECT_NE(LineIndex(lines, "[launcher] " + who + " exited with status 3; tearing down the job"),
+            -1)
+      << err.Text();
+  EXPECT_EQ(LineIndex(lines, "SIGTERM"), -1) << err.Text();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(), "[launcher] job failed: " + who + " exited with status 3");
+}
+
+TEST(ProcessSupervisorTest, DeathBySignalGives128PlusTheSignal) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  pid_t pid = 0;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    pid = supervisor.Start(Shell("worker 1", "kill -9 $$"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 128 + SIGKILL);
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_TRUE(outcome.first_failure->status.signaled);
+  EXPECT_EQ(outcome.first_failure->status.signal, SIGKILL);
+  auto lines = err.Lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(), "[launcher] job failed: worker 1 (pid " + std::to_string(pid) +
+                              ") killed by signal 9 (SIGKILL)");
+}
+
+TEST(ProcessSupervisorTest, GraceThenSigtermThenSigkill) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(300);
+  options.kill_delay = milliseconds(300);
+  JobOutcome outcome;
+  pid_t stubborn = 0, polite = 0;
+  {
+    ProcessSupervisor supervisor(options);
+    // The trap makes the shell and its sleeps ignore SIGTERM.
+    stubborn = supervisor.Start(Shell("worker 1", "trap '' TERM; while :; do sleep 0.05; done"));
+    polite = supervisor.Start(Shell("server 0", "exec sleep 1000"));
+    supervisor.Start(Shell("worker 0", "sleep 0.2; exit 1"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 1);
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_EQ(outcome.first_failure->label, "worker 0");
+
+  const ProcessExit* s = FindExit(outcome, "worker 1");
+  ASSERT_NE(s, nullptr);
+  EXPECT_TRUE(s->status.signaled);
+  EXPECT_EQ(s->status.signal, SIGKILL);
+  const ProcessExit* p = FindExit(outcome, "server 0");
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(p->status.signaled);
+  EXPECT_EQ(p->status.signal, SIGTERM);
+
+  auto lines = err.Lines();
+  int failed = LineIndex(lines, "tearing down the job");
+  int term = LineIndex(lines, "still running after the grace period of 0.3 s; sending SIGTERM");
+  int kill = LineIndex(lines, "after SIGTERM; sending SIGKILL");
+  ASSERT_NE(failed, -1) << err.Text();
+  ASSERT_NE(term, -1) << err.Text();
+  ASSERT_NE(kill, -1) << err.Text();
+  EXPECT_LT(failed, term);
+  EXPECT_LT(term, kill);
+  EXPECT_TRUE(GroupGone(stubborn));
+  EXPECT_TRUE(GroupGone(polite));
+}
+
+TEST(ProcessSupervisorTest, GrandchildrenInTheGroupAreGoneAfterwards) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(200);
+  options.kill_delay = milliseconds(500);
+  JobOutcome outcome;
+  pid_t failing = 0, waiting = 0, leaving = 0;
+  {
+    ProcessSupervisor supervisor(options);
+    // Exits at once, leaving a grandchild behind in its group.
+    leaving = supervisor.Start(Shell("worker 0", "sleep 1000 & echo grandchild $!"));
+    // Waits for its grandchild: both get SIGTERM after the grace period.
+    waiting = supervisor.Start(Shell("worker 1", "sleep 1000 & echo grandchild $!; wait"));
+    failing = supervisor.Start(Shell("worker 2", "sleep 0.3; exit 2"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 2);
+  std::vector<pid_t> grandchildren;
+  const std::regex grandchild("\\[worker [01]\\] grandchild ([0-9]+)");
+  for (const auto& line : out.Lines()) {
+    std::smatch m;
+    if (std::regex_match(line, m, grandchild)) grandchildren.push_back(std::stoi(m[1]));
+  }
+  ASSERT_EQ(grandchildren.size(), 2u) << out.Text();
+  for (pid_t pgid : {leaving, waiting, failing}) {
+    EXPECT_TRUE(GroupGone(pgid)) << "process group " << pgid << " still exists";
+    EXPECT_TRUE(ProcessGone(pgid)) << "process " << pgid << " still exists";
+  }
+  for (pid_t pid : grandchildren) {
+    EXPECT_TRUE(ProcessGone(pid)) << "grandchild " << pid << " still exists";
+  }
+}
+
+TEST(ProcessSupervisorTest, LeftoverGroupMembersOfASuccessfulJobAreStopped) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  pid_t leader = 0;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    leader = supervisor.Start(Shell("worker 0", "sleep 1000 & exit 0"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 0);
+  EXPECT_TRUE(GroupGone(leader));
+  EXPECT_NE(LineIndex(err.Lines(), "every process of the job has exited, but 1 process group"),
+            -1)
+      << err.Text();
+}
+
+TEST(ProcessSupervisorTest, KeepsGoingWhenItsOutputIsClosed) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  ::close(fds[0]);  // nobody reads the launcher's stdout: writes fail with EPIPE
+  MemoryFile err;
+  SupervisorOptions options;
+  options.stdout_fd = fds[1];
+  options.stderr_fd = err.fd();
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(options);
+    supervisor.Start(Shell("worker 0", "i=0; while [ $i -lt 1000 ]; do echo line $i; i=$((i+1)); "
+                                       "done"));
+    outcome = supervisor.Run();
+  }
+  ::close(fds[1]);
+  EXPECT_EQ(outcome.exit_code, 0);
+  ASSERT_EQ(outcome.exits.size(), 1u);
+  EXPECT_TRUE(outcome.exits[0].status.success());
+}
+
+TEST(ProcessSupervisorTest, StartRejectsAProgramThatIsNotThere) {
+  MemoryFile out, err;
+  ProcessSupervisor supervisor(Options(out, err));
+  try {
+    supervisor.Start({"worker 0", {"tandem-no-such-program"}, BaseEnv()});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'tandem-no-such-program' not found"));
+  }
+  EXPECT_THROW(supervisor.Start({"worker 0", {}, BaseEnv()}), InvalidArgument);
+}
+
+TEST(ProcessSupervisorTest, StartReportsAFailedExec) {
+  char path[] = "/tmp/tandem-not-executable-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ::close(fd);  // mode 0600: not executable
+  MemoryFile out, err;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    try {
+      supervisor.Start({"worker 4", {path}, BaseEnv()});
+      ADD_FAILURE() << "expected IoError";
+    } catch (const IoError& e) {
+      EXPECT_THAT(e.what(), HasSubstr("cannot start worker 4"));
+      EXPECT_THAT(e.what(), HasSubstr("execve"));
+      EXPECT_THAT(e.what(), HasSubstr("Permission denied"));
+    }
+    EXPECT_EQ(supervisor.Run().exit_code, 0);  // nothing else was started
+  }
+  ::unlink(path);
+}
+
+TEST(ProcessSupervisorTest, DestructorKillsWhatRunNeverSupervised) {
+  MemoryFile out, err;
+  pid_t pid = 0;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    pid = supervisor.Start(Shell("worker 0", "sleep 1000 & wait"));
+  }
+  EXPECT_TRUE(GroupGone(pid));
+}
+
+TEST(ProcessSupervisorTest, RestoresTheSignalMask) {
+  sigset_t before, after;
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, nullptr, &before), 0);
+  {
+    MemoryFile out, err;
+    ProcessSupervisor supervisor(Options(out, err));
+    sigset_t during;
+    ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, nullptr, &during), 0);
+    EXPECT_EQ(sigismember(&during, SIGINT), 1);
+    EXPECT_EQ(sigismember(&during, SIGCHLD), 1);
+  }
+  ASSERT_EQ(::pthread_sigmask(SIG_BLOCK, nullptr, &after), 0);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGCHLD, SIGPIPE}) {
+    EXPECT_EQ(sigismember(&before, sig), sigismember(&after, sig)) << "signal " << sig;
+  }
+}
+
+// Runs a supervisor in a forked copy of this test process, so that signals
+// can be sent to "the launcher" without hitting the test runner. The copy
+// writes the children's output and its reports to a pipe the test reads.
+class ForkedSupervisor {
+ public:
+  ForkedSupervisor(std::vector<ProcessSpec> specs, SupervisorOptions options) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      int code = 120;
+      try {
+        options.stdout_fd = fds[1];
+        options.stderr_fd = fds[1];
+        ProcessSupervisor supervisor(options);
+        for (const auto& spec : specs) supervisor.Start(spec);
+        code = supervisor.Run().exit_code;
+      } catch (...) {
+        code = 121;
+      }
+      ::_exit(code);
+    }
+    ::close(fds[1]);
+    read_fd_ = fds[0];
+  }
+
+  ~ForkedSupervisor() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (read_fd_ >= 0) ::close(read_fd_);
+  }
+
+  pid_t pid() const { return pid_; }
+
+  // Reads output until `count` lines matched `pattern` (whose group 1 is
+  // returned for each), or `timeout` passed.
+  std::vector<std::string> WaitForLines(const std::regex& pattern, size_t count,
+                                        milliseconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    std::vector<std::string> found;
+    while (found.size() < count) {
+      size_t newline;
+      while ((newline = buffer_.find('\n')) != std::string::npos && found.size() < count) {
+        std::string line = buffer_.substr(0, newline);
+        buffer_.erase(0, newline + 1);
+        text_ += line + "\n";
+        std::smatch m;
+        if (std::regex_search(line, m, pattern)) found.push_back(m[1]);
+      }
+      if (found.size() >= count) break;
+      auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd p{read_fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[4096];
+      ssize_t n = ::read(read_fd_, chunk, sizeof(chunk));
+      if (n <= 0) break;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+    return found;
+  }
+
+  // Waits up to `timeout` for the forked supervisor to exit; returns its
+  // wait status, or -1 on timeout. Reads its remaining output meanwhile.
+  int Wait(milliseconds timeout) {
+    auto end = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < end) {
+      char chunk[4096];
+      pollfd p{read_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) > 0) {
+        ssize_t n = ::read(read_fd_, chunk, sizeof(chunk));
+        if (n > 0) buffer_.append(chunk, static_cast<size_t>(n));
+      }
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        return status;
+      }
+    }
+    return -1;
+  }
+
+  // Everything read so far.
+  std::string Output() const { return text_ + buffer_; }
+
+ private:
+  pid_t pid_ = -1;
+  int read_fd_ = -1;
+  bool reaped_ = false;
+  std::string buffer_;
+  std::string text_;
+};
+
+struct ForwardCase {
+  int signal;
+  int expected_exit;
+  const char* name;
+};
+
+class SignalForwardingTest : public ::testing::TestWithParam<ForwardCase> {};
+
+TEST_P(SignalForwardingTest, ForwardsTheSignalAndExitsWith128PlusIt) {
+  const ForwardCase c = GetParam();
+  SupervisorOptions options;
+  options.kill_delay = milliseconds(5000);
+  // Foreground sleeps: a non-interactive shell starts background jobs with
+  // SIGINT ignored, which would leave them to the SIGKILL.
+  ForkedSupervisor launcher({Shell("worker 0", "echo ready $$; sleep 1000; echo after"),
+                             Shell("worker 1", "echo ready $$; sleep 1000; echo after"),
+                             Shell("scheduler", "echo ready $$; exec sleep 1000")},
+                            options);
+  auto pgids = launcher.WaitForLines(std::regex("ready ([0-9]+)"), 3, milliseconds(20000));
+  ASSERT_EQ(pgids.size(), 3u) << launcher.Output();
+  ASSERT_EQ(::kill(launcher.pid(), c.signal), 0);
+  int status = launcher.Wait(milliseconds(20000));
+  ASSERT_NE(status, -1) << "the supervisor did not exit\n" << launcher.Output();
+  ASSERT_TRUE(WIFEXITED(status)) << launcher.Output();
+  EXPECT_EQ(WEXITSTATUS(status), c.expected_exit) << launcher.Output();
+  EXPECT_THAT(launcher.Output(), HasSubstr(std::string("[launcher] received ") + c.name +
+                                           "; forwarding it to 3 process groups"));
+  EXPECT_THAT(launcher.Output(), HasSubstr(std::string("[launcher] job interrupted by ") + c.name));
+  // The children died of the forwarded signal, not of a later SIGKILL.
+  EXPECT_THAT(launcher.Output(), HasSubstr(std::string("killed by signal ") +
+                                           std::to_string(c.signal) + " (" + c.name + ")"));
+  for (const auto& pgid : pgids) {
+    EXPECT_TRUE(GroupGone(std::stoi(pgid))) << "process group " << pgid << " still exists";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Signals, SignalForwardingTest,
+                         ::testing::Values(ForwardCase{SIGINT, 130, "SIGINT"},
+                                           ForwardCase{SIGTERM, 143, "SIGTERM"},
+                                           ForwardCase{SIGHUP, 129, "SIGHUP"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(SignalForwardingTest, SecondInterruptKillsAtOnce) {
+  SupervisorOptions options;
+  // Far longer than the test waits: only the second SIGINT can end the job.
+  options.kill_delay = milliseconds(120000);
+  ForkedSupervisor launcher(
+      {Shell("worker 0", "trap '' INT; echo ready $$; while :; do sleep 0.05; done")}, options);
+  auto pgids = launcher.WaitForLines(std::regex("ready ([0-9]+)"), 1, milliseconds(20000));
+  ASSERT_EQ(pgids.size(), 1u) << launcher.Output();
+  ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
+  auto forwarded = launcher.WaitForLines(std::regex("(received SIGINT; forwarding)"), 1,
+                                         milliseconds(20000));
+  ASSERT_EQ(forwarded.size(), 1u) << launcher.Output();
+  ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
+  int status = launcher.Wait(milliseconds(30000));
+  ASSERT_NE(status, -1) << "the second SIGINT did not end the job\n" << launcher.Output();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_THAT(launcher.Output(), HasSubstr("received SIGINT again; sending SIGKILL"));
+  EXPECT_THAT(launcher.Output(), HasSubstr("killed by signal 9 (SIGKILL)"));
+  EXPECT_TRUE(GroupGone(std::stoi(pgids[0])));
+}
+
+TEST(SignalForwardingTest, ChildrenDieWhenTheLauncherIsKilled) {
+  SupervisorOptions options;
+  ForkedSupervisor launcher({Shell("worker 0", "echo ready $$; exec sleep 1000")}, options);
+  auto pids = launcher.WaitForLines(std::regex("ready ([0-9]+)"), 1, milliseconds(20000));
+  ASSERT_EQ(pids.size(), 1u) << launcher.Output();
+  const pid_t child = std::stoi(pids[0]);
+  ASSERT_EQ(::kill(launcher.pid(), SIGKILL), 0);
+  ASSERT_NE(launcher.Wait(milliseconds(20000)), -1);
+  // PR_SET_PDEATHSIG kills the child; init reaps it when it gets to it, so
+  // "dead" means gone or a zombie.
+  auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool dead = false;
+  while (!dead && std::chrono::steady_clock::now() < end) {
+    std::ifstream stat("/proc/" + std::to_string(child) + "/stat");
+    std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    auto paren = content.rfind(')');
+    dead = content.empty() || (paren != std::string::npos && paren + 2 < content.size() &&
+                               (content[paren + 2] == 'Z' || content[paren + 2] == 'X'));
+    if (!dead) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(dead) << "pid " << child << " outlived its launcher";
+}
+
+}  // namespace
+}  // namespace tandem::launch
