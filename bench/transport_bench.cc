@@ -16,7 +16,10 @@
 //     transport callbacks on both sides, into posted buffers, as a server
 //     would; the baseline is a blocking send/recv loop.
 //
-// Usage: transport_bench [--rounds N] [--quick]
+// Usage: transport_bench [--rounds N] [--quick] [--size BYTES] [--sockbuf BYTES]
+// (--size runs only the listed sizes equal to BYTES, for profiling;
+// --sockbuf sets SO_SNDBUF/SO_RCVBUF on tandem's sockets instead of leaving
+// them to the kernel's autotuning).
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -220,13 +223,15 @@ void ServeBaseline(int listen_fd) {
   }
 }
 
-[[noreturn]] void RunChild(int report_fd) {
+[[noreturn]] void RunChild(int report_fd, int sockbuf) {
   base::Logger log("bench-peer", 0);
   EchoServer echo;
   net::TransportOptions o;
   o.secret = "bench";
   o.job_id = "transport-bench";
-  net::TcpTransport transport(o, &echo, log);
+  net::TcpTuning tuning;
+  tuning.socket_buffer_bytes = sockbuf;
+  net::TcpTransport transport(o, &echo, log, tuning);
   echo.SetTransport(&transport);
   Endpoint tandem_bound = transport.Listen({"127.0.0.1", 0});
   Endpoint base_bound;
@@ -408,13 +413,16 @@ std::string SizeName(size_t s) {
   return fmt::format("{} B", s);
 }
 
-int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick) {
+int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick,
+              size_t only_size, int sockbuf) {
   base::Logger log("bench", 0);
   BenchClient client;
   net::TransportOptions o;
   o.secret = "bench";
   o.job_id = "transport-bench";
-  net::TcpTransport transport(o, &client, log);
+  net::TcpTuning tuning;
+  tuning.socket_buffer_bytes = sockbuf;
+  net::TcpTransport transport(o, &client, log, tuning);
   client.SetTransport(&transport);
   ConnectionId id = transport.Connect({"127.0.0.1", tandem_port}, std::chrono::seconds(10));
 
@@ -428,13 +436,17 @@ int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick) 
   ::fcntl(base.get(), F_SETFL, flags & ~O_NONBLOCK);
   SetNoDelay(base.get());
 
-  const std::vector<size_t> bulk_sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
-  const std::vector<size_t> ping_sizes = {8, 64, 1u << 10, 4u << 10};
+  std::vector<size_t> bulk_sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
+  std::vector<size_t> ping_sizes = {8, 64, 1u << 10, 4u << 10};
+  if (only_size != 0) {
+    std::erase_if(bulk_sizes, [&](size_t s) { return s != only_size; });
+    std::erase_if(ping_sizes, [&](size_t s) { return s != only_size; });
+  }
   const uint64_t volume = quick ? (128ull << 20) : (1ull << 30);
   const int warmup = quick ? 100 : 500;
   const int measured = quick ? 2000 : 10000;
 
-  std::vector<std::byte> payload(bulk_sizes.back());
+  std::vector<std::byte> payload(64u << 20);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 2654435761u >> 24);
 
   // Correctness first: every size arrives intact through tandem.
@@ -510,14 +522,21 @@ int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick) 
 int main(int argc, char** argv) {
   int rounds = 3;
   bool quick = false;
+  size_t only_size = 0;
+  int sockbuf = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--sockbuf" && i + 1 < argc) {
+      sockbuf = std::atoi(argv[++i]);
+    } else if (a == "--size" && i + 1 < argc) {
+      only_size = std::strtoull(argv[++i], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--quick]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--rounds N] [--quick] [--size BYTES] [--sockbuf BYTES]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -528,7 +547,7 @@ int main(int argc, char** argv) {
   if (child < 0) tandem::bench::Die("fork failed");
   if (child == 0) {
     ::close(pipe_fds[0]);
-    tandem::bench::RunChild(pipe_fds[1]);
+    tandem::bench::RunChild(pipe_fds[1], sockbuf);
   }
   ::close(pipe_fds[1]);
   char buf[64] = {};
@@ -546,7 +565,8 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = tandem::bench::RunParent(static_cast<uint16_t>(tandem_port),
-                                  static_cast<uint16_t>(base_port), rounds, quick);
+                                  static_cast<uint16_t>(base_port), rounds, quick,
+                                  only_size, sockbuf);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transport_bench: %s\n", e.what());
   }

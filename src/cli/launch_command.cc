@@ -7,8 +7,10 @@
 // docs/launch.md is the user's description.
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,6 @@
 #include "cli/commands.h"
 #include "launch/local_launcher.h"
 #include "launch/process_supervisor.h"
-#include "tandem/error.h"
 
 namespace tandem::cli {
 namespace {
@@ -51,6 +52,40 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
   return launch::RunLocalJob(options, supervisor, base::Environment::FromProcess());
 }
 
+// Accepts a whole number in [min, max]; the message says what is wrong.
+CLI::Validator Count(int min, int max, const char* meaning) {
+  return CLI::Validator(
+      [min, max, meaning](std::string& value) -> std::string {
+        int parsed = 0;
+        const char* end = value.data() + value.size();
+        auto [ptr, ec] = std::from_chars(value.data(), end, parsed);
+        if (ec != std::errc() || ptr != end) return fmt::format("'{}' is not a whole number", value);
+        if (parsed < min || parsed > max) {
+          return fmt::format("{} is out of range: {} must be between {} and {}", parsed, meaning,
+                             min, max);
+        }
+        return {};
+      },
+      fmt::format("{}..{}", min, max), "count");
+}
+
+// Accepts a number of seconds, fractions allowed, 0 up to a day.
+CLI::Validator Seconds() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        char* end = nullptr;
+        double parsed = std::strtod(value.c_str(), &end);
+        if (value.empty() || end != value.c_str() + value.size() || !std::isfinite(parsed)) {
+          return fmt::format("'{}' is not a number of seconds", value);
+        }
+        if (parsed < 0 || parsed > 86400) {
+          return fmt::format("{} s is out of range: give 0 to 86400 seconds", value);
+        }
+        return {};
+      },
+      "SECONDS", "seconds");
+}
+
 }  // namespace
 
 void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
@@ -66,12 +101,12 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
 
   cmd->add_option("-n,--num-workers", args->num_workers, "Number of workers (at least 1)")
       ->required()
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(Count(1, 1 << 16, "the number of workers"));
   auto* servers =
       cmd->add_option("-s,--num-servers", args->num_servers,
                       "Number of parameter servers (0 or more; default: as many as workers, as in "
                       "MXNet's launch.py)")
-          ->check(CLI::Range(0, 1 << 16));
+          ->check(Count(0, 1 << 16, "the number of servers"));
   cmd->add_option("--launcher", args->launcher, "How to start the processes (only 'local' so far)")
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
@@ -85,21 +120,12 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "Set NAME=VALUE in every process of the job (repeatable; overrides the "
                   "launcher's own variables and those it sets; launch.py's NAME:VALUE works too)")
       ->allow_extra_args(false)
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            try {
-              launch::ParseEnvAssignment(value);
-              return {};
-            } catch (const Error& e) {
-              return e.what();
-            }
-          },
-          "NAME=VALUE", "env assignment"));
+      ->type_name("NAME=VALUE");
   cmd->add_option("--teardown-grace", args->teardown_grace_seconds,
                   "Seconds the other processes get to exit on their own after one fails, before "
                   "SIGTERM (SIGKILL follows 5 s later)")
       ->capture_default_str()
-      ->check(CLI::Range(0.0, 86400.0));
+      ->check(Seconds());
   cmd->add_flag("--command-runs-all-roles", args->command_runs_all_roles,
                 "Run COMMAND as the scheduler and the servers too (the program hands those roles "
                 "to tandem), instead of the built-in `tandem scheduler` and `tandem server`");

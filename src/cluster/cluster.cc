@@ -76,7 +76,6 @@ struct Cluster::Impl {
       // host, so bind every interface then; MXJob asks for that explicitly.
       bool bind_all = desc.use_kubernetes || !cluster::IsIpLiteral(desc.scheduler_host);
       std::string bind_host = bind_all ? "0.0.0.0" : desc.scheduler_host;
-      transport->Listen({bind_host, desc.scheduler_port});
       cluster::Scheduler::Options s;
       s.num_servers = desc.num_servers;
       s.num_workers = desc.num_workers;
@@ -86,6 +85,8 @@ struct Cluster::Impl {
       scheduler = std::make_unique<cluster::Scheduler>(s, *transport, log, clock);
       dispatcher.Register(cluster::msg::kRegister, cluster::msg::kSchedulerBoundLast,
                           scheduler.get());
+      // Only now: a node may register the moment the port is open.
+      transport->Listen({bind_host, desc.scheduler_port});
       log.Info("scheduler listening on {}:{} for {} servers and {} workers", bind_host,
                desc.scheduler_port, desc.num_servers, desc.num_workers);
       m.scheduler = {bind_all ? "127.0.0.1" : desc.scheduler_host, desc.scheduler_port};

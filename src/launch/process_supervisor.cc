@@ -390,14 +390,24 @@ void ProcessSupervisor::KillAndReapEverything() {
       }
       child->exited = true;
     }
-    // Adopted descendants of the group that have ended already.
-    while (true) {
-      siginfo_t more{};
-      if (::waitid(P_PGID, static_cast<id_t>(child->pid), &more, WEXITED | WNOHANG) != 0 ||
-          more.si_pid == 0) {
-        break;
+  }
+  // The rest of each group dies of the SIGKILL too; descendants we adopted
+  // must still be reaped before their group is gone. Bounded: a process
+  // stuck in the kernel is left behind rather than hanging the destructor.
+  const auto end = std::chrono::steady_clock::now() + options_.kill_delay;
+  while (LiveGroups() > 0 && std::chrono::steady_clock::now() < end) {
+    for (auto& child : children_) {
+      if (child->group_gone) continue;
+      while (true) {
+        siginfo_t info{};
+        if (::waitid(P_PGID, static_cast<id_t>(child->pid), &info, WEXITED | WNOHANG) != 0 ||
+            info.si_pid == 0) {
+          break;
+        }
       }
     }
+    UpdateGroups();
+    if (LiveGroups() > 0) ::usleep(5000);
   }
 }
 

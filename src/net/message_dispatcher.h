@@ -6,21 +6,27 @@
 // server or collectives each register the types they own.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <vector>
 
 #include "net/transport.h"
 
 namespace tandem::net {
 
-/// Thread-safety: Register before the transport delivers the first event;
-/// the callbacks then run on the transport's thread.
+/// Thread-safety: Register may be called from any thread, also while the
+/// transport delivers events (a service may start after the transport
+/// listens); the callbacks run on the transport's thread. Routing reads only
+/// atomics, so it costs no lock per message.
 class MessageDispatcher final : public TransportHandler {
  public:
+  /// The most services one dispatcher serves.
+  static constexpr size_t kMaxHandlers = 8;
+
   /// Routes message types [first, last] to `handler` (not owned; must
-  /// outlive the transport). Throws InvalidArgument if the range overlaps
-  /// one registered before.
+  /// outlive the transport's callbacks). Throws InvalidArgument if the range
+  /// overlaps one registered before, or kMaxHandlers are registered.
   void Register(uint16_t first, uint16_t last, TransportHandler* handler);
 
   void OnConnected(ConnectionId id, const PeerInfo& peer) override;
@@ -35,14 +41,11 @@ class MessageDispatcher final : public TransportHandler {
   void SetTransport(Transport* transport) { transport_ = transport; }
 
  private:
-  struct Route {
-    uint16_t first;
-    uint16_t last;
-    TransportHandler* handler;
-  };
-  TransportHandler* Find(uint16_t type) const;
-  std::vector<Route> routes_;
-  Transport* transport_ = nullptr;
+  std::mutex register_mu_;  // serialises Register calls
+  std::array<std::atomic<TransportHandler*>, msgtype::kLast + 1> by_type_{};
+  std::array<std::atomic<TransportHandler*>, kMaxHandlers> handlers_{};
+  std::atomic<size_t> handler_count_{0};
+  std::atomic<Transport*> transport_{nullptr};
 };
 
 }  // namespace tandem::net

@@ -8,12 +8,15 @@
 // nothing else.
 //
 // Sending: Send() appends to a FIFO queue under the connection's mutex. When
-// the queue was empty the calling thread writes at once with sendmsg(),
+// the queue was idle the calling thread writes at once with sendmsg(),
 // gathering [header][meta][payload spans...] of as many queued messages as
 // fit one call, straight from the callers' memory; what the kernel does not
-// take waits for EPOLLOUT and is written by the loop thread. Invariant: the
-// queue is non-empty exactly when EPOLLOUT is armed (or the connection is
-// closing).
+// take waits for EPOLLOUT and is written by the loop thread. A message with
+// an on_sent callback from a thread other than the loop's is handed to the
+// loop instead (a flush task), since its callback must run there anyway;
+// sends arriving before that task ran pile up behind it and leave in one
+// sendmsg(). Invariant: a non-empty queue has EPOLLOUT armed or a flush task
+// posted (or the connection is closing).
 #pragma once
 
 #include <sys/uio.h>
@@ -137,8 +140,13 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   // every queued callback to `done`.
   void FlushLocked(Completions& done);
   void SetWantWriteLocked(bool want);
-  // Runs `done` on the loop thread with `error` (nullptr for success).
+  // Posts `done` to run on the loop thread with `error` (nullptr: success).
   void Complete(Completions done, std::exception_ptr error);
+  // Runs `done` now; loop thread, never inside a caller's Send().
+  void RunCompletions(Completions& done, std::exception_ptr error);
+  // The task a non-loop sender posts: writes the queue and runs the on_sent
+  // callbacks of what got written. Loop thread.
+  void RunPostedFlush();
   void Establish();
   // Closes because of an exception thrown while reading or handshaking.
   void Fail(std::exception_ptr error);
@@ -169,6 +177,9 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   bool write_closed_ = false;     // no further writes: closed, or a write failed
   std::string write_error_;      // why writes stopped, for late senders
   std::deque<PendingSend> queue_;
+  // A RunPostedFlush task is queued on the loop and will write the queue,
+  // so senders only append meanwhile.
+  bool flush_posted_ = false;
 };
 
 }  // namespace tandem::net

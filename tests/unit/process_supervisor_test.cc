@@ -567,9 +567,9 @@ INSTANTIATE_TEST_SUITE_P(Signals, SignalForwardingTest,
                          ::testing::Values(ForwardCase{SIGINT, 130, "SIGINT"},
                                            ForwardCase{SIGTERM, 143, "SIGTERM"},
                                            ForwardCase{SIGHUP, 129, "SIGHUP"}),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
-TEST(SignalForwardingTest, SecondInterruptKillsAtOnce) {
+TEST(LauncherSignalTest, SecondInterruptKillsAtOnce) {
   SupervisorOptions options;
   // Far longer than the test waits: only the second SIGINT can end the job.
   options.kill_delay = milliseconds(120000);
@@ -591,7 +591,7 @@ TEST(SignalForwardingTest, SecondInterruptKillsAtOnce) {
   EXPECT_TRUE(GroupGone(std::stoi(pgids[0])));
 }
 
-TEST(SignalForwardingTest, ChildrenDieWhenTheLauncherIsKilled) {
+TEST(LauncherSignalTest, ChildrenDieWhenTheLauncherIsKilled) {
   SupervisorOptions options;
   ForkedSupervisor launcher({Shell("worker 0", "echo ready $$; exec sleep 1000")}, options);
   auto pids = launcher.WaitForLines(std::regex("ready ([0-9]+)"), 1, milliseconds(20000));

@@ -165,7 +165,9 @@ class ReduceMatchesReferenceTest : public ::testing::TestWithParam<ReduceCase> {
  protected:
   template <typename T>
   void Check() {
-    const auto [dtype, op, count] = GetParam();
+    const DType dtype = std::get<0>(GetParam());
+    const ReduceOp op = std::get<1>(GetParam());
+    const size_t count = std::get<2>(GetParam());
     std::mt19937_64 rng(static_cast<uint64_t>(dtype) * 1000003 + static_cast<uint64_t>(op) * 101 +
                         count);
     // One element of offset makes the buffers misaligned for vector loads.
@@ -377,7 +379,8 @@ using ScaleCase = std::tuple<DType, size_t>;
 class ScaleTest : public ::testing::TestWithParam<ScaleCase> {};
 
 TEST_P(ScaleTest, MultipliesInDoubleAndRoundsOnceToTheType) {
-  const auto [dtype, count] = GetParam();
+  const DType dtype = std::get<0>(GetParam());
+  const size_t count = std::get<1>(GetParam());
   const double factor = 1.0 / 3.0;
   VisitDType(dtype, [&]<typename T>(std::type_identity<T>) {
     if constexpr (std::is_floating_point_v<T> || kIsHalf<T>) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -120,7 +121,9 @@ using ParallelForCase = std::tuple<size_t /*threads*/, size_t /*n*/, size_t /*mi
 class ParallelForTest : public ::testing::TestWithParam<ParallelForCase> {};
 
 TEST_P(ParallelForTest, CoversTheRangeOnceInDisjointChunks) {
-  const auto [threads, n, min_chunk] = GetParam();
+  const size_t threads = std::get<0>(GetParam());
+  const size_t n = std::get<1>(GetParam());
+  const size_t min_chunk = std::get<2>(GetParam());
   ThreadPool pool(threads, "pfor");
   std::vector<std::atomic<int>> visits(n);
   std::mutex mu;
