@@ -21,6 +21,7 @@
 // --sockbuf sets SO_SNDBUF/SO_RCVBUF on tandem's sockets instead of leaving
 // them to the kernel's autotuning).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <signal.h>
@@ -41,8 +42,6 @@
 #include <thread>
 #include <vector>
 
-#include <fmt/format.h>
-
 #include "base/logger.h"
 #include "net/socket_address.h"
 #include "net/tcp_transport.h"
@@ -61,8 +60,8 @@ using net::OutgoingMessage;
 // Message types of the benchmark protocol (in the collective range: the
 // benchmark stands in for an upper layer).
 constexpr uint16_t kData = net::msgtype::kCollectiveFirst;
-constexpr uint16_t kEnd = kData + 1;   // request_id = messages sent
-constexpr uint16_t kAck = kData + 2;   // request_id = messages received, message_id = bytes
+constexpr uint16_t kEnd = kData + 1;  // request_id = messages sent
+constexpr uint16_t kAck = kData + 2;  // request_id = messages received, message_id = bytes
 constexpr uint16_t kPing = kData + 3;
 constexpr uint16_t kPong = kData + 4;
 constexpr uint16_t kVerify = kData + 5;    // payload to checksum
@@ -120,8 +119,7 @@ bool ReadAll(int fd, void* buf, size_t len) {
 
 void SendFrame(int fd, uint64_t kind, std::span<const std::byte> payload, uint64_t length) {
   uint64_t hdr[2] = {kind, length};
-  iovec iov[2] = {{hdr, sizeof(hdr)},
-                  {const_cast<std::byte*>(payload.data()), payload.size()}};
+  iovec iov[2] = {{hdr, sizeof(hdr)}, {const_cast<std::byte*>(payload.data()), payload.size()}};
   WriteAll(fd, iov, payload.empty() ? 1 : 2);
 }
 
@@ -256,7 +254,8 @@ class BenchClient final : public net::TransportHandler {
 
   std::span<std::byte> PayloadDestination(ConnectionId, const Header& h,
                                           const std::string&) override {
-    if (h.type == kPong && h.payload_length <= pong_.size()) return {pong_.data(), h.payload_length};
+    if (h.type == kPong && h.payload_length <= pong_.size())
+      return {pong_.data(), h.payload_length};
     return {};
   }
 
@@ -267,7 +266,8 @@ class BenchClient final : public net::TransportHandler {
     }
     if (m.header.type != kPong) return;
     auto now = Clock::now();
-    if (pings_done_ >= warmup_) samples_.push_back(std::chrono::duration<double, std::micro>(now - sent_at_).count());
+    if (pings_done_ >= warmup_)
+      samples_.push_back(std::chrono::duration<double, std::micro>(now - sent_at_).count());
     ++pings_done_;
     if (pings_done_ == warmup_ + measured_) {
       finished_.set_value();
@@ -341,9 +341,7 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-uint64_t MessagesFor(size_t size, uint64_t volume) {
-  return std::max<uint64_t>(4, volume / size);
-}
+uint64_t MessagesFor(size_t size, uint64_t volume) { return std::max<uint64_t>(4, volume / size); }
 
 double TandemThroughput(net::Transport& t, BenchClient& client, ConnectionId id,
                         std::span<const std::byte> payload, uint64_t count) {
@@ -384,8 +382,8 @@ double BaselineThroughput(int fd, std::span<const std::byte> payload, uint64_t c
   if (!ReadAll(fd, ack, sizeof(ack))) Die("baseline peer closed");
   double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   if (ack[0] != count || ack[1] != count * payload.size()) {
-    Die(fmt::format("baseline receiver counted {} / {} bytes, sent {} / {}", ack[0], ack[1],
-                    count, count * payload.size()));
+    Die(fmt::format("baseline receiver counted {} / {} bytes, sent {} / {}", ack[0], ack[1], count,
+                    count * payload.size()));
   }
   return static_cast<double>(count * payload.size()) / seconds / 1e9;
 }
@@ -413,8 +411,8 @@ std::string SizeName(size_t s) {
   return fmt::format("{} B", s);
 }
 
-int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick,
-              size_t only_size, int sockbuf) {
+int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick, size_t only_size,
+              int sockbuf) {
   base::Logger log("bench", 0);
   BenchClient client;
   net::TransportOptions o;
@@ -447,7 +445,8 @@ int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick,
   const int measured = quick ? 2000 : 10000;
 
   std::vector<std::byte> payload(64u << 20);
-  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 2654435761u >> 24);
+  for (size_t i = 0; i < payload.size(); ++i)
+    payload[i] = static_cast<std::byte>(i * 2654435761u >> 24);
 
   // Correctness first: every size arrives intact through tandem.
   for (size_t size : bulk_sizes) {
@@ -504,8 +503,9 @@ int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick,
   }
   std::printf("\nRound trip, microseconds (median of %d rounds of %d pings each)\n\n", rounds,
               measured);
-  std::printf("| size | tandem median | tandem p90 | baseline median | baseline p90 | "
-              "tandem/baseline (median) |\n|---|---|---|---|---|---|\n");
+  std::printf(
+      "| size | tandem median | tandem p90 | baseline median | baseline p90 | "
+      "tandem/baseline (median) |\n|---|---|---|---|---|---|\n");
   for (size_t size : ping_sizes) {
     double tm = Median(t_med[size]);
     double bm = Median(b_med[size]);
@@ -565,8 +565,8 @@ int main(int argc, char** argv) {
   int rc = 1;
   try {
     rc = tandem::bench::RunParent(static_cast<uint16_t>(tandem_port),
-                                  static_cast<uint16_t>(base_port), rounds, quick,
-                                  only_size, sockbuf);
+                                  static_cast<uint16_t>(base_port), rounds, quick, only_size,
+                                  sockbuf);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transport_bench: %s\n", e.what());
   }

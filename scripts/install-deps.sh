@@ -21,6 +21,7 @@ PACKAGES=(
   libssl-dev          # HMAC-SHA256 of the handshake (OpenSSL)
   clang-14            # sanitizer and libFuzzer builds
   libclang-rt-14-dev  # clang's ASan/UBSan/libFuzzer runtimes
+  llvm-14             # llvm-symbolizer: source lines in sanitizer and fuzzer reports
   clang-format        # scripts/lint.sh
   clang-tidy          # scripts/lint.sh
   python3-pytest      # system tests, run by Debian's /usr/bin/python3

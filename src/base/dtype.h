@@ -169,7 +169,7 @@ inline constexpr bool kIsElementType =
 
 /// The DType stored as T.
 template <typename T>
-  requires kIsElementType<T>
+requires kIsElementType<T>
 constexpr DType DTypeOf() {
   if constexpr (std::is_same_v<T, float>) return DType::kF32;
   if constexpr (std::is_same_v<T, double>) return DType::kF64;

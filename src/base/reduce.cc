@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -55,14 +56,14 @@ struct ProdOp {
   }
 };
 
-// x != x is the NaN test; std::isnan is avoided so that the expression stays
-// a plain compare-and-select the vectoriser understands.
+// std::isnan compiles to an unordered compare, which the vectoriser turns
+// into a lane mask; the ?: chains become selects.
 template <typename T>
 struct MinOp {
   T operator()(T x, T y) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (x != x) return x;
-      if (y != y) return y;
+      if (std::isnan(x)) return x;
+      if (std::isnan(y)) return y;
     }
     return y < x ? y : x;
   }
@@ -72,8 +73,8 @@ template <typename T>
 struct MaxOp {
   T operator()(T x, T y) const {
     if constexpr (std::is_floating_point_v<T>) {
-      if (x != x) return x;
-      if (y != y) return y;
+      if (std::isnan(x)) return x;
+      if (std::isnan(y)) return y;
     }
     return x < y ? y : x;
   }
@@ -86,8 +87,8 @@ struct MaxOp {
 // when the output is one of the inputs; x = op(x, x) when all coincide.
 
 template <typename T, typename Op>
-void CombineDistinct(T* __restrict out, const T* __restrict a, const T* __restrict b,
-                     size_t count, Op op) {
+void CombineDistinct(T* __restrict out, const T* __restrict a, const T* __restrict b, size_t count,
+                     Op op) {
   size_t i = 0;
   for (; i + kNativeBlock <= count; i += kNativeBlock) {
     for (size_t j = 0; j < kNativeBlock; ++j) out[i + j] = op(a[i + j], b[i + j]);
@@ -193,15 +194,16 @@ void Combine(ReduceOp op, T* out, const T* a, const T* b, size_t count) {
 size_t ByteLength(const char* what, DType dtype, size_t count) {
   const size_t size = DTypeSize(dtype);
   if (count > std::numeric_limits<size_t>::max() / size) {
-    throw InvalidArgument(fmt::format("{}: {} elements of {} exceed the address space", what,
-                                      count, DTypeName(dtype)));
+    throw InvalidArgument(fmt::format("{}: {} elements of {} exceed the address space", what, count,
+                                      DTypeName(dtype)));
   }
   return size * count;
 }
 
 void RequireBuffer(const char* what, const char* name, const void* p, size_t count) {
   if (p == nullptr && count > 0) {
-    throw InvalidArgument(fmt::format("{}: buffer '{}' is null but count is {}", what, name, count));
+    throw InvalidArgument(
+        fmt::format("{}: buffer '{}' is null but count is {}", what, name, count));
   }
 }
 
@@ -251,8 +253,7 @@ void Reduce(ReduceOp op, DType dtype, void* inout, const void* in, size_t count)
   ReduceInto(op, dtype, inout, inout, in, count);
 }
 
-void ReduceInto(ReduceOp op, DType dtype, void* out, const void* a, const void* b,
-                size_t count) {
+void ReduceInto(ReduceOp op, DType dtype, void* out, const void* a, const void* b, size_t count) {
   constexpr const char* kWhat = "ReduceInto";
   const size_t bytes = ByteLength(kWhat, dtype, count);
   RequireBuffer(kWhat, "out", out, count);
@@ -263,8 +264,7 @@ void ReduceInto(ReduceOp op, DType dtype, void* out, const void* a, const void* 
   ReduceOpName(op);  // validates op before any element is touched
   if (count == 0) return;
   VisitDType(dtype, [&]<typename T>(std::type_identity<T>) {
-    Combine(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b),
-            count);
+    Combine(op, static_cast<T*>(out), static_cast<const T*>(a), static_cast<const T*>(b), count);
   });
 }
 

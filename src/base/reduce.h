@@ -64,8 +64,7 @@ void Reduce(ReduceOp op, DType dtype, void* inout, const void* in, size_t count)
 /// hold `count` elements; `out` is the same buffer as `a` or `b`, or
 /// overlaps neither (`a` and `b` may overlap each other freely). Throws
 /// InvalidArgument as Reduce does.
-void ReduceInto(ReduceOp op, DType dtype, void* out, const void* a, const void* b,
-                size_t count);
+void ReduceInto(ReduceOp op, DType dtype, void* out, const void* a, const void* b, size_t count);
 
 /// data[i] *= factor, for averaging a sum. The product is formed in double
 /// and rounded to the element type (float16/bfloat16 through float).

@@ -20,9 +20,9 @@ namespace {
 // (late, or after the caller returned) claims nothing and never touches
 // `fn`, which may by then be gone; the shared_ptr keeps the rest alive.
 struct ParallelForState {
-  const std::function<void(size_t, size_t)>* fn;
-  size_t n;
-  size_t chunks;
+  const std::function<void(size_t, size_t)>* fn = nullptr;
+  size_t n = 0;
+  size_t chunks = 1;
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
 
@@ -71,8 +71,7 @@ std::string ThreadName(const std::string& pool_name, size_t index) {
 
 ThreadPool::ThreadPool(size_t threads, std::string name) : name_(std::move(name)) {
   if (threads == 0) {
-    throw InvalidArgument(
-        fmt::format("thread pool '{}': needs at least 1 thread, got 0", name_));
+    throw InvalidArgument(fmt::format("thread pool '{}': needs at least 1 thread, got 0", name_));
   }
   workers_.reserve(threads);
   try {

@@ -59,7 +59,8 @@ CLI::Validator Count(int min, int max, const char* meaning) {
         int parsed = 0;
         const char* end = value.data() + value.size();
         auto [ptr, ec] = std::from_chars(value.data(), end, parsed);
-        if (ec != std::errc() || ptr != end) return fmt::format("'{}' is not a whole number", value);
+        if (ec != std::errc() || ptr != end)
+          return fmt::format("'{}' is not a whole number", value);
         if (parsed < min || parsed > max) {
           return fmt::format("{} is out of range: {} must be between {} and {}", parsed, meaning,
                              min, max);

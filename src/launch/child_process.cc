@@ -1,12 +1,11 @@
 #include "launch/child_process.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <cerrno>
 #include <cstring>
@@ -128,15 +127,15 @@ std::string FindExecutable(const std::string& program,
   size_t begin = 0;
   while (true) {
     size_t end = path.find(':', begin);
-    std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    std::string dir =
+        path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
     std::string candidate = dir.empty() ? program : dir + "/" + program;
     if (IsExecutableFile(candidate)) return candidate;
     if (end == std::string::npos) break;
     begin = end + 1;
   }
-  throw InvalidArgument(
-      fmt::format("command '{}' not found: no executable file of that name in PATH={}", program,
-                  path));
+  throw InvalidArgument(fmt::format(
+      "command '{}' not found: no executable file of that name in PATH={}", program, path));
 }
 
 StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal_mask) {
@@ -200,9 +199,10 @@ StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (n != static_cast<ssize_t>(sizeof(failure))) {
-    throw IoError(fmt::format("cannot start {} ({}): the child failed before execve without "
-                              "saying why",
-                              spec.label, path));
+    throw IoError(
+        fmt::format("cannot start {} ({}): the child failed before execve without "
+                    "saying why",
+                    spec.label, path));
   }
   throw IoError(fmt::format("cannot start {} ({}): {}: {}", spec.label, path,
                             StepName(failure.step), std::strerror(failure.error)));

@@ -1,12 +1,12 @@
 #include "launch/job_credentials.h"
 
+#include <fmt/format.h>
 #include <openssl/err.h>
 #include <openssl/rand.h>
 
-#include <fmt/format.h>
-
 #include <array>
 #include <cstdint>
+#include <iterator>
 
 #include "tandem/error.h"
 

@@ -1,12 +1,11 @@
 #include "launch/local_launcher.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <cerrno>
 #include <cstring>
@@ -130,8 +129,8 @@ uint16_t PickFreeLoopbackPort() {
   }
   socklen_t len = sizeof(addr);
   if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    throw IoError(fmt::format("cannot find a free port: getsockname failed: {}",
-                              std::strerror(errno)));
+    throw IoError(
+        fmt::format("cannot find a free port: getsockname failed: {}", std::strerror(errno)));
   }
   return ntohs(addr.sin_port);
 }

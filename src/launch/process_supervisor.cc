@@ -1,12 +1,11 @@
 #include "launch/process_supervisor.h"
 
+#include <fmt/format.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
-
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,7 +32,9 @@ constexpr int kReadsAtExit = 1024;
 
 std::string Seconds(milliseconds d) { return fmt::format("{:g} s", d.count() / 1000.0); }
 
-std::string Groups(int n) { return n == 1 ? "1 process group" : fmt::format("{} process groups", n); }
+std::string Groups(int n) {
+  return n == 1 ? "1 process group" : fmt::format("{} process groups", n);
+}
 
 }  // namespace
 
@@ -48,11 +49,11 @@ struct ProcessSupervisor::Child {
         stderr_lines("[" + label + "] ", err) {}
 
   std::string label;
-  pid_t pid;                   // also the process group id
-  bool exited = false;         // reaped (or given up on)
-  bool group_gone = false;     // kill(-pid, 0) failed with ESRCH (or given up on)
-  net::UniqueFd stdout_pipe;   // closed at EOF
-  net::UniqueFd stderr_pipe;   // closed at EOF
+  pid_t pid;                  // also the process group id
+  bool exited = false;        // reaped (or given up on)
+  bool group_gone = false;    // kill(-pid, 0) failed with ESRCH (or given up on)
+  net::UniqueFd stdout_pipe;  // closed at EOF
+  net::UniqueFd stderr_pipe;  // closed at EOF
   LinePrefixer stdout_lines;
   LinePrefixer stderr_lines;
 };
@@ -275,7 +276,8 @@ void ProcessSupervisor::AdvanceTearDown(TimePoint now) {
     case Phase::kRunning:
     case Phase::kGrace:
       if (AllExited() && LiveGroups() > 0) {
-        Log(fmt::format("every process of the job has exited, but {} still {} other processes; "
+        Log(
+            fmt::format("every process of the job has exited, but {} still {} other processes; "
                         "sending SIGTERM (SIGKILL follows in {})",
                         Groups(LiveGroups()), LiveGroups() == 1 ? "holds" : "hold",
                         Seconds(options_.kill_delay)));
@@ -285,11 +287,11 @@ void ProcessSupervisor::AdvanceTearDown(TimePoint now) {
       } else if (phase_ == Phase::kGrace && now >= deadline_) {
         const int running = static_cast<int>(std::count_if(
             children_.begin(), children_.end(), [](const auto& c) { return !c->exited; }));
-        Log(fmt::format("{} still running after the grace period of {}; sending SIGTERM to {} "
-                        "(SIGKILL follows in {})",
-                        running == 1 ? "1 process" : fmt::format("{} processes", running),
-                        Seconds(options_.teardown_grace), Groups(LiveGroups()),
-                        Seconds(options_.kill_delay)));
+        Log(fmt::format(
+            "{} still running after the grace period of {}; sending SIGTERM to {} "
+            "(SIGKILL follows in {})",
+            running == 1 ? "1 process" : fmt::format("{} processes", running),
+            Seconds(options_.teardown_grace), Groups(LiveGroups()), Seconds(options_.kill_delay)));
         SignalGroups(SIGTERM);
         phase_ = Phase::kTerminating;
         deadline_ = now + options_.kill_delay;
@@ -313,7 +315,8 @@ void ProcessSupervisor::AdvanceTearDown(TimePoint now) {
       if (now >= deadline_) {
         for (auto& child : children_) {
           if (child->group_gone) continue;
-          Log(fmt::format("process group {} of {} still exists {} after SIGKILL (a process stuck "
+          Log(
+              fmt::format("process group {} of {} still exists {} after SIGKILL (a process stuck "
                           "in the kernel?); giving up on it",
                           child->pid, child->label, Seconds(options_.kill_delay)));
           child->exited = true;

@@ -124,8 +124,9 @@ class ProcessSupervisor {
 
   /// Supervises the started processes until every one has ended and every
   /// process group created is gone; writes their output and the launcher's
-  /// reports meanwhile and returns the outcome. Requires: called once.
-  /// Throws IoError only when poll or the signalfd fail.
+  /// reports meanwhile and returns the outcome. Throws InvalidArgument when
+  /// called a second time, IoError when poll or the signalfd fail (the
+  /// destructor then kills what is left).
   JobOutcome Run();
 
  private:

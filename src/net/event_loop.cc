@@ -1,14 +1,15 @@
 #include "net/event_loop.h"
 
+#include <fmt/format.h>
 #include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <future>
-
-#include <fmt/format.h>
 
 #include "tandem/error.h"
 
@@ -191,7 +192,7 @@ void EventLoop::Run() {
       }
       auto it = callbacks_.find(serial);
       if (it == callbacks_.end()) continue;  // removed earlier in this batch
-      auto cb = it->second;  // keeps the callback alive if it removes itself
+      auto cb = it->second;                  // keeps the callback alive if it removes itself
       (*cb)(events[i].events);
     }
     RunDueTimers();

@@ -1,11 +1,11 @@
 #include "net/inproc_transport.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "tandem/error.h"
 
@@ -18,10 +18,9 @@ constexpr std::chrono::milliseconds kMaxBackoff{100};
 // First port handed out for port 0 on a host.
 constexpr uint16_t kFirstAutoPort = 40000;
 
-std::string AuthFailureText(const Endpoint& remote) {
+std::string AuthFailureText(const std::string& remote) {
   return fmt::format(
-      "connection to {} closed during authentication (wrong TANDEM_SECRET or job id?)",
-      remote.ToString());
+      "connection to {} closed during authentication (wrong TANDEM_SECRET or job id?)", remote);
 }
 
 }  // namespace
@@ -70,8 +69,8 @@ Endpoint InProcNetwork::Bind(const Endpoint& local, uint64_t number) {
   }
   auto [it, inserted] = listeners_.emplace(bound.ToString(), number);
   if (!inserted) {
-    throw IoError(fmt::format("cannot listen on {}: address already in use (in-process)",
-                              bound.ToString()));
+    throw IoError(
+        fmt::format("cannot listen on {}: address already in use (in-process)", bound.ToString()));
   }
   return bound;
 }
@@ -125,7 +124,7 @@ ConnectionId InProcTransport::Connect(const Endpoint& remote, std::chrono::milli
     ++attempts;
     uint64_t server = network_.Lookup(remote);
     if (server != 0) {
-      auto done = std::make_shared<std::promise<void>>();
+      auto done = std::make_shared<std::promise<DeferredError>>();
       auto future = done->get_future();
       ConnectionId id;
       {
@@ -150,15 +149,16 @@ ConnectionId InProcTransport::Connect(const Endpoint& remote, std::chrono::milli
         std::lock_guard lock(mu_);
         connections_.erase(id);
       } else {
-        future.get();  // rethrows AuthFailed, or Error on shutdown
+        future.get().ThrowIfSet();  // AuthFailed, or Error on shutdown
         return id;
       }
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      throw Timeout(fmt::format("connecting to {} timed out after {} ms ({} attempts); last "
-                                "error: no in-process listener at {}",
-                                remote.ToString(), timeout.count(), attempts, remote.ToString()));
+      throw Timeout(
+          fmt::format("connecting to {} timed out after {} ms ({} attempts); last "
+                      "error: no in-process listener at {}",
+                      remote.ToString(), timeout.count(), attempts, remote.ToString()));
     }
     if (!SleepUnlessShutdown(std::min(backoff, deadline - now))) break;
     backoff = std::min<std::chrono::steady_clock::duration>(backoff * 2, kMaxBackoff);
@@ -182,12 +182,11 @@ void InProcTransport::Accept(uint64_t client, ConnectionId client_id, const std:
       logger_.Warn("dropped connection from {}: authentication failed: {}",
                    client_address.ToString(), refusal);
     }
-    auto error = closed_everything_ ? std::make_exception_ptr(PeerLost(refusal))
-                                    : std::make_exception_ptr(
-                                          AuthFailed(AuthFailureText(Endpoint::Parse(server_name))));
-    network_.PostTo(client, [client_id, error](InProcTransport& c) {
-      c.FailConnect(client_id, error);
-    });
+    DeferredError error = DeferredError::From(
+        closed_everything_ ? std::make_exception_ptr(PeerLost(refusal))
+                           : std::make_exception_ptr(AuthFailed(AuthFailureText(server_name))));
+    network_.PostTo(client,
+                    [client_id, error](InProcTransport& c) { c.FailConnect(client_id, error); });
     return;
   }
   ConnectionId id;
@@ -217,13 +216,13 @@ void InProcTransport::Accept(uint64_t client, ConnectionId client_id, const std:
   try {
     handler_->OnConnected(id, peer);
   } catch (const std::exception& e) {
-    logger_.Error("OnConnected for connection {} with {} threw: {}", id,
-                  client_address.ToString(), e.what());
+    logger_.Error("OnConnected for connection {} with {} threw: {}", id, client_address.ToString(),
+                  e.what());
   }
 }
 
 void InProcTransport::CompleteConnect(ConnectionId id, uint64_t server, ConnectionId server_id) {
-  std::shared_ptr<std::promise<void>> done;
+  std::shared_ptr<std::promise<DeferredError>> done;
   PeerInfo peer;
   {
     std::lock_guard lock(mu_);
@@ -245,14 +244,14 @@ void InProcTransport::CompleteConnect(ConnectionId id, uint64_t server, Connecti
   try {
     handler_->OnConnected(id, peer);
   } catch (const std::exception& e) {
-    logger_.Error("OnConnected for connection {} with {} threw: {}", id,
-                  peer.address.ToString(), e.what());
+    logger_.Error("OnConnected for connection {} with {} threw: {}", id, peer.address.ToString(),
+                  e.what());
   }
-  if (done) done->set_value();
+  if (done) done->set_value(DeferredError());
 }
 
-void InProcTransport::FailConnect(ConnectionId id, std::exception_ptr error) {
-  std::shared_ptr<std::promise<void>> done;
+void InProcTransport::FailConnect(ConnectionId id, DeferredError error) {
+  std::shared_ptr<std::promise<DeferredError>> done;
   {
     std::lock_guard lock(mu_);
     auto it = connections_.find(id);
@@ -260,7 +259,7 @@ void InProcTransport::FailConnect(ConnectionId id, std::exception_ptr error) {
     done = std::move(it->second.connect_done);
     connections_.erase(it);
   }
-  if (done) done->set_exception(error);
+  if (done) done->set_value(std::move(error));
 }
 
 void InProcTransport::CompleteSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
@@ -277,9 +276,10 @@ void InProcTransport::CompleteSend(uint64_t owner, std::function<void(std::excep
 
 void InProcTransport::Send(ConnectionId id, OutgoingMessage msg) {
   if (msg.meta.size() > std::numeric_limits<uint32_t>::max()) {
-    throw InvalidArgument(fmt::format("message on connection {}: metadata of {} bytes exceeds "
-                                      "the {} bytes a header can describe",
-                                      id, msg.meta.size(), std::numeric_limits<uint32_t>::max()));
+    throw InvalidArgument(
+        fmt::format("message on connection {}: metadata of {} bytes exceeds "
+                    "the {} bytes a header can describe",
+                    id, msg.meta.size(), std::numeric_limits<uint32_t>::max()));
   }
   msg.header.meta_length = static_cast<uint32_t>(msg.meta.size());
   msg.header.payload_length = 0;
@@ -303,18 +303,19 @@ void InProcTransport::Send(ConnectionId id, OutgoingMessage msg) {
     return;
   }
   if (logger_.verbosity() >= 2) {
-    logger_.V2("send to {} (connection {}): type {} flags {:#x} request {} meta {} B payload "
-               "{} B in {} spans",
-               peer_name, id, msg.header.type, msg.header.flags, msg.header.request_id,
-               msg.meta.size(), msg.header.payload_length, msg.payload.size());
+    logger_.V2(
+        "send to {} (connection {}): type {} flags {:#x} request {} meta {} B payload "
+        "{} B in {} spans",
+        peer_name, id, msg.header.type, msg.header.flags, msg.header.request_id, msg.meta.size(),
+        msg.header.payload_length, msg.payload.size());
   }
   // std::function needs a copyable task; the message travels behind a
   // shared pointer and is delivered exactly once.
   auto shared = std::make_shared<OutgoingMessage>(std::move(msg));
-  bool posted = network_.PostTo(peer_transport, [peer_id, shared, sender = number_](
-                                                    InProcTransport& r) {
-    r.Deliver(peer_id, *shared, sender);
-  });
+  bool posted =
+      network_.PostTo(peer_transport, [peer_id, shared, sender = number_](InProcTransport& r) {
+        r.Deliver(peer_id, *shared, sender);
+      });
   if (!posted) {
     CompleteSend(number_, std::move(shared->on_sent),
                  std::make_exception_ptr(PeerLost(fmt::format(
@@ -364,9 +365,10 @@ void InProcTransport::Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t se
     try {
       dest = handler_->PayloadDestination(id, m.header, m.meta);
     } catch (const std::exception& e) {
-      std::string reason = fmt::format("error on the connection with {}: the payload destination "
-                                       "callback threw: {}",
-                                       peer_name, e.what());
+      std::string reason = fmt::format(
+          "error on the connection with {}: the payload destination "
+          "callback threw: {}",
+          peer_name, e.what());
       logger_.Warn("dropped connection {} with {}: {}", id, peer_name, reason);
       CompleteSend(sender, std::move(msg.on_sent), std::make_exception_ptr(PeerLost(reason)));
       CloseConnection(id, reason, PeerNotice::kClosed);
@@ -387,17 +389,19 @@ void InProcTransport::Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t se
   // The payload is copied: the sender may reuse its memory.
   CompleteSend(sender, std::move(msg.on_sent), nullptr);
   if (logger_.verbosity() >= 2) {
-    logger_.V2("recv from {} (connection {}): type {} flags {:#x} request {} meta {} B payload "
-               "{} B{}",
-               peer_name, id, h.type, h.flags, h.request_id, m.meta.size(),
-               m.payload.bytes.size(), m.payload.in_posted_buffer() ? " (posted buffer)" : "");
+    logger_.V2(
+        "recv from {} (connection {}): type {} flags {:#x} request {} meta {} B payload "
+        "{} B{}",
+        peer_name, id, h.type, h.flags, h.request_id, m.meta.size(), m.payload.bytes.size(),
+        m.payload.in_posted_buffer() ? " (posted buffer)" : "");
   }
   try {
     handler_->OnMessage(id, std::move(m));
   } catch (const std::exception& e) {
-    std::string reason = fmt::format("error on the connection with {}: the message handler "
-                                     "threw: {}",
-                                     peer_name, e.what());
+    std::string reason = fmt::format(
+        "error on the connection with {}: the message handler "
+        "threw: {}",
+        peer_name, e.what());
     logger_.Warn("dropped connection {} with {}: {}", id, peer_name, reason);
     CloseConnection(id, reason, PeerNotice::kClosed);
   }
@@ -413,9 +417,7 @@ void InProcTransport::Close(ConnectionId id) {
     peer_name = it->second.peer_name;
   }
   std::string reason = fmt::format("connection with {} closed locally", peer_name);
-  loop_->Post([this, id, reason] {
-    CloseConnection(id, reason, PeerNotice::kClosed);
-  });
+  loop_->Post([this, id, reason] { CloseConnection(id, reason, PeerNotice::kClosed); });
 }
 
 void InProcTransport::CloseConnection(ConnectionId id, const std::string& reason,
@@ -433,7 +435,7 @@ void InProcTransport::CloseConnection(ConnectionId id, const std::string& reason
     it->second.connect_done.reset();
   }
   if (c.connect_done) {
-    c.connect_done->set_exception(std::make_exception_ptr(Error(reason)));
+    c.connect_done->set_value(DeferredError::From(std::make_exception_ptr(Error(reason))));
   }
   if (c.established) {
     logger_.V1("connection {} with {} closed: {}", id, c.peer_name, reason);
@@ -491,8 +493,9 @@ void InProcTransport::CloseEverything() {
 
 void InProcTransport::Shutdown() {
   if (loop_->IsLoopThread()) {
-    throw InvalidArgument("Shutdown() called from a transport callback; call it from another "
-                          "thread");
+    throw InvalidArgument(
+        "Shutdown() called from a transport callback; call it from another "
+        "thread");
   }
   std::lock_guard guard(shutdown_mu_);
   network_.Detach(number_);

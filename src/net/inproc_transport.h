@@ -24,6 +24,7 @@
 #include <unordered_map>
 
 #include "base/logger.h"
+#include "net/deferred_error.h"
 #include "net/event_loop.h"
 #include "net/transport.h"
 
@@ -109,7 +110,7 @@ class InProcTransport final : public Transport {
     bool established = false;
     bool closing = false;  // Close() was called; deliver nothing more
     bool closed = false;   // CloseConnection() is running
-    std::shared_ptr<std::promise<void>> connect_done;  // until established
+    std::shared_ptr<std::promise<DeferredError>> connect_done;  // until established
   };
 
   // Loop-thread halves of the protocol between two transports.
@@ -117,7 +118,7 @@ class InProcTransport final : public Transport {
               const std::string& secret, const Endpoint& client_address,
               const std::string& server_name);
   void CompleteConnect(ConnectionId id, uint64_t server, ConnectionId server_id);
-  void FailConnect(ConnectionId id, std::exception_ptr error);
+  void FailConnect(ConnectionId id, DeferredError error);
   void Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t sender);
   // What the far end of a closed connection is told.
   enum class PeerNotice { kNone, kClosed, kShutDown };
@@ -141,8 +142,8 @@ class InProcTransport final : public Transport {
 
   mutable std::mutex mu_;
   std::unordered_map<ConnectionId, Connection> connections_;  // guarded by mu_
-  ConnectionId next_id_ = 1;                                   // guarded by mu_
-  bool shutting_down_ = false;                                 // guarded by mu_
+  ConnectionId next_id_ = 1;                                  // guarded by mu_
+  bool shutting_down_ = false;                                // guarded by mu_
   std::condition_variable shutdown_cv_;
   bool closed_everything_ = false;  // loop thread only
 

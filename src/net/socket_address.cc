@@ -1,6 +1,7 @@
 #include "net/socket_address.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -10,8 +11,6 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
-
-#include <fmt/format.h>
 
 #include "tandem/error.h"
 
@@ -105,8 +104,8 @@ UniqueFd ListenOn(const Endpoint& local, Endpoint* bound) {
   const SocketAddress& addr = r.addresses.front();
   UniqueFd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd) {
-    throw IoError(fmt::format("cannot listen on {}: socket: {}", local.ToString(),
-                              ErrnoText(errno)));
+    throw IoError(
+        fmt::format("cannot listen on {}: socket: {}", local.ToString(), ErrnoText(errno)));
   }
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -118,12 +117,11 @@ UniqueFd ListenOn(const Endpoint& local, Endpoint* bound) {
     }
   }
   if (::bind(fd.get(), addr.get(), addr.size()) != 0) {
-    throw IoError(fmt::format("cannot listen on {}: bind: {}", local.ToString(),
-                              ErrnoText(errno)));
+    throw IoError(fmt::format("cannot listen on {}: bind: {}", local.ToString(), ErrnoText(errno)));
   }
   if (::listen(fd.get(), SOMAXCONN) != 0) {
-    throw IoError(fmt::format("cannot listen on {}: listen: {}", local.ToString(),
-                              ErrnoText(errno)));
+    throw IoError(
+        fmt::format("cannot listen on {}: listen: {}", local.ToString(), ErrnoText(errno)));
   }
   *bound = SocketAddress::LocalOf(fd.get()).ToEndpoint();
   return fd;
@@ -136,8 +134,8 @@ int ConnectBefore(const SocketAddress& addr, std::chrono::steady_clock::time_poi
   if (::connect(fd.get(), addr.get(), addr.size()) != 0) {
     if (errno != EINPROGRESS) return errno;
     for (;;) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline -
-                                                               std::chrono::steady_clock::now());
+      auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return ETIMEDOUT;
       pollfd p{fd.get(), POLLOUT, 0};
       int n = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000000)));

@@ -46,8 +46,8 @@ class SocketAddress {
 /// What name resolution produced: addresses, or the resolver's error.
 struct Resolution {
   std::vector<SocketAddress> addresses;
-  int gai_error = 0;        ///< 0, or the getaddrinfo EAI_* code
-  std::string error_text;   ///< gai_strerror (or errno text for EAI_SYSTEM)
+  int gai_error = 0;       ///< 0, or the getaddrinfo EAI_* code
+  std::string error_text;  ///< gai_strerror (or errno text for EAI_SYSTEM)
   /// True when the failure may go away by itself (no such name yet, DNS
   /// temporarily unavailable).
   bool retryable = false;

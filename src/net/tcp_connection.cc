@@ -1,13 +1,12 @@
 #include "net/tcp_connection.h"
 
+#include <fmt/format.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <limits>
-
-#include <fmt/format.h>
 
 #include "net/socket_address.h"
 #include "tandem/error.h"
@@ -19,6 +18,14 @@ namespace {
 constexpr size_t kMaxIov = 128;
 // Reads per readiness event before yielding to other connections.
 constexpr int kMaxReadsPerEvent = 8;
+// The frame reader's staging buffer; spans larger than this are direct reads.
+constexpr size_t kStagingBytes = 256 * 1024;
+// While at least kLowWaterFrom bytes of a payload are outstanding, the
+// socket reports readable only once min(rest, kLowWaterMax) bytes are there
+// (SO_RCVLOWAT): fewer wake-ups and reads per large message, which measured
+// 25-40% more throughput for 16-64 MiB messages on loopback.
+constexpr size_t kLowWaterFrom = 512 * 1024;
+constexpr size_t kLowWaterMax = 1024 * 1024;
 
 bool IsHandshakeType(uint16_t type) {
   return type >= msgtype::kHandshakeHello && type <= msgtype::kHandshakeWelcome;
@@ -45,7 +52,7 @@ TcpConnection::TcpConnection(ConnectionId id, UniqueFd fd, PeerInfo peer, std::s
 TcpConnection::~TcpConnection() = default;
 
 void TcpConnection::Start() {
-  reader_ = std::make_unique<FrameReader>(HandshakeLimits(), this);
+  reader_ = std::make_unique<FrameReader>(HandshakeLimits(), this, kStagingBytes);
   HandshakeCredentials creds{ctx_.options->job_id, ctx_.options->secret};
   if (role_ == Role::kClient) {
     client_handshake_.emplace(creds);
@@ -69,10 +76,10 @@ void TcpConnection::Start() {
 
 void TcpConnection::Send(OutgoingMessage msg) {
   if (msg.meta.size() > std::numeric_limits<uint32_t>::max()) {
-    throw InvalidArgument(fmt::format("message to {}: metadata of {} bytes exceeds the {} bytes a "
-                                      "header can describe",
-                                      peer_name_, msg.meta.size(),
-                                      std::numeric_limits<uint32_t>::max()));
+    throw InvalidArgument(
+        fmt::format("message to {}: metadata of {} bytes exceeds the {} bytes a "
+                    "header can describe",
+                    peer_name_, msg.meta.size(), std::numeric_limits<uint32_t>::max()));
   }
   if (!established()) {
     Completions failed;
@@ -85,10 +92,11 @@ void TcpConnection::Send(OutgoingMessage msg) {
   if (ctx_.logger->verbosity() >= 2) {
     uint64_t payload = 0;
     for (auto s : msg.payload) payload += s.size();
-    ctx_.logger->V2("send to {} (connection {}): type {} flags {:#x} request {} meta {} B "
-                    "payload {} B in {} spans",
-                    peer_name_, id_, msg.header.type, msg.header.flags, msg.header.request_id,
-                    msg.meta.size(), payload, msg.payload.size());
+    ctx_.logger->V2(
+        "send to {} (connection {}): type {} flags {:#x} request {} meta {} B "
+        "payload {} B in {} spans",
+        peer_name_, id_, msg.header.type, msg.header.flags, msg.header.request_id, msg.meta.size(),
+        payload, msg.payload.size());
   }
   Enqueue(std::move(msg));
 }
@@ -144,8 +152,8 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
   if (post_flush) ctx_.loop->Post([self = shared_from_this()] { self->RunPostedFlush(); });
   Complete(std::move(done), nullptr);
   if (!error.empty()) {
-    Complete(std::move(failed), std::make_exception_ptr(PeerLost(fmt::format(
-                                    "message to {} not sent: {}", peer_name_, error))));
+    Complete(std::move(failed), std::make_exception_ptr(PeerLost(
+                                    fmt::format("message to {} not sent: {}", peer_name_, error))));
   }
 }
 
@@ -167,8 +175,8 @@ void TcpConnection::RunPostedFlush() {
   }
   RunCompletions(done, nullptr);
   if (!error.empty()) {
-    RunCompletions(failed, std::make_exception_ptr(PeerLost(fmt::format(
-                               "message to {} not sent: {}", peer_name_, error))));
+    RunCompletions(failed, std::make_exception_ptr(PeerLost(
+                               fmt::format("message to {} not sent: {}", peer_name_, error))));
   }
 }
 
@@ -295,13 +303,13 @@ void TcpConnection::OnWritable() {
   // An epoll callback is not inside anybody's Send(): run on_sent now.
   RunCompletions(done, nullptr);
   if (!error.empty()) {
-    RunCompletions(failed, std::make_exception_ptr(PeerLost(fmt::format(
-                               "message to {} not sent: {}", peer_name_, error))));
+    RunCompletions(failed, std::make_exception_ptr(PeerLost(
+                               fmt::format("message to {} not sent: {}", peer_name_, error))));
   }
 }
 
 void TcpConnection::OnReadable() {
-  for (int i = 0; i < kMaxReadsPerEvent && !closed_; ++i) {
+  for (int i = 0; i < kMaxReadsPerEvent; ++i) {
     std::span<std::byte> span = reader_->WritableSpan();
     ssize_t n = ::read(fd_.get(), span.data(), span.size());
     if (n > 0) {
@@ -311,14 +319,15 @@ void TcpConnection::OnReadable() {
         Fail(std::current_exception());
         return;
       }
+      if (closed_) return;
       // A short read drained the socket; level-triggered epoll reports any
       // later bytes.
-      if (static_cast<size_t>(n) < span.size()) return;
+      if (static_cast<size_t>(n) < span.size()) break;
       continue;
     }
     int err = n == 0 ? 0 : errno;
     if (err == EINTR) continue;
-    if (err == EAGAIN || err == EWOULDBLOCK) return;
+    if (err == EAGAIN || err == EWOULDBLOCK) break;
     std::string cause = err == 0 ? "closed the connection" : ErrnoText(err);
     if (!established() && role_ == Role::kClient && (err == 0 || err == ECONNRESET)) {
       std::string reason = fmt::format(
@@ -342,15 +351,41 @@ void TcpConnection::OnReadable() {
                               : "");
       }
     } else if (err == 0) {
-      reason = reader_->AtFrameBoundary()
-                   ? fmt::format("peer {} closed the connection", peer_name_)
-                   : fmt::format("peer {} closed the connection in the middle of a message",
-                                 peer_name_);
+      reason =
+          reader_->AtFrameBoundary()
+              ? fmt::format("peer {} closed the connection", peer_name_)
+              : fmt::format("peer {} closed the connection in the middle of a message", peer_name_);
     } else {
       reason = fmt::format("reading from {} failed: {}", peer_name_, cause);
     }
     Close(reason, std::make_exception_ptr(PeerLost(reason)));
     return;
+  }
+  // However the loop ended, the low-water mark must fit what the reader
+  // waits for now: one left from an earlier, larger rest might never be
+  // reached and the connection would stall.
+  UpdateReceiveLowWater();
+}
+
+void TcpConnection::UpdateReceiveLowWater() {
+  // A span larger than the staging buffer is the rest of a payload being
+  // read in place; only then is waiting for more bytes per wake-up right.
+  size_t rest = reader_->WritableSpan().size();
+  int want = 1;
+  if (rest > kStagingBytes && rest >= kLowWaterFrom) {
+    want = static_cast<int>(std::min(rest, kLowWaterMax));
+    // Never ask for more than half the receive buffer can hold: on kernels
+    // that do not grow the buffer to fit SO_RCVLOWAT the window would close
+    // first and the wake-up never come.
+    int rcvbuf = 0;
+    socklen_t len = sizeof(rcvbuf);
+    if (::getsockopt(fd_.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) != 0) rcvbuf = 0;
+    want = std::max(1, std::min(want, rcvbuf / 2));
+  }
+  if (want == rcvlowat_) return;
+  // If this fails the socket keeps waking at every byte: slower, still right.
+  if (::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want)) == 0) {
+    rcvlowat_ = want;
   }
 }
 
@@ -384,15 +419,15 @@ void TcpConnection::OnFrame(Message&& msg) {
   }
   if (close_requested_.load(std::memory_order_relaxed)) return;
   if (IsHandshakeType(msg.header.type)) {
-    throw ProtocolError(fmt::format("handshake frame (type {}) after the handshake",
-                                    msg.header.type));
+    throw ProtocolError(
+        fmt::format("handshake frame (type {}) after the handshake", msg.header.type));
   }
   if (ctx_.logger->verbosity() >= 2) {
-    ctx_.logger->V2("recv from {} (connection {}): type {} flags {:#x} request {} meta {} B "
-                    "payload {} B{}",
-                    peer_name_, id_, msg.header.type, msg.header.flags, msg.header.request_id,
-                    msg.meta.size(), msg.payload.bytes.size(),
-                    msg.payload.in_posted_buffer() ? " (posted buffer)" : "");
+    ctx_.logger->V2(
+        "recv from {} (connection {}): type {} flags {:#x} request {} meta {} B "
+        "payload {} B{}",
+        peer_name_, id_, msg.header.type, msg.header.flags, msg.header.request_id, msg.meta.size(),
+        msg.payload.bytes.size(), msg.payload.in_posted_buffer() ? " (posted buffer)" : "");
   }
   try {
     ctx_.handler->OnMessage(id_, std::move(msg));
@@ -413,10 +448,10 @@ void TcpConnection::Establish() {
 
 void TcpConnection::OnHandshakeTimeout() {
   if (closed_ || established()) return;
-  std::string reason =
-      fmt::format("{} did not complete authentication within {} ms", peer_name_,
-                  ctx_.options->handshake_timeout.count());
-  if (role_ == Role::kServer) ctx_.logger->Warn("dropped connection from {}: {}", peer_name_, reason);
+  std::string reason = fmt::format("{} did not complete authentication within {} ms", peer_name_,
+                                   ctx_.options->handshake_timeout.count());
+  if (role_ == Role::kServer)
+    ctx_.logger->Warn("dropped connection from {}: {}", peer_name_, reason);
   Close(reason, std::make_exception_ptr(Timeout(reason)));
 }
 

@@ -113,8 +113,13 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   void OnFrame(Message&& msg) override;
 
  private:
-  enum class Stage { kClientAwaitChallenge, kClientAwaitWelcome, kServerAwaitHello,
-                     kServerAwaitProof, kEstablished };
+  enum class Stage {
+    kClientAwaitChallenge,
+    kClientAwaitWelcome,
+    kServerAwaitHello,
+    kServerAwaitProof,
+    kEstablished
+  };
 
   // One queued message and how far it has been written. Pieces are numbered
   // 0 = header, 1 = meta, 2.. = payload spans.
@@ -132,12 +137,14 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   void OnReadable();
   void OnWritable();
   void OnHandshakeTimeout();
+  // Sets SO_RCVLOWAT for what the reader waits for next (see the .cc).
+  void UpdateReceiveLowWater();
   // Enqueues `msg` whatever the stage (handshake frames use this directly).
   void Enqueue(OutgoingMessage msg);
   // Writes queued messages until the queue is empty or the socket is full;
   // arms or disarms EPOLLOUT to match. Requires mu_. Appends finished
-  // messages' callbacks to `done`. On a write error, records it and moves
-  // every queued callback to `done`.
+  // messages' callbacks to `done`. On a write error, sets write_closed_ and
+  // write_error_ and posts the Close; the caller then fails the queue.
   void FlushLocked(Completions& done);
   void SetWantWriteLocked(bool want);
   // Posts `done` to run on the loop thread with `error` (nullptr: success).
@@ -164,18 +171,20 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   std::optional<ServerHandshake> server_handshake_;
   EventLoop::TimerId handshake_timer_ = 0;
   bool closed_ = false;
+  int rcvlowat_ = 1;  // the socket's SO_RCVLOWAT
 
   std::atomic<bool> established_{false};
   std::atomic<bool> close_requested_{false};
 
-  // Guarded by mu_ (written by the loop thread under mu_ when closing).
+  // Guarded by mu_. fd_ and watch_ change only on the loop thread (under
+  // mu_, when closing), so the loop thread reads them without the lock.
   std::mutex mu_;
   UniqueFd fd_;
   FdWatch watch_;
   bool registered_ = false;
   bool want_write_ = false;
-  bool write_closed_ = false;     // no further writes: closed, or a write failed
-  std::string write_error_;      // why writes stopped, for late senders
+  bool write_closed_ = false;  // no further writes: closed, or a write failed
+  std::string write_error_;    // why writes stopped, for late senders
   std::deque<PendingSend> queue_;
   // A RunPostedFlush task is queued on the loop and will write the queue,
   // so senders only append meanwhile.

@@ -1,12 +1,11 @@
 #include "net/tcp_transport.h"
 
+#include <fmt/format.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
-
-#include <fmt/format.h>
 
 #include "net/socket_address.h"
 #include "tandem/error.h"
@@ -67,20 +66,20 @@ Endpoint TcpTransport::Listen(const Endpoint& local) {
   if (loop_->IsLoopThread()) {
     install();
   } else {
-    auto done = std::make_shared<std::promise<void>>();
+    auto done = std::make_shared<std::promise<DeferredError>>();
     auto future = done->get_future();
     bool posted = loop_->Post([install, done] {
       try {
         install();
-        done->set_value();
+        done->set_value(DeferredError());
       } catch (...) {
-        done->set_exception(std::current_exception());
+        done->set_value(DeferredError::From(std::current_exception()));
       }
     });
     if (!posted) {
       throw Error(fmt::format("cannot listen on {}: the transport is shut down", local.ToString()));
     }
-    future.get();
+    future.get().ThrowIfSet();
   }
   logger_.V1("listening on {}", listener->bound.ToString());
   return listener->bound;
@@ -124,13 +123,12 @@ void TcpTransport::OnAcceptable(Listener* listener) {
   }
 }
 
-std::shared_ptr<TcpConnection> TcpTransport::Adopt(UniqueFd fd, PeerInfo peer,
-                                                   std::string peer_name,
-                                                   TcpConnection::Role role,
-                                                   std::shared_ptr<std::promise<void>> waiter) {
+std::shared_ptr<TcpConnection> TcpTransport::Adopt(
+    UniqueFd fd, PeerInfo peer, std::string peer_name, TcpConnection::Role role,
+    std::shared_ptr<std::promise<DeferredError>> waiter) {
   ConnectionId id = next_id_.fetch_add(1);
-  auto c = std::make_shared<TcpConnection>(id, std::move(fd), std::move(peer),
-                                           std::move(peer_name), role, ConnectionContext());
+  auto c = std::make_shared<TcpConnection>(id, std::move(fd), std::move(peer), std::move(peer_name),
+                                           role, ConnectionContext());
   // Registered before Start() so that an immediate failure finds them.
   if (waiter) connect_waiters_.emplace(id, std::move(waiter));
   {
@@ -156,16 +154,16 @@ bool TcpTransport::SleepUnlessShutdown(std::chrono::steady_clock::duration d) {
 UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote, std::chrono::milliseconds timeout,
                                      std::string* peer_name, PeerInfo* peer) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  auto backoff = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      tuning_.initial_backoff);
+  auto backoff =
+      std::chrono::duration_cast<std::chrono::steady_clock::duration>(tuning_.initial_backoff);
   std::string last_error = "none";
   int attempts = 0;
   for (;;) {
     {
       std::lock_guard lock(mu_);
       if (shutting_down_) {
-        throw Error(fmt::format("the transport shut down while connecting to {}",
-                                remote.ToString()));
+        throw Error(
+            fmt::format("the transport shut down while connecting to {}", remote.ToString()));
       }
     }
     ++attempts;
@@ -195,13 +193,13 @@ UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote, std::chrono::millis
     }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
-      throw Timeout(fmt::format("connecting to {} timed out after {} ms ({} attempts); last "
-                                "error: {}",
-                                remote.ToString(), timeout.count(), attempts, last_error));
+      throw Timeout(
+          fmt::format("connecting to {} timed out after {} ms ({} attempts); last "
+                      "error: {}",
+                      remote.ToString(), timeout.count(), attempts, last_error));
     }
     if (!SleepUnlessShutdown(std::min(backoff, deadline - now))) {
-      throw Error(fmt::format("the transport shut down while connecting to {}",
-                              remote.ToString()));
+      throw Error(fmt::format("the transport shut down while connecting to {}", remote.ToString()));
     }
     backoff = std::min<std::chrono::steady_clock::duration>(backoff * 2, tuning_.max_backoff);
   }
@@ -218,7 +216,7 @@ ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::millisec
   UniqueFd fd = ConnectSocket(remote, timeout, &peer_name, &peer);
   ConfigureSocket(fd.get());
 
-  auto done = std::make_shared<std::promise<void>>();
+  auto done = std::make_shared<std::promise<DeferredError>>();
   auto future = done->get_future();
   auto id = std::make_shared<ConnectionId>(0);
   // std::function needs a copyable task, so the descriptor travels as an int
@@ -227,8 +225,8 @@ ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::millisec
   bool posted = loop_->Post([this, raw, peer, peer_name, done, id] {
     UniqueFd owned(raw);
     if (closed_everything_) {
-      done->set_exception(std::make_exception_ptr(Error(fmt::format(
-          "the transport shut down while connecting to {}", peer_name))));
+      done->set_value(DeferredError::From(std::make_exception_ptr(
+          Error(fmt::format("the transport shut down while connecting to {}", peer_name)))));
       return;
     }
     *id = Adopt(std::move(owned), peer, peer_name, TcpConnection::Role::kClient, done)->id();
@@ -237,7 +235,7 @@ ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::millisec
     ::close(raw);
     throw Error(fmt::format("the transport shut down while connecting to {}", peer_name));
   }
-  future.get();  // rethrows AuthFailed, ProtocolError, Timeout, ...
+  future.get().ThrowIfSet();  // AuthFailed, ProtocolError, Timeout, ...
   return *id;
 }
 
@@ -255,13 +253,12 @@ void TcpTransport::OnEstablished(TcpConnection& c) {
   }
   auto it = connect_waiters_.find(c.id());
   if (it != connect_waiters_.end()) {
-    it->second->set_value();
+    it->second->set_value(DeferredError());
     connect_waiters_.erase(it);
   }
 }
 
-void TcpTransport::OnClosed(TcpConnection& c, const std::string& reason,
-                            std::exception_ptr error) {
+void TcpTransport::OnClosed(TcpConnection& c, const std::string& reason, std::exception_ptr error) {
   if (c.established()) {
     logger_.V1("connection {} with {} closed: {}", c.id(), c.peer_name(), reason);
     try {
@@ -277,7 +274,8 @@ void TcpTransport::OnClosed(TcpConnection& c, const std::string& reason,
   }
   auto it = connect_waiters_.find(c.id());
   if (it != connect_waiters_.end()) {
-    it->second->set_exception(error ? error : std::make_exception_ptr(PeerLost(reason)));
+    it->second->set_value(
+        DeferredError::From(error ? error : std::make_exception_ptr(PeerLost(reason))));
     connect_waiters_.erase(it);
   }
 }
@@ -317,16 +315,17 @@ void TcpTransport::CloseEverything() {
     for (auto& [id, c] : connections_) all.push_back(c);
   }
   for (auto& c : all) {
-    std::string reason = fmt::format("transport shut down; connection with {} closed",
-                                     c->peer_name());
+    std::string reason =
+        fmt::format("transport shut down; connection with {} closed", c->peer_name());
     c->Close(reason, std::make_exception_ptr(Error(reason)));
   }
 }
 
 void TcpTransport::Shutdown() {
   if (loop_->IsLoopThread()) {
-    throw InvalidArgument("Shutdown() called from a transport callback; call it from another "
-                          "thread");
+    throw InvalidArgument(
+        "Shutdown() called from a transport callback; call it from another "
+        "thread");
   }
   std::lock_guard guard(shutdown_mu_);
   {

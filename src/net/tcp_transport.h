@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/logger.h"
+#include "net/deferred_error.h"
 #include "net/event_loop.h"
 #include "net/tcp_connection.h"
 #include "net/transport.h"
@@ -101,9 +102,9 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   void OnAcceptable(Listener* listener);
   // Creates and starts a connection on the loop thread; returns it. A
   // `waiter` learns the outcome of the handshake (Connect() waits on it).
-  std::shared_ptr<TcpConnection> Adopt(UniqueFd fd, PeerInfo peer, std::string peer_name,
-                                       TcpConnection::Role role,
-                                       std::shared_ptr<std::promise<void>> waiter = nullptr);
+  std::shared_ptr<TcpConnection> Adopt(
+      UniqueFd fd, PeerInfo peer, std::string peer_name, TcpConnection::Role role,
+      std::shared_ptr<std::promise<DeferredError>> waiter = nullptr);
   // Applies the socket options every connection gets. Throws IoError.
   void ConfigureSocket(int fd);
   // Connects the TCP socket, with retries; in the calling thread.
@@ -128,7 +129,7 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
 
   // Loop thread only.
   std::vector<std::shared_ptr<Listener>> listeners_;
-  std::unordered_map<ConnectionId, std::shared_ptr<std::promise<void>>> connect_waiters_;
+  std::unordered_map<ConnectionId, std::shared_ptr<std::promise<DeferredError>>> connect_waiters_;
   bool closed_everything_ = false;
 
   std::mutex shutdown_mu_;  // serialises Shutdown()

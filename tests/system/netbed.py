@@ -216,6 +216,13 @@ def _destroy_all() -> None:
 
 
 def _on_sigterm(signum, frame):  # noqa: ARG001 - signal handler signature
+    with _live_lock:
+        any_bed = bool(_live_beds)
+    if not any_bed:
+        # Nothing to clean up: die of the signal as if we had never handled it.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     # Unwind like Ctrl-C so that context managers and pytest fixtures tear the
     # beds down; atexit is the backstop.
     raise KeyboardInterrupt(f"signal {signum}")

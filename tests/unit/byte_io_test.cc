@@ -20,9 +20,8 @@ enum class Color : uint16_t { kRed = 1, kBlue = 0xBEEF };
 template <typename T>
 class ByteIoRoundTripTest : public ::testing::Test {};
 
-using FieldTypes =
-    ::testing::Types<int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t, uint64_t,
-                     bool, Color>;
+using FieldTypes = ::testing::Types<int8_t, uint8_t, int16_t, uint16_t, int32_t, uint32_t, int64_t,
+                                    uint64_t, bool, Color>;
 TYPED_TEST_SUITE(ByteIoRoundTripTest, FieldTypes);
 
 template <typename T>
@@ -63,7 +62,9 @@ TEST(ByteIoTest, IntegersAreLittleEndian) {
 TEST(ByteIoTest, StringsCarryAU32LengthAndRawBytes) {
   ByteWriter w;
   w.PutString(std::string("a\0b", 3));
-  EXPECT_EQ(w.bytes(), std::string("\x03\x00\x00\x00" "a\0b", 7));
+  EXPECT_EQ(w.bytes(), std::string("\x03\x00\x00\x00"
+                                   "a\0b",
+                                   7));
   ByteReader r(w.bytes(), "record");
   EXPECT_EQ(r.GetString("s"), std::string("a\0b", 3));
 }
@@ -91,10 +92,10 @@ struct Field {
 
 std::string EncodeRecord() {
   ByteWriter w;
-  w.Put(uint8_t{1});          // "kind", ends at 1
-  w.Put(uint32_t{77});        // "rank", ends at 5
-  w.PutString("host-name");   // "host", 4 + 9 bytes, ends at 18
-  w.Put(uint64_t{123456789}); // "stamp", ends at 26
+  w.Put(uint8_t{1});           // "kind", ends at 1
+  w.Put(uint32_t{77});         // "rank", ends at 5
+  w.PutString("host-name");    // "host", 4 + 9 bytes, ends at 18
+  w.Put(uint64_t{123456789});  // "stamp", ends at 26
   return w.Take();
 }
 

@@ -12,9 +12,9 @@
 namespace tandem::base {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 Config Parse(std::map<std::string, std::string> vars) {
   return Config::FromEnvironment(Environment(std::move(vars)));
@@ -95,16 +95,16 @@ TEST_P(HeartbeatTest, TimeoutMustExceedInterval) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, HeartbeatTest,
-    ::testing::Values(
-        HeartbeatCase{"Defaults", std::nullopt, std::nullopt, 1000, 10000},
-        HeartbeatCase{"Longer", "5", "6", 5000, 6000},
-        HeartbeatCase{"Equal", "5", "5", std::nullopt, 0},
-        HeartbeatCase{"Shorter", "5", "4", std::nullopt, 0},
-        HeartbeatCase{"IntervalAboveDefaultTimeout", "20", std::nullopt, std::nullopt, 0},
-        // MXNet's 0 ("off") restores the defaults instead.
-        HeartbeatCase{"ZerosMeanDefaults", "0", "0", 1000, 10000},
-        HeartbeatCase{"ZeroIntervalWithTimeout", "0", "2", 1000, 2000},
-        HeartbeatCase{"ZeroTimeoutBelowInterval", "30", "0", std::nullopt, 0}),
+    ::testing::Values(HeartbeatCase{"Defaults", std::nullopt, std::nullopt, 1000, 10000},
+                      HeartbeatCase{"Longer", "5", "6", 5000, 6000},
+                      HeartbeatCase{"Equal", "5", "5", std::nullopt, 0},
+                      HeartbeatCase{"Shorter", "5", "4", std::nullopt, 0},
+                      HeartbeatCase{"IntervalAboveDefaultTimeout", "20", std::nullopt, std::nullopt,
+                                    0},
+                      // MXNet's 0 ("off") restores the defaults instead.
+                      HeartbeatCase{"ZerosMeanDefaults", "0", "0", 1000, 10000},
+                      HeartbeatCase{"ZeroIntervalWithTimeout", "0", "2", 1000, 2000},
+                      HeartbeatCase{"ZeroTimeoutBelowInterval", "30", "0", std::nullopt, 0}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // ---- Bad values name their variable --------------------------------------------
@@ -126,16 +126,16 @@ TEST_P(ConfigBadValueTest, NamesTheVariable) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Values, ConfigBadValueTest,
-    ::testing::Values(BadValueCase{"PS_VERBOSE", "4"}, BadValueCase{"PS_VERBOSE", "-1"},
-                      BadValueCase{"PS_VERBOSE", "loud"},
-                      BadValueCase{"PS_HEARTBEAT_INTERVAL", "soon"},
-                      BadValueCase{"TANDEM_CONNECT_TIMEOUT", "-3"},
-                      BadValueCase{"TANDEM_START_TIMEOUT", "forever"},
-                      BadValueCase{"TANDEM_MAX_META_BYTES", "512"},
-                      BadValueCase{"TANDEM_MAX_META_BYTES", "2147483648"},
-                      BadValueCase{"TANDEM_MAX_PAYLOAD_BYTES", "-1"}));
+INSTANTIATE_TEST_SUITE_P(Values, ConfigBadValueTest,
+                         ::testing::Values(BadValueCase{"PS_VERBOSE", "4"},
+                                           BadValueCase{"PS_VERBOSE", "-1"},
+                                           BadValueCase{"PS_VERBOSE", "loud"},
+                                           BadValueCase{"PS_HEARTBEAT_INTERVAL", "soon"},
+                                           BadValueCase{"TANDEM_CONNECT_TIMEOUT", "-3"},
+                                           BadValueCase{"TANDEM_START_TIMEOUT", "forever"},
+                                           BadValueCase{"TANDEM_MAX_META_BYTES", "512"},
+                                           BadValueCase{"TANDEM_MAX_META_BYTES", "2147483648"},
+                                           BadValueCase{"TANDEM_MAX_PAYLOAD_BYTES", "-1"}));
 
 }  // namespace
 }  // namespace tandem::base

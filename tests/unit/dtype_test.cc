@@ -30,9 +30,9 @@ struct DTypeRow {
 // Written out by hand: a change to any enum value or name breaks the wire
 // and must fail here.
 const DTypeRow kRows[] = {
-    {DType::kF32, 0, "float32", 4, true},  {DType::kF64, 1, "float64", 8, true},
-    {DType::kF16, 2, "float16", 2, true},  {DType::kBF16, 3, "bfloat16", 2, true},
-    {DType::kI32, 4, "int32", 4, false},   {DType::kI64, 5, "int64", 8, false},
+    {DType::kF32, 0, "float32", 4, true}, {DType::kF64, 1, "float64", 8, true},
+    {DType::kF16, 2, "float16", 2, true}, {DType::kBF16, 3, "bfloat16", 2, true},
+    {DType::kI32, 4, "int32", 4, false},  {DType::kI64, 5, "int64", 8, false},
     {DType::kU8, 6, "uint8", 1, false},
 };
 
@@ -123,8 +123,8 @@ double HalfValue(uint16_t h) {
 // Round-to-nearest-even onto the ascending list of candidate magnitudes
 // (indexed by bit pattern), by comparing distances in double; `overflow`
 // is the magnitude from which the result is infinity.
-uint16_t NearestByDistance(double magnitude, const std::vector<double>& values,
-                           double overflow, uint16_t infinity_bits) {
+uint16_t NearestByDistance(double magnitude, const std::vector<double>& values, double overflow,
+                           uint16_t infinity_bits) {
   if (magnitude >= overflow) return infinity_bits;
   auto it = std::lower_bound(values.begin(), values.end(), magnitude);
   // Above the largest finite value but below `overflow`: the largest wins.
@@ -241,33 +241,32 @@ TEST_P(FloatToHalfCaseTest, RoundsToNearestEven) {
 
 INSTANTIATE_TEST_SUITE_P(
     Crafted, FloatToHalfCaseTest,
-    ::testing::Values(
-        RoundCase{"One", 1.0f, 0x3C00}, RoundCase{"MinusTwo", -2.0f, 0xC000},
-        RoundCase{"PlusZero", 0.0f, 0x0000}, RoundCase{"MinusZero", -0.0f, 0x8000},
-        RoundCase{"Largest", 65504.0f, 0x7BFF},
-        RoundCase{"JustBelowOverflowTie", 65519.996f, 0x7BFF},
-        RoundCase{"OverflowTieGoesToInfinity", 65520.0f, 0x7C00},
-        RoundCase{"Infinity", std::numeric_limits<float>::infinity(), 0x7C00},
-        RoundCase{"MinusInfinity", -std::numeric_limits<float>::infinity(), 0xFC00},
-        RoundCase{"FloatMaxIsInfinity", std::numeric_limits<float>::max(), 0x7C00},
-        // 1 + 2^-11 is halfway between 0x3C00 and 0x3C01: the even one wins.
-        RoundCase{"TieToEvenDown", 1.0f + 0x1p-11f, 0x3C00},
-        // 1 + 3 * 2^-11 is halfway between 0x3C01 and 0x3C02.
-        RoundCase{"TieToEvenUp", 1.0f + 3 * 0x1p-11f, 0x3C02},
-        RoundCase{"AboveTieRoundsUp", 1.0f + 0x1p-11f + 0x1p-20f, 0x3C01},
-        RoundCase{"MantissaCarryBumpsExponent", 2.0f - 0x1p-12f, 0x4000},
-        RoundCase{"SmallestNormal", 0x1p-14f, 0x0400},
-        RoundCase{"SmallestSubnormal", 0x1p-24f, 0x0001},
-        RoundCase{"LargestSubnormal", 1023 * 0x1p-24f, 0x03FF},
-        // 2^-25 is halfway between 0 and the smallest subnormal: even is 0.
-        RoundCase{"SubnormalTieToZero", 0x1p-25f, 0x0000},
-        RoundCase{"AboveSubnormalTie", 0x1p-25f + 0x1p-40f, 0x0001},
-        RoundCase{"SubnormalTieToEvenUp", 3 * 0x1p-25f, 0x0002},
-        // Halfway between the largest subnormal and the smallest normal.
-        RoundCase{"SubnormalCarriesIntoNormal", 2047 * 0x1p-25f, 0x0400},
-        RoundCase{"FarBelowSubnormals", 1e-30f, 0x0000},
-        RoundCase{"FloatSubnormal", 1e-45f, 0x0000},
-        RoundCase{"NegativeSubnormal", -5 * 0x1p-24f, 0x8005}),
+    ::testing::Values(RoundCase{"One", 1.0f, 0x3C00}, RoundCase{"MinusTwo", -2.0f, 0xC000},
+                      RoundCase{"PlusZero", 0.0f, 0x0000}, RoundCase{"MinusZero", -0.0f, 0x8000},
+                      RoundCase{"Largest", 65504.0f, 0x7BFF},
+                      RoundCase{"JustBelowOverflowTie", 65519.996f, 0x7BFF},
+                      RoundCase{"OverflowTieGoesToInfinity", 65520.0f, 0x7C00},
+                      RoundCase{"Infinity", std::numeric_limits<float>::infinity(), 0x7C00},
+                      RoundCase{"MinusInfinity", -std::numeric_limits<float>::infinity(), 0xFC00},
+                      RoundCase{"FloatMaxIsInfinity", std::numeric_limits<float>::max(), 0x7C00},
+                      // 1 + 2^-11 is halfway between 0x3C00 and 0x3C01: the even one wins.
+                      RoundCase{"TieToEvenDown", 1.0f + 0x1p-11f, 0x3C00},
+                      // 1 + 3 * 2^-11 is halfway between 0x3C01 and 0x3C02.
+                      RoundCase{"TieToEvenUp", 1.0f + 3 * 0x1p-11f, 0x3C02},
+                      RoundCase{"AboveTieRoundsUp", 1.0f + 0x1p-11f + 0x1p-20f, 0x3C01},
+                      RoundCase{"MantissaCarryBumpsExponent", 2.0f - 0x1p-12f, 0x4000},
+                      RoundCase{"SmallestNormal", 0x1p-14f, 0x0400},
+                      RoundCase{"SmallestSubnormal", 0x1p-24f, 0x0001},
+                      RoundCase{"LargestSubnormal", 1023 * 0x1p-24f, 0x03FF},
+                      // 2^-25 is halfway between 0 and the smallest subnormal: even is 0.
+                      RoundCase{"SubnormalTieToZero", 0x1p-25f, 0x0000},
+                      RoundCase{"AboveSubnormalTie", 0x1p-25f + 0x1p-40f, 0x0001},
+                      RoundCase{"SubnormalTieToEvenUp", 3 * 0x1p-25f, 0x0002},
+                      // Halfway between the largest subnormal and the smallest normal.
+                      RoundCase{"SubnormalCarriesIntoNormal", 2047 * 0x1p-25f, 0x0400},
+                      RoundCase{"FarBelowSubnormals", 1e-30f, 0x0000},
+                      RoundCase{"FloatSubnormal", 1e-45f, 0x0000},
+                      RoundCase{"NegativeSubnormal", -5 * 0x1p-24f, 0x8005}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(HalfTest, NanStaysNanWithSignAndQuietBit) {
@@ -329,19 +328,19 @@ TEST_P(FloatToBFloat16CaseTest, RoundsToNearestEven) {
 
 INSTANTIATE_TEST_SUITE_P(
     Crafted, FloatToBFloat16CaseTest,
-    ::testing::Values(
-        RoundCase{"One", 1.0f, 0x3F80}, RoundCase{"MinusZero", -0.0f, 0x8000},
-        RoundCase{"TieToEvenDown", 1.0f + 0x1p-8f, 0x3F80},
-        RoundCase{"TieToEvenUp", 1.0f + 3 * 0x1p-8f, 0x3F82},
-        RoundCase{"AboveTie", 1.0f + 0x1p-8f + 0x1p-20f, 0x3F81},
-        RoundCase{"FloatMaxRoundsToInfinity", std::numeric_limits<float>::max(), 0x7F80},
-        RoundCase{"BelowOverflowTie", FloatFromBits(0x7F7F7FFFu), 0x7F7F},
-        RoundCase{"Infinity", std::numeric_limits<float>::infinity(), 0x7F80},
-        RoundCase{"MinusInfinity", -std::numeric_limits<float>::infinity(), 0xFF80},
-        RoundCase{"SmallestFloatSubnormal", FloatFromBits(1), 0x0000},
-        RoundCase{"SubnormalTieToZero", FloatFromBits(0x00008000u), 0x0000},
-        RoundCase{"SubnormalTieUp", FloatFromBits(0x00018000u), 0x0002},
-        RoundCase{"SubnormalCarriesIntoNormal", FloatFromBits(0x007FFFFFu), 0x0080}),
+    ::testing::Values(RoundCase{"One", 1.0f, 0x3F80}, RoundCase{"MinusZero", -0.0f, 0x8000},
+                      RoundCase{"TieToEvenDown", 1.0f + 0x1p-8f, 0x3F80},
+                      RoundCase{"TieToEvenUp", 1.0f + 3 * 0x1p-8f, 0x3F82},
+                      RoundCase{"AboveTie", 1.0f + 0x1p-8f + 0x1p-20f, 0x3F81},
+                      RoundCase{"FloatMaxRoundsToInfinity", std::numeric_limits<float>::max(),
+                                0x7F80},
+                      RoundCase{"BelowOverflowTie", FloatFromBits(0x7F7F7FFFu), 0x7F7F},
+                      RoundCase{"Infinity", std::numeric_limits<float>::infinity(), 0x7F80},
+                      RoundCase{"MinusInfinity", -std::numeric_limits<float>::infinity(), 0xFF80},
+                      RoundCase{"SmallestFloatSubnormal", FloatFromBits(1), 0x0000},
+                      RoundCase{"SubnormalTieToZero", FloatFromBits(0x00008000u), 0x0000},
+                      RoundCase{"SubnormalTieUp", FloatFromBits(0x00018000u), 0x0002},
+                      RoundCase{"SubnormalCarriesIntoNormal", FloatFromBits(0x007FFFFFu), 0x0080}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(BFloat16Test, NanNeverRoundsToInfinity) {

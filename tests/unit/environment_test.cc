@@ -13,8 +13,8 @@
 namespace tandem::base {
 namespace {
 
-using ::testing::HasSubstr;
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 constexpr const char* kVar = "TANDEM_TEST_VALUE";
 
@@ -63,8 +63,8 @@ INSTANTIATE_TEST_SUITE_P(
         IntCase{"Plain", "42", INT64_MIN, INT64_MAX, 42, ""},
         IntCase{"Negative", "-7", INT64_MIN, INT64_MAX, -7, ""},
         IntCase{"Unset", std::nullopt, 0, 10, -99, ""},
-        IntCase{"EmptyMeansUnset", "", 0, 10, -99, ""},
-        IntCase{"AtMin", "0", 0, 10, 0, ""}, IntCase{"AtMax", "10", 0, 10, 10, ""},
+        IntCase{"EmptyMeansUnset", "", 0, 10, -99, ""}, IntCase{"AtMin", "0", 0, 10, 0, ""},
+        IntCase{"AtMax", "10", 0, 10, 10, ""},
         IntCase{"Int64Max", "9223372036854775807", INT64_MIN, INT64_MAX, INT64_MAX, ""},
         IntCase{"BelowMin", "-1", 0, 10, std::nullopt, "out of range [0, 10]"},
         IntCase{"AboveMax", "11", 0, 10, std::nullopt, "out of range [0, 10]"},

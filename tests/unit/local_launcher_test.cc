@@ -184,8 +184,11 @@ TEST(BuildLocalJobTest, BuildsSchedulerServersAndWorkersWithTheirEnvironments) {
   o.env = {{"OMP_NUM_THREADS", "2"}, {"FROM_LAUNCHER", "overridden"}, {"OMP_NUM_THREADS", "3"}};
   LocalJobIdentity id{4242, std::string(64, 'a'), "job-test"};
   // A stale DMLC_WORKER_ID of the launcher's own must not reach anyone.
-  Env launcher = {{"HOME", "/home/u"}, {"FROM_LAUNCHER", "yes"}, {"DMLC_WORKER_ID", "9"},
-                  {"DMLC_SERVER_ID", "7"}, {"DMLC_ROLE", "worker"}};
+  Env launcher = {{"HOME", "/home/u"},
+                  {"FROM_LAUNCHER", "yes"},
+                  {"DMLC_WORKER_ID", "9"},
+                  {"DMLC_SERVER_ID", "7"},
+                  {"DMLC_ROLE", "worker"}};
 
   auto specs = BuildLocalJob(o, id, launcher);
   ASSERT_EQ(specs.size(), 5u);
@@ -336,9 +339,9 @@ TEST(RunLocalJobTest, ReturnsTheFirstFailuresCode) {
   ::unlink(script);
   auto lines = err.Lines();
   ASSERT_FALSE(lines.empty());
-  EXPECT_THAT(lines.back(), ::testing::MatchesRegex(
-                                "\\[launcher\\] job failed: worker 0 \\(pid [0-9]+\\) exited "
-                                "with status 7"));
+  EXPECT_THAT(lines.back(),
+              ::testing::MatchesRegex("\\[launcher\\] job failed: worker 0 \\(pid [0-9]+\\) exited "
+                                      "with status 7"));
   EXPECT_THAT(err.Text(), HasSubstr("[worker 0] failing"));
   EXPECT_THAT(err.Text(), ::testing::ContainsRegex("scheduler \\(pid [0-9]+\\) killed by signal "
                                                    "15 \\(SIGTERM\\)"));

@@ -5,10 +5,10 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <stdexcept>
 #include <sstream>
-#include <string_view>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 

@@ -102,8 +102,7 @@ TEST(ExitStatusTest, DescribesExitsAndSignals) {
   siginfo_t info{};
   info.si_code = CLD_DUMPED;
   info.si_status = SIGSEGV;
-  EXPECT_EQ(ExitStatus::FromSiginfo(info).Describe(),
-            "killed by signal 11 (SIGSEGV), core dumped");
+  EXPECT_EQ(ExitStatus::FromSiginfo(info).Describe(), "killed by signal 11 (SIGSEGV), core dumped");
   info.si_code = CLD_STOPPED;
   EXPECT_THROW(ExitStatus::FromSiginfo(info), InvalidArgument);
   EXPECT_EQ(SignalName(SIGTERM), "SIGTERM");

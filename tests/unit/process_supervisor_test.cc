@@ -170,15 +170,15 @@ TEST(ProcessSupervisorTest, InterleavedStdoutAndStderrLinesStayWhole) {
   const std::regex err_line("\\[worker [01]\\] err ([0-9]+) " + payload);
   int out_count = 0;
   for (const auto& line : out.Lines()) {
-    ASSERT_TRUE(std::regex_match(line, out_line)) << "mangled stdout line of " << line.size()
-                                                  << " bytes: " << line.substr(0, 80);
+    ASSERT_TRUE(std::regex_match(line, out_line))
+        << "mangled stdout line of " << line.size() << " bytes: " << line.substr(0, 80);
     ++out_count;
   }
   int err_count = 0;
   for (const auto& line : err.Lines()) {
     if (line.rfind("[launcher]", 0) == 0) continue;
-    ASSERT_TRUE(std::regex_match(line, err_line)) << "mangled stderr line of " << line.size()
-                                                  << " bytes: " << line.substr(0, 80);
+    ASSERT_TRUE(std::regex_match(line, err_line))
+        << "mangled stderr line of " << line.size() << " bytes: " << line.substr(0, 80);
     ++err_count;
   }
   EXPECT_EQ(out_count, 120);
@@ -191,9 +191,8 @@ TEST(ProcessSupervisorTest, PassesArgvUntouchedAndTheEnvironmentExactly) {
   {
     ProcessSupervisor supervisor(Options(out, err));
     supervisor.Start({"worker 0", {"/usr/bin/env"}, env});
-    supervisor.Start({"worker 1",
-                      {"/usr/bin/printf", "%s|", "a b", "$HOME", "'q'", "", "*"},
-                      BaseEnv()});
+    supervisor.Start(
+        {"worker 1", {"/usr/bin/printf", "%s|", "a b", "$HOME", "'q'", "", "*"}, BaseEnv()});
     EXPECT_EQ(supervisor.Run().exit_code, 0);
   }
   std::vector<std::string> env_lines;
@@ -344,8 +343,7 @@ TEST(ProcessSupervisorTest, LeftoverGroupMembersOfASuccessfulJobAreStopped) {
   }
   EXPECT_EQ(outcome.exit_code, 0);
   EXPECT_TRUE(GroupGone(leader));
-  EXPECT_NE(LineIndex(err.Lines(), "every process of the job has exited, but 1 process group"),
-            -1)
+  EXPECT_NE(LineIndex(err.Lines(), "every process of the job has exited, but 1 process group"), -1)
       << err.Text();
 }
 
@@ -360,8 +358,9 @@ TEST(ProcessSupervisorTest, KeepsGoingWhenItsOutputIsClosed) {
   JobOutcome outcome;
   {
     ProcessSupervisor supervisor(options);
-    supervisor.Start(Shell("worker 0", "i=0; while [ $i -lt 1000 ]; do echo line $i; i=$((i+1)); "
-                                       "done"));
+    supervisor.Start(Shell("worker 0",
+                           "i=0; while [ $i -lt 1000 ]; do echo line $i; i=$((i+1)); "
+                           "done"));
     outcome = supervisor.Run();
   }
   ::close(fds[1]);
@@ -578,8 +577,8 @@ TEST(LauncherSignalTest, SecondInterruptKillsAtOnce) {
   auto pgids = launcher.WaitForLines(std::regex("ready ([0-9]+)"), 1, milliseconds(20000));
   ASSERT_EQ(pgids.size(), 1u) << launcher.Output();
   ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
-  auto forwarded = launcher.WaitForLines(std::regex("(received SIGINT; forwarding)"), 1,
-                                         milliseconds(20000));
+  auto forwarded =
+      launcher.WaitForLines(std::regex("(received SIGINT; forwarding)"), 1, milliseconds(20000));
   ASSERT_EQ(forwarded.size(), 1u) << launcher.Output();
   ASSERT_EQ(::kill(launcher.pid(), SIGINT), 0);
   int status = launcher.Wait(milliseconds(30000));

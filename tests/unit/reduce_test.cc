@@ -218,19 +218,18 @@ class ReduceMatchesReferenceTest : public ::testing::TestWithParam<ReduceCase> {
 };
 
 TEST_P(ReduceMatchesReferenceTest, EveryShape) {
-  VisitDType(std::get<0>(GetParam()),
-             [this]<typename T>(std::type_identity<T>) { Check<T>(); });
+  VisitDType(std::get<0>(GetParam()), [this]<typename T>(std::type_identity<T>) { Check<T>(); });
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllDTypesOpsCounts, ReduceMatchesReferenceTest,
-    ::testing::Combine(::testing::ValuesIn(kAllDTypes), ::testing::ValuesIn(kAllOps),
-                       ::testing::Values<size_t>(0, 1, 7, 1000, 4099)),
-    [](const auto& param_info) {
-      return std::string(DTypeName(std::get<0>(param_info.param))) + "_" +
-             std::string(ReduceOpName(std::get<1>(param_info.param))) + "_" +
-             std::to_string(std::get<2>(param_info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllDTypesOpsCounts, ReduceMatchesReferenceTest,
+                         ::testing::Combine(::testing::ValuesIn(kAllDTypes),
+                                            ::testing::ValuesIn(kAllOps),
+                                            ::testing::Values<size_t>(0, 1, 7, 1000, 4099)),
+                         [](const auto& param_info) {
+                           return std::string(DTypeName(std::get<0>(param_info.param))) + "_" +
+                                  std::string(ReduceOpName(std::get<1>(param_info.param))) + "_" +
+                                  std::to_string(std::get<2>(param_info.param));
+                         });
 
 // ---- Crafted semantics -------------------------------------------------------
 
@@ -305,24 +304,23 @@ TEST_P(HalfSumRoundingTest, RoundsOnceToNearestEven) {
   EXPECT_EQ(out.bits, GetParam().expected) << std::hex << "got 0x" << out.bits;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Crafted, HalfSumRoundingTest,
-    ::testing::Values(
-        // 2048 + 1: halfway between 2048 and 2050, the even mantissa is 2048.
-        HalfSumCase{"TieDown", 0x6800, 0x3C00, 0x6800},
-        // 2048 + 3 = 2051: halfway between 2050 and 2052, even is 2052.
-        HalfSumCase{"TieUp", 0x6800, 0x4200, 0x6802},
-        // 1 + (2^-11 + 2^-21): just above the tie, so it rounds up; a
-        // rounding of y before the add would lose the 2^-21.
-        HalfSumCase{"JustAboveTie", 0x3C00, 0x1001, 0x3C01},
-        // 65504 + 16 = 65520 overflows to infinity; 65504 + 8 does not.
-        HalfSumCase{"Overflow", 0x7BFF, 0x4C00, 0x7C00},
-        HalfSumCase{"NoOverflow", 0x7BFF, 0x4800, 0x7BFF},
-        // Two smallest subnormals make the second smallest.
-        HalfSumCase{"Subnormals", 0x0001, 0x0001, 0x0002},
-        // x + (-x) is +0.
-        HalfSumCase{"Cancellation", 0x4500, 0xC500, 0x0000}),
-    [](const auto& param_info) { return std::string(param_info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Crafted, HalfSumRoundingTest,
+                         ::testing::Values(
+                             // 2048 + 1: halfway between 2048 and 2050, the even mantissa is 2048.
+                             HalfSumCase{"TieDown", 0x6800, 0x3C00, 0x6800},
+                             // 2048 + 3 = 2051: halfway between 2050 and 2052, even is 2052.
+                             HalfSumCase{"TieUp", 0x6800, 0x4200, 0x6802},
+                             // 1 + (2^-11 + 2^-21): just above the tie, so it rounds up; a
+                             // rounding of y before the add would lose the 2^-21.
+                             HalfSumCase{"JustAboveTie", 0x3C00, 0x1001, 0x3C01},
+                             // 65504 + 16 = 65520 overflows to infinity; 65504 + 8 does not.
+                             HalfSumCase{"Overflow", 0x7BFF, 0x4C00, 0x7C00},
+                             HalfSumCase{"NoOverflow", 0x7BFF, 0x4800, 0x7BFF},
+                             // Two smallest subnormals make the second smallest.
+                             HalfSumCase{"Subnormals", 0x0001, 0x0001, 0x0002},
+                             // x + (-x) is +0.
+                             HalfSumCase{"Cancellation", 0x4500, 0xC500, 0x0000}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 TEST(BFloat16SumTest, RoundsOnceToNearestEven) {
   // Around 256 bfloat16 steps by 2: 256 + 1 ties to 256, 256 + 3 ties to 260.
@@ -349,14 +347,14 @@ TYPED_TEST(IntegerReduceTest, SumAndProdWrapLikeTwosComplement) {
   T x[3] = {kMax, kMin, kMax};
   const T y[3] = {1, static_cast<T>(kMin == 0 ? 0 : -1), 2};
   Reduce(ReduceOp::kSum, DTypeOf<TypeParam>(), x, y, 3);
-  EXPECT_EQ(x[0], kMin);                                // max + 1 wraps to min
-  EXPECT_EQ(x[1], kMin == 0 ? T{0} : kMax);             // min - 1 wraps to max
-  EXPECT_EQ(x[2], static_cast<T>(kMin + 1));            // max + 2
+  EXPECT_EQ(x[0], kMin);                      // max + 1 wraps to min
+  EXPECT_EQ(x[1], kMin == 0 ? T{0} : kMax);   // min - 1 wraps to max
+  EXPECT_EQ(x[2], static_cast<T>(kMin + 1));  // max + 2
   T p[2] = {kMax, kMin};
   const T q[2] = {2, static_cast<T>(kMin == 0 ? 2 : -1)};
   Reduce(ReduceOp::kProd, DTypeOf<TypeParam>(), p, q, 2);
-  EXPECT_EQ(p[0], static_cast<T>(-2));                  // 2 * max = -2 mod 2^bits
-  EXPECT_EQ(p[1], kMin);                                // min * -1 = min (or 0 * 2)
+  EXPECT_EQ(p[0], static_cast<T>(-2));  // 2 * max = -2 mod 2^bits
+  EXPECT_EQ(p[1], kMin);                // min * -1 = min (or 0 * 2)
 }
 
 TYPED_TEST(IntegerReduceTest, MinAndMaxCompareAsTheType) {
@@ -389,7 +387,8 @@ TEST_P(ScaleTest, MultipliesInDoubleAndRoundsOnceToTheType) {
       std::vector<T> want(count);
       for (size_t i = 0; i < count; ++i) {
         if constexpr (kIsHalf<T>) {
-          want[i] = FromFloat<T>(static_cast<float>(static_cast<double>(ToFloat(data[i])) * factor));
+          want[i] =
+              FromFloat<T>(static_cast<float>(static_cast<double>(ToFloat(data[i])) * factor));
         } else {
           want[i] = static_cast<T>(static_cast<double>(data[i]) * factor);
         }
@@ -406,8 +405,8 @@ TEST_P(ScaleTest, MultipliesInDoubleAndRoundsOnceToTheType) {
 }
 
 INSTANTIATE_TEST_SUITE_P(FloatDTypes, ScaleTest,
-                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64,
-                                                              DType::kF16, DType::kBF16),
+                         ::testing::Combine(::testing::Values(DType::kF32, DType::kF64, DType::kF16,
+                                                              DType::kBF16),
                                             ::testing::Values<size_t>(0, 1, 7, 1000, 4099)),
                          [](const auto& param_info) {
                            return std::string(DTypeName(std::get<0>(param_info.param))) + "_" +

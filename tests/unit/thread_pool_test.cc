@@ -151,11 +151,10 @@ TEST_P(ParallelForTest, CoversTheRangeOnceInDisjointChunks) {
   EXPECT_EQ(ranges.size(), std::clamp<size_t>(n / floor, 1, threads + 1));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, ParallelForTest,
-    ::testing::Combine(::testing::Values<size_t>(1, 3, 8),
-                       ::testing::Values<size_t>(0, 1, 5, 100, 4099),
-                       ::testing::Values<size_t>(0, 1, 16, 1000, 100000)));
+INSTANTIATE_TEST_SUITE_P(Shapes, ParallelForTest,
+                         ::testing::Combine(::testing::Values<size_t>(1, 3, 8),
+                                            ::testing::Values<size_t>(0, 1, 5, 100, 4099),
+                                            ::testing::Values<size_t>(0, 1, 16, 1000, 100000)));
 
 class ParallelForErrorTest : public ::testing::TestWithParam<size_t> {};
 
@@ -210,9 +209,8 @@ TEST_P(ParallelForErrorTest, NestsInsideItsOwnTasksWithoutDeadlock) {
   std::vector<std::future<void>> futures;
   std::atomic<size_t> total{0};
   for (size_t t = 0; t < 2 * GetParam(); ++t) {
-    futures.push_back(pool.Submit([&] {
-      pool.ParallelFor(100, 1, [&](size_t b, size_t e) { total += e - b; });
-    }));
+    futures.push_back(pool.Submit(
+        [&] { pool.ParallelFor(100, 1, [&](size_t b, size_t e) { total += e - b; }); }));
   }
   for (auto& f : futures) f.get();
   EXPECT_EQ(total.load(), 2 * GetParam() * 100);

@@ -1,33 +1,36 @@
 // The Transport contract, checked against every implementation: TCP over
 // IPv4 and IPv6 loopback, and the in-process transport.
+#include "net/transport.h"
+
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
-#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/logger.h"
+#include "net/hmac_handshake.h"
 #include "net/inproc_transport.h"
 #include "net/socket_address.h"
 #include "net/tcp_transport.h"
-#include "net/transport.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -44,9 +47,12 @@ enum class Kind { kTcpV4, kTcpV6, kInProc };
 
 std::string KindName(Kind k) {
   switch (k) {
-    case Kind::kTcpV4: return "TcpV4";
-    case Kind::kTcpV6: return "TcpV6";
-    case Kind::kInProc: return "InProc";
+    case Kind::kTcpV4:
+      return "TcpV4";
+    case Kind::kTcpV6:
+      return "TcpV6";
+    case Kind::kInProc:
+      return "InProc";
   }
   return "?";
 }
@@ -64,7 +70,8 @@ bool Ipv6LoopbackAvailable() {
 
 std::vector<std::byte> Pattern(size_t n, unsigned seed) {
   std::vector<std::byte> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 131 + seed * 7 + i / 251) & 0xff);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::byte>((i * 131 + seed * 7 + i / 251) & 0xff);
   return v;
 }
 
@@ -118,8 +125,7 @@ class Recorder : public TransportHandler {
   }
 
   // Set before the transport delivers anything.
-  std::function<std::span<std::byte>(ConnectionId, const Header&, const std::string&)>
-      destination_;
+  std::function<std::span<std::byte>(ConnectionId, const Header&, const std::string&)> destination_;
   std::function<void(ConnectionId, Message&)> on_message_;
 
   std::mutex mu_;
@@ -195,9 +201,12 @@ class Net {
   }
   Endpoint Address(uint16_t port = 0) const {
     switch (kind_) {
-      case Kind::kTcpV4: return {"127.0.0.1", port};
-      case Kind::kTcpV6: return {"::1", port};
-      case Kind::kInProc: return {"node-a", port};
+      case Kind::kTcpV4:
+        return {"127.0.0.1", port};
+      case Kind::kTcpV6:
+        return {"::1", port};
+      case Kind::kInProc:
+        return {"node-a", port};
     }
     return {};
   }
@@ -283,9 +292,9 @@ TEST_P(TransportTest, ConnectRunsHandshakeAndReportsBothPeers) {
 }
 
 TEST_P(TransportTest, KeepsOrderOfTenThousandMessages) {
+  std::vector<std::byte> small = Pattern(24, 1);  // outlives the transports
   auto p = Connected();
   constexpr uint64_t kCount = 10000;
-  std::vector<std::byte> small = Pattern(24, 1);
   for (uint64_t i = 0; i < kCount; ++i) {
     // Every third message carries a payload, so frames of several shapes mix.
     std::vector<std::span<const std::byte>> payload;
@@ -304,11 +313,11 @@ TEST_P(TransportTest, KeepsOrderOfTenThousandMessages) {
 }
 
 TEST_P(TransportTest, MultiSpanPayloadArrivesConcatenated) {
-  auto p = Connected();
   auto a = Pattern(1000, 1);
   auto b = Pattern(70000, 2);
   auto c = Pattern(3, 3);
   std::vector<std::byte> empty;
+  auto p = Connected();
   p->client->Send(p->client_conn, Msg(5, "spans", {a, std::span<const std::byte>(empty), b, c}));
   ASSERT_TRUE(p->server_rec.WaitMessages(1));
   std::vector<std::byte> expected = a;
@@ -322,17 +331,78 @@ TEST_P(TransportTest, MultiSpanPayloadArrivesConcatenated) {
   EXPECT_EQ(m.meta, "spans");
 }
 
+TEST_P(TransportTest, StreamOfMixedSizesNeverStalls) {
+  // Large payloads (read in place, with a raised receive low-water mark on
+  // TCP) alternate with tiny frames; the last frame must still arrive.
+  std::vector<std::byte> posted(3u << 20);
+  auto data = Pattern(3u << 20, 12);
+  auto p = Connected([&](Pair& pair) {
+    pair.server_rec.destination_ = [&](ConnectionId, const Header& h, const std::string& meta) {
+      if (meta == "posted") return std::span<std::byte>(posted).first(h.payload_length);
+      return std::span<std::byte>();
+    };
+  });
+  const std::vector<size_t> sizes = {700u << 10,    0,    1,        (3u << 20) / 2, 64,
+                                     600u << 10,    4096, 3u << 20, 520u << 10,     2,
+                                     (1u << 20) + 5};
+  constexpr int kCycles = 6;
+  uint64_t request = 0;
+  for (int c = 0; c < kCycles; ++c) {
+    for (size_t size : sizes) {
+      std::vector<std::span<const std::byte>> payload;
+      if (size > 0) payload.push_back(std::span<const std::byte>(data).first(size));
+      const char* where = request % 2 ? "posted" : "owned";
+      p->client->Send(p->client_conn, Msg(request++, where, payload));
+    }
+  }
+  p->client->Send(p->client_conn, Msg(request++, "last"));
+  ASSERT_TRUE(p->server_rec.WaitMessages(request));
+  std::lock_guard lock(p->server_rec.mu_);
+  for (uint64_t i = 0; i + 1 < request; ++i) {
+    const Message& m = p->server_rec.messages_[i].msg;
+    ASSERT_EQ(m.header.request_id, i);
+    ASSERT_EQ(m.payload.bytes.size(), sizes[i % sizes.size()]);
+    if (!m.payload.in_posted_buffer() && !m.payload.bytes.empty()) {
+      ASSERT_EQ(std::memcmp(m.payload.bytes.data(), data.data(), m.payload.bytes.size()), 0);
+    }
+  }
+  EXPECT_EQ(p->server_rec.messages_.back().msg.meta, "last");
+}
+
+TEST_P(TransportTest, SmallFramesQueuedBehindALargePayloadAllArrive) {
+  // The receiver stalls once so that everything below is queued in the
+  // socket when it reads on: a large payload read in place (raising the
+  // receive low-water mark on TCP), then enough small frames to fill many
+  // reads in a row, then one last tiny frame.
+  std::atomic<bool> stalled{false};
+  auto big = Pattern(800u << 10, 13);
+  auto small = Pattern(4000, 14);
+  auto p = Connected([&](Pair& pair) {
+    pair.server_rec.on_message_ = [&](ConnectionId, Message&) {
+      if (!stalled.exchange(true)) std::this_thread::sleep_for(300ms);
+    };
+  });
+  p->client->Send(p->client_conn, Msg(0, "first"));
+  p->client->Send(p->client_conn, Msg(1, "big", {big}));
+  constexpr uint64_t kSmall = 560;
+  for (uint64_t i = 0; i < kSmall; ++i) p->client->Send(p->client_conn, Msg(2 + i, "", {small}));
+  p->client->Send(p->client_conn, Msg(2 + kSmall, "last"));
+  ASSERT_TRUE(p->server_rec.WaitMessages(3 + kSmall));
+  std::lock_guard lock(p->server_rec.mu_);
+  EXPECT_EQ(p->server_rec.messages_[1].msg.payload.bytes.size(), big.size());
+  EXPECT_EQ(p->server_rec.messages_.back().msg.meta, "last");
+}
+
 TEST_P(TransportTest, OnSentRunsExactlyOncePerMessageOnTheTransportThread) {
+  auto payload = Pattern(5000, 4);
   auto p = Connected();
   constexpr int kCount = 500;
-  auto payload = Pattern(5000, 4);
   std::vector<std::atomic<int>> calls(kCount);
   std::atomic<int> errors{0};
   std::atomic<int> on_test_thread{0};
   auto test_thread = std::this_thread::get_id();
   for (int i = 0; i < kCount; ++i) {
-    p->client->Send(p->client_conn,
-                    Msg(i, "", {payload}, [&, i](std::exception_ptr e) {
+    p->client->Send(p->client_conn, Msg(i, "", {payload}, [&, i](std::exception_ptr e) {
                       calls[i]++;
                       if (e) errors++;
                       if (std::this_thread::get_id() == test_thread) on_test_thread++;
@@ -348,7 +418,8 @@ TEST_P(TransportTest, OnSentRunsExactlyOncePerMessageOnTheTransportThread) {
     }
     return true;
   };
-  while (!all_called() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  while (!all_called() && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(1ms);
   std::this_thread::sleep_for(50ms);
   for (int i = 0; i < kCount; ++i) EXPECT_EQ(calls[i].load(), 1) << "message " << i;
   EXPECT_EQ(errors.load(), 0);
@@ -356,10 +427,10 @@ TEST_P(TransportTest, OnSentRunsExactlyOncePerMessageOnTheTransportThread) {
 }
 
 TEST_P(TransportTest, ConcurrentSendersKeepPerThreadOrder) {
+  auto payload = Pattern(300, 5);
   auto p = Connected();
   constexpr int kThreads = 4;
   constexpr uint64_t kPerThread = 2000;
-  auto payload = Pattern(300, 5);
   std::vector<std::thread> senders;
   for (int t = 0; t < kThreads; ++t) {
     senders.emplace_back([&, t] {
@@ -388,6 +459,9 @@ TEST_P(TransportTest, ConcurrentSendersKeepPerThreadOrder) {
 TEST_P(TransportTest, PostedDestinationReceivesPayloadInPlace) {
   std::vector<std::byte> small_buf(100);
   std::vector<std::byte> big_buf((1 << 20) + 3);
+  auto small = Pattern(small_buf.size(), 6);
+  auto big = Pattern(big_buf.size(), 7);
+  auto other = Pattern(77, 8);
   auto p = Connected([&](Pair& pair) {
     pair.server_rec.destination_ = [&](ConnectionId, const Header& h, const std::string& meta) {
       if (meta == "small") return std::span<std::byte>(small_buf);
@@ -396,9 +470,6 @@ TEST_P(TransportTest, PostedDestinationReceivesPayloadInPlace) {
       return std::span<std::byte>();
     };
   });
-  auto small = Pattern(small_buf.size(), 6);
-  auto big = Pattern(big_buf.size(), 7);
-  auto other = Pattern(77, 8);
   p->client->Send(p->client_conn, Msg(1, "small", {small}));
   p->client->Send(p->client_conn, Msg(2, "big", {big}));
   p->client->Send(p->client_conn, Msg(3, "other", {other}));
@@ -428,8 +499,7 @@ TEST_P(TransportTest, PeerCloseGivesDisconnectWithReasonOnBothEnds) {
   {
     std::lock_guard lock(p->server_rec.mu_);
     EXPECT_EQ(p->server_rec.disconnected_[0].first, p->server_conn);
-    EXPECT_THAT(p->server_rec.disconnected_[0].second,
-                HasSubstr(client_seen_by_server.ToString()));
+    EXPECT_THAT(p->server_rec.disconnected_[0].second, HasSubstr(client_seen_by_server.ToString()));
     EXPECT_THAT(p->server_rec.disconnected_[0].second, HasSubstr("closed"));
   }
   {
@@ -592,7 +662,10 @@ TEST_P(TransportTest, HandlerMayReplyFromInsideOnMessage) {
   constexpr int kRounds = 200;
   for (int i = 0; i < kRounds; ++i) {
     auto data = Pattern(static_cast<size_t>(i * 37), i);
-    p->client->Send(p->client_conn, Msg(i, std::to_string(i), {data}));
+    OutgoingMessage ping = Msg(i, std::to_string(i));
+    ping.owned_storage = data;  // the message owns its payload
+    ping.payload.push_back(ping.owned_storage);
+    p->client->Send(p->client_conn, std::move(ping));
     ASSERT_TRUE(p->client_rec.WaitMessages(i + 1));
     std::lock_guard lock(p->client_rec.mu_);
     const Message& r = p->client_rec.messages_[i].msg;
@@ -637,15 +710,15 @@ TEST_P(TransportPayloadTest, PayloadArrivesIntact) {
   EXPECT_EQ(server_rec.messages_[1].msg.payload.bytes.size(), 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sizes, TransportPayloadTest,
-    ::testing::Combine(::testing::Values(Kind::kTcpV4, Kind::kTcpV6, Kind::kInProc),
-                       ::testing::Values(size_t{0}, size_t{1}, size_t{4095}, size_t{65537},
-                                         size_t{16} << 20)),
-    [](const auto& param_info) {
-      return KindName(std::get<0>(param_info.param)) + "_" +
-             std::to_string(std::get<1>(param_info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Sizes, TransportPayloadTest,
+                         ::testing::Combine(::testing::Values(Kind::kTcpV4, Kind::kTcpV6,
+                                                              Kind::kInProc),
+                                            ::testing::Values(size_t{0}, size_t{1}, size_t{4095},
+                                                              size_t{65537}, size_t{16} << 20)),
+                         [](const auto& param_info) {
+                           return KindName(std::get<0>(param_info.param)) + "_" +
+                                  std::to_string(std::get<1>(param_info.param));
+                         });
 
 // Misbehaving raw TCP clients: only a real socket can send these.
 class TcpMisbehaviourTest : public ::testing::TestWithParam<Kind> {
@@ -712,7 +785,8 @@ TEST_P(TcpMisbehaviourTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
   UniqueFd fd = RawConnect();
   EXPECT_TRUE(ServerHangsUp(fd.get()));
   Endpoint me = SocketAddress::LocalOf(fd.get()).ToEndpoint();
-  EXPECT_TRUE(net_->log().WaitFor(me.ToString() + " did not complete authentication within 200 ms"));
+  EXPECT_TRUE(
+      net_->log().WaitFor(me.ToString() + " did not complete authentication within 200 ms"));
   ExpectGoodClientStillServed();
 }
 
@@ -725,8 +799,70 @@ TEST_P(TcpMisbehaviourTest, ClientThatHangsUpMidFrameIsDropped) {
   ExpectGoodClientStillServed();
 }
 
-INSTANTIATE_TEST_SUITE_P(Tcp, TcpMisbehaviourTest,
-                         ::testing::Values(Kind::kTcpV4, Kind::kTcpV6),
+// Writes one frame to a blocking socket.
+void WriteFrame(int fd, OutgoingMessage m) {
+  m.header.meta_length = static_cast<uint32_t>(m.meta.size());
+  m.header.payload_length = 0;
+  for (auto s : m.payload) m.header.payload_length += s.size();
+  std::array<std::byte, kHeaderSize> header;
+  EncodeHeader(m.header, header);
+  std::string bytes(reinterpret_cast<const char*>(header.data()), header.size());
+  bytes += m.meta;
+  for (auto s : m.payload) bytes.append(reinterpret_cast<const char*>(s.data()), s.size());
+  ASSERT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(bytes.size()));
+}
+
+// Reads one handshake frame (no payload) from a blocking socket.
+Message ReadHandshakeFrame(int fd) {
+  std::array<std::byte, kHeaderSize> header;
+  EXPECT_EQ(::recv(fd, header.data(), header.size(), MSG_WAITALL),
+            static_cast<ssize_t>(header.size()));
+  Message m;
+  m.header = DecodeHeader(header, HandshakeLimits());
+  m.meta.resize(m.header.meta_length);
+  if (!m.meta.empty()) {
+    EXPECT_EQ(::recv(fd, m.meta.data(), m.meta.size(), MSG_WAITALL),
+              static_cast<ssize_t>(m.meta.size()));
+  }
+  return m;
+}
+
+TEST_P(TcpMisbehaviourTest, PeerVanishingInTheMiddleOfALargePayloadIsReported) {
+  // The client authenticates by hand, announces 8 MiB and sends 3 MiB: the
+  // server is then waiting for a large rest (with a raised SO_RCVLOWAT) and
+  // must still notice the hang-up.
+  UniqueFd fd = RawConnect();
+  int flags = ::fcntl(fd.get(), F_GETFL);
+  ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  ClientHandshake hs(HandshakeCredentials{"job-a", "s3cret"});
+  WriteFrame(fd.get(), hs.Hello());
+  WriteFrame(fd.get(), hs.OnChallenge(ReadHandshakeFrame(fd.get())));
+  hs.OnWelcome(ReadHandshakeFrame(fd.get()));
+  ASSERT_TRUE(server_rec_.WaitConnected(1));
+
+  Header h;
+  h.type = kTestType;
+  h.payload_length = 8u << 20;
+  std::array<std::byte, kHeaderSize> header;
+  EncodeHeader(h, header);
+  auto part = Pattern(3u << 20, 11);
+  ASSERT_EQ(::send(fd.get(), header.data(), header.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(header.size()));
+  ASSERT_EQ(::send(fd.get(), part.data(), part.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(part.size()));
+  Endpoint me = SocketAddress::LocalOf(fd.get()).ToEndpoint();
+  // Let the server read what it got before the hang-up.
+  std::this_thread::sleep_for(100ms);
+  fd.Reset();
+  ASSERT_TRUE(server_rec_.WaitDisconnected(1));
+  std::lock_guard lock(server_rec_.mu_);
+  EXPECT_THAT(server_rec_.disconnected_[0].second, HasSubstr(me.ToString()));
+  EXPECT_THAT(server_rec_.disconnected_[0].second, HasSubstr("in the middle of a message"));
+  EXPECT_TRUE(server_rec_.messages_.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Tcp, TcpMisbehaviourTest, ::testing::Values(Kind::kTcpV4, Kind::kTcpV6),
                          [](const auto& param_info) { return KindName(param_info.param); });
 
 TEST(TcpTransportTest, ListensOnTheWildcardForBothFamilies) {
