@@ -18,6 +18,10 @@
 
 namespace tandem {
 
+namespace cluster {
+struct ClusterAccess;
+}  // namespace cluster
+
 /// The three kinds of process in a job.
 enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
 
@@ -91,6 +95,7 @@ class Cluster {
   void Finalize();
 
  private:
+  friend struct cluster::ClusterAccess;  // src/cluster/node_services.h
   struct Impl;
   explicit Cluster(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -13,18 +13,13 @@
 #include <string_view>
 #include <type_traits>
 
+#include "tandem/tensor.h"
+
 namespace tandem::base {
 
-/// An element type. The value is the wire encoding (one byte).
-enum class DType : uint8_t {
-  kF32 = 0,   ///< "float32": IEEE-754 binary32
-  kF64 = 1,   ///< "float64": IEEE-754 binary64
-  kF16 = 2,   ///< "float16": IEEE-754 binary16 (Half)
-  kBF16 = 3,  ///< "bfloat16": the upper half of a binary32 (BFloat16)
-  kI32 = 4,   ///< "int32": two's complement
-  kI64 = 5,   ///< "int64": two's complement
-  kU8 = 6,    ///< "uint8"
-};
+/// The element type of the public API (include/tandem/tensor.h); its value
+/// is the wire encoding (one byte).
+using DType = ::tandem::DType;
 
 /// The number of DType values; every wire value below it is valid.
 inline constexpr uint8_t kDTypeCount = 7;

@@ -14,6 +14,7 @@
 #include "base/logger.h"
 #include "cluster/dmlc_contract.h"
 #include "cluster/membership.h"
+#include "cluster/node_services.h"
 #include "cluster/node_address.h"
 #include "cluster/scheduler.h"
 #include "net/message_dispatcher.h"
@@ -50,7 +51,7 @@ struct Cluster::Impl {
     return cluster::ParseDmlcContract(env);
   }
 
-  void Start() {
+  void Start(const cluster::ServiceSetup& setup) {
     log.V1("start-up contract: {} (role {}, scheduler {}:{}, {} servers, {} workers)",
            desc.contract, RoleName(desc.role), desc.scheduler_host, desc.scheduler_port,
            desc.num_servers, desc.num_workers);
@@ -101,7 +102,15 @@ struct Cluster::Impl {
     membership = std::make_unique<cluster::Membership>(m, *transport, log, clock);
     dispatcher.Register(cluster::msg::kNodeBoundFirst, cluster::msg::kNodeBoundLast,
                         membership.get());
+    if (setup) {
+      cluster::NodeServices services = Services();
+      setup(services);
+    }
     membership->Join();
+  }
+
+  cluster::NodeServices Services() {
+    return {env, config, log, clock, *transport, dispatcher, *membership};
   }
 
   ~Impl() {
@@ -120,10 +129,29 @@ Cluster::~Cluster() = default;
 std::unique_ptr<Cluster> Cluster::Join() { return Join(base::Environment::FromProcess().vars()); }
 
 std::unique_ptr<Cluster> Cluster::Join(const std::map<std::string, std::string>& env) {
-  auto impl = std::make_unique<Impl>(base::Environment(env));
-  impl->Start();
-  return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+  return cluster::JoinWithServices(env, nullptr);
 }
+
+namespace cluster {
+
+struct ClusterAccess {
+  static std::unique_ptr<Cluster> Join(const std::map<std::string, std::string>& env,
+                                       const ServiceSetup& setup) {
+    auto impl = std::make_unique<Cluster::Impl>(base::Environment(env));
+    impl->Start(setup);
+    return std::unique_ptr<Cluster>(new Cluster(std::move(impl)));
+  }
+  static NodeServices Services(Cluster& c) { return c.impl_->Services(); }
+};
+
+std::unique_ptr<Cluster> JoinWithServices(const std::map<std::string, std::string>& env,
+                                          const ServiceSetup& setup) {
+  return ClusterAccess::Join(env, setup);
+}
+
+NodeServices Services(Cluster& cluster) { return ClusterAccess::Services(cluster); }
+
+}  // namespace cluster
 
 Role Cluster::role() const { return impl_->membership->self().role; }
 int Cluster::rank() const { return impl_->membership->self().rank; }

@@ -171,6 +171,13 @@ void Membership::Fail(FailureKind kind, std::string text) {
   if (failure_) return;
   log_.Error("{}", text);
   failure_.emplace(kind, std::move(text));
+  for (const auto& listener : failure_listeners_) listener(failure_->second);
+}
+
+void Membership::AddFailureListener(FailureListener listener) {
+  std::lock_guard lock(mu_);
+  if (failure_) listener(failure_->second);
+  failure_listeners_.push_back(std::move(listener));
 }
 
 void Membership::ThrowFailure() const {

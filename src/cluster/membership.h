@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
+#include <functional>
 
 #include "base/clock.h"
 #include "base/logger.h"
@@ -68,6 +70,15 @@ class Membership final : public net::TransportHandler {
   /// Closes the connection without ceremony (a process going away).
   void Close();
 
+  /// Called once with the text of the job's failure (a lost node, the lost
+  /// scheduler, a start time-out) when it is first learnt; at once if the
+  /// failure is already known. Runs on the thread that learnt it (usually
+  /// the transport's) while Membership holds its lock: it must be quick and
+  /// must not call back into Membership. Services use it to fail their
+  /// pending operations with PeerLost instead of waiting.
+  using FailureListener = std::function<void(const std::string& text)>;
+  void AddFailureListener(FailureListener listener);
+
  private:
   enum class FailureKind { kPeerLost, kRejected, kTimeout };
   struct BarrierWait {
@@ -101,6 +112,7 @@ class Membership final : public net::TransportHandler {
   base::SteadyTime last_heard_;
   uint64_t next_request_ = 0;
   std::map<uint64_t, BarrierWait> barrier_waits_;
+  std::vector<FailureListener> failure_listeners_;
 
   std::mutex barrier_mu_;
   std::map<int, uint64_t> barrier_sequence_;  // by mask; guarded by barrier_mu_

@@ -1,0 +1,52 @@
+// What the layers above cluster/ (the parameter server in kv/, the
+// collectives in collective/) use of a process that joins a job: its
+// transport and dispatcher, its configuration and logger, and its
+// membership (node table, barriers, failure news).
+//
+// A service registers its message handlers in the setup hook of
+// JoinWithServices(), which runs after this node listens and before it
+// registers with the scheduler: no peer learns this node's address before
+// its services can take messages (a message of an unregistered type would
+// close the connection).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "base/clock.h"
+#include "base/config.h"
+#include "base/environment.h"
+#include "base/logger.h"
+#include "cluster/membership.h"
+#include "net/message_dispatcher.h"
+#include "net/transport.h"
+#include "tandem/cluster.h"
+
+namespace tandem::cluster {
+
+/// Borrowed references into a Cluster; valid while the Cluster lives.
+struct NodeServices {
+  const base::Environment& env;
+  const base::Config& config;
+  base::Logger& log;
+  const base::Clock& clock;
+  net::Transport& transport;
+  net::MessageDispatcher& dispatcher;
+  /// table() and self() are valid only once the join completed.
+  Membership& membership;
+};
+
+/// Runs inside Join, before this node registers with the scheduler.
+using ServiceSetup = std::function<void(NodeServices&)>;
+
+/// Cluster::Join(env) with `setup` run at the moment described above.
+/// Throws what Cluster::Join throws, and whatever `setup` throws.
+std::unique_ptr<Cluster> JoinWithServices(const std::map<std::string, std::string>& env,
+                                          const ServiceSetup& setup);
+
+/// The services of a joined node.
+NodeServices Services(Cluster& cluster);
+
+}  // namespace tandem::cluster
