@@ -51,7 +51,7 @@ const char* StepName(int step) {
     case kStepStderr:
       return "dup2 of stderr";
     case kStepSigmask:
-      return "sigprocmask";
+      return "resetting the signal mask and dispositions";
     case kStepExec:
       return "execve";
   }
@@ -110,6 +110,15 @@ void MakePipe(const std::string& label, net::UniqueFd* read_end, net::UniqueFd* 
   if (::dup2(stdin_fd, STDIN_FILENO) < 0) fail(kStepStdin);
   if (::dup2(stdout_fd, STDOUT_FILENO) < 0) fail(kStepStdout);
   if (::dup2(stderr_fd, STDERR_FILENO) < 0) fail(kStepStderr);
+  // The launcher stops a job by forwarding SIGINT/SIGTERM. A launcher that
+  // was itself started with them ignored (a background job of a script,
+  // nohup) would pass that disposition on through exec, and the job would
+  // only die at the SIGKILL after the grace period.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  if (::sigaction(SIGINT, &dfl, nullptr) != 0 || ::sigaction(SIGTERM, &dfl, nullptr) != 0) {
+    fail(kStepSigmask);
+  }
   if (::sigprocmask(SIG_SETMASK, &signal_mask, nullptr) != 0) fail(kStepSigmask);
   ::execve(path, argv, envp);
   fail(kStepExec);

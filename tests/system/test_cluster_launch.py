@@ -162,3 +162,22 @@ def test_intruders_are_rejected_and_the_job_completes(launch, tandem_bin_dir):
     warnings = [line for line in job.output.splitlines() if "127.0.0.1:" in line and
                 re.search(r"(?i)drop|reject|fail", line) and "[scheduler]" in line]
     assert len(warnings) >= 3, job.describe()
+
+
+def test_ctrl_c_tears_the_whole_job_down(launch, tandem_bin_dir):
+    # A job that would run for a long time; Ctrl-C (SIGINT to the launcher)
+    # must stop every process within the teardown grace and report it.
+    job = launch.start(3, 1, [tandem_bin_dir / "cluster_check", "--barriers", "1000000",
+                              "--sleep-ms", "5"],
+                       extra_args=["--command-runs-all-roles", "--teardown-grace", "2"])
+    for label in ["scheduler", "server 0"] + [f"worker {i}" for i in range(3)]:
+        job.wait_for_line(rf"\[{label}\] cluster_check: pid=(\d+)", timeout=60)
+    assert len(job.processes()) >= 6, job.describe()
+    interrupted_at = time.monotonic()
+    job.interrupt()
+    code = job.wait(timeout=30)
+    elapsed = time.monotonic() - interrupted_at
+    # The shell convention for death by SIGINT: 128 + 2.
+    assert code == 130, f"exit code {code}\n{job.describe()}"
+    assert elapsed < 10, f"took {elapsed:.1f} s\n{job.describe()}"
+    job.assert_no_leftovers()

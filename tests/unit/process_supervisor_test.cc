@@ -258,6 +258,32 @@ TEST(ProcessSupervisorTest, DeathBySignalGives128PlusTheSignal) {
                               ") killed by signal 9 (SIGKILL)");
 }
 
+// A launcher started with SIGINT ignored (a background job of a script)
+// must not pass that on: its children die of the SIGINT it forwards.
+TEST(ProcessSupervisorTest, ChildrenTakeSigintEvenWhenTheLauncherIgnoresIt) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  struct sigaction ignore {
+  }, saved{};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGINT, &ignore, &saved), 0);
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    pid_t pid = supervisor.Start(Shell("worker 0", "exec sleep 30"));
+    std::thread interrupter([pid] {
+      std::this_thread::sleep_for(milliseconds(200));
+      ::kill(pid, SIGINT);
+    });
+    outcome = supervisor.Run();
+    interrupter.join();
+  }
+  ::sigaction(SIGINT, &saved, nullptr);
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_TRUE(outcome.first_failure->status.signaled);
+  EXPECT_EQ(outcome.first_failure->status.signal, SIGINT);
+  EXPECT_EQ(outcome.exit_code, 128 + SIGINT);
+}
+
 TEST(ProcessSupervisorTest, GraceThenSigtermThenSigkill) {
   MemoryFile out, err;
   SupervisorOptions options = Options(out, err);
