@@ -19,8 +19,7 @@ ProcessDescription ParseDmlcContract(const base::Environment& env) {
   } else if (role == "worker") {
     d.role = Role::kWorker;
   } else {
-    throw ConfigError(fmt::format(
-        "DMLC_ROLE='{}' is not one of scheduler, server, worker", role));
+    throw ConfigError(fmt::format("DMLC_ROLE='{}' is not one of scheduler, server, worker", role));
   }
   d.scheduler_host = env.GetString("DMLC_PS_ROOT_URI", "");
   if (d.scheduler_host.empty()) {

@@ -28,8 +28,8 @@ struct ProcessDescription {
   uint16_t scheduler_port = 0;
   int num_servers = 0;
   int num_workers = 1;
-  std::string node_host;   ///< empty: choose (interface, else route to scheduler)
-  std::string interface;   ///< empty: none requested
+  std::string node_host;  ///< empty: choose (interface, else route to scheduler)
+  std::string interface;  ///< empty: none requested
   bool use_kubernetes = false;
   int requested_rank = -1;  ///< -1: the scheduler assigns one
   std::string contract;     ///< which contract described us, for the log

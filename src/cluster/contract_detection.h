@@ -1,0 +1,39 @@
+// Which start-up contract describes this process: the readers of
+// launch_contract.h and dmlc_contract.h tried in the documented order
+// (docs/contracts.md), the first match winning.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/environment.h"
+#include "cluster/dmlc_contract.h"
+#include "cluster/launch_contract.h"
+
+namespace tandem::cluster {
+
+/// The winning contract: exactly one of `dmlc` (a job with roles and a
+/// scheduler, as MXNet's) and `peers` (ranks of equal processes; rank 0
+/// hosts the rendezvous) is set.
+struct DetectedContract {
+  std::string name;
+  std::optional<ProcessDescription> dmlc;
+  std::optional<LaunchContract> peers;
+  /// Contracts whose marker variables are present too but lost (a Slurm
+  /// allocation's variables under mpirun, say), for the log.
+  std::vector<std::string> also_present;
+
+  /// "ompi: rank 3 of 8 (...) [also present, ignored: slurm]".
+  std::string ToString() const;
+};
+
+/// Tries, in order: tandem (TANDEM_WORLD_SIZE), DMLC with an explicit role
+/// and scheduler address (DMLC_ROLE and DMLC_PS_ROOT_URI), Open MPI, PMI,
+/// Slurm (srun), torchrun/PyTorchJob, TrainJob, Indexed Job, Volcano;
+/// otherwise a single process. Throws ConfigError from the winning reader
+/// (its variables are present but unusable). A reader further down the list
+/// that would throw does not matter once an earlier one matched.
+DetectedContract DetectContract(const base::Environment& env);
+
+}  // namespace tandem::cluster
