@@ -19,6 +19,8 @@ PACKAGES=(
   nlohmann-json3-dev  # JSON (node tables, bench output)
   libfmt-dev          # formatting and logging
   libssl-dev          # HMAC-SHA256 of the handshake (OpenSSL)
+  prometheus-cpp-dev  # the opt-in /metrics endpoint (src/metrics/)
+  prometheus          # promtool, which checks the metrics text in the tests
   clang-14            # sanitizer and libFuzzer builds
   libclang-rt-14-dev  # clang's ASan/UBSan/libFuzzer runtimes
   llvm-14             # llvm-symbolizer: source lines in sanitizer and fuzzer reports

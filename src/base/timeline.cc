@@ -1,0 +1,151 @@
+#include "base/timeline.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tandem/error.h"
+
+namespace tandem::base {
+namespace {
+
+constexpr size_t kFlushBytes = 64 * 1024;
+
+int64_t Micros(SteadyTime t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+}  // namespace
+
+Timeline::Timeline(const std::string& path, int pid, const std::string& process_name)
+    : path_(path), pid_(pid) {
+  file_ = std::fopen(path.c_str(), "w");
+  if (file_ == nullptr) {
+    throw IoError(
+        fmt::format("cannot create the timeline file {}: {}", path, std::strerror(errno)));
+  }
+  buffer_ = "{\"traceEvents\": [\n";
+  SetProcessName(process_name);
+}
+
+Timeline::~Timeline() {
+  try {
+    Close();
+  } catch (const std::exception&) {
+    // A destructor cannot report; Close() is there for callers who care.
+  }
+}
+
+void Timeline::SetProcessName(const std::string& name) {
+  std::lock_guard lock(mu_);
+  nlohmann::json e = {
+      {"name", "process_name"}, {"ph", "M"}, {"pid", pid_}, {"args", {{"name", name}}}};
+  Append(e.dump());
+}
+
+int Timeline::TrackId(std::string_view track) {
+  auto it = tracks_.find(track);
+  if (it != tracks_.end()) return it->second;
+  int id = static_cast<int>(tracks_.size()) + 1;
+  tracks_.emplace(std::string(track), id);
+  nlohmann::json e = {{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", pid_},
+                      {"tid", id},
+                      {"args", {{"name", std::string(track)}}}};
+  Append(e.dump());
+  return id;
+}
+
+void Timeline::Span(std::string_view track, std::string_view name, SteadyTime start, SteadyTime end,
+                    const std::map<std::string, std::string>& args) {
+  std::lock_guard lock(mu_);
+  if (file_ == nullptr) return;
+  nlohmann::json e = {{"name", std::string(name)},
+                      {"cat", std::string(track)},
+                      {"ph", "X"},
+                      {"ts", Micros(start)},
+                      {"dur", std::max<int64_t>(0, Micros(end) - Micros(start))},
+                      {"pid", pid_},
+                      {"tid", TrackId(track)}};
+  if (!args.empty()) e["args"] = args;
+  Append(e.dump());
+}
+
+void Timeline::Instant(std::string_view track, std::string_view name, SteadyTime at) {
+  std::lock_guard lock(mu_);
+  if (file_ == nullptr) return;
+  nlohmann::json e = {{"name", std::string(name)},
+                      {"cat", std::string(track)},
+                      {"ph", "i"},
+                      {"s", "t"},
+                      {"ts", Micros(at)},
+                      {"pid", pid_},
+                      {"tid", TrackId(track)}};
+  Append(e.dump());
+}
+
+void Timeline::Append(std::string event) {
+  if (file_ == nullptr) return;
+  if (!first_) buffer_ += ",\n";
+  first_ = false;
+  buffer_ += event;
+  ++events_;
+  if (buffer_.size() >= kFlushBytes) FlushLocked();
+}
+
+void Timeline::FlushLocked() {
+  if (file_ == nullptr || buffer_.empty()) return;
+  size_t n = std::fwrite(buffer_.data(), 1, buffer_.size(), file_);
+  buffer_.clear();
+  if (n == 0 || std::fflush(file_) != 0) {
+    int err = errno;
+    std::fclose(file_);
+    file_ = nullptr;
+    throw IoError(fmt::format("cannot write the timeline file {}: {}", path_, std::strerror(err)));
+  }
+}
+
+void Timeline::Close() {
+  std::lock_guard lock(mu_);
+  if (file_ == nullptr) return;
+  buffer_ += "\n]}\n";
+  FlushLocked();
+  if (std::fclose(file_) != 0) {
+    file_ = nullptr;
+    throw IoError(
+        fmt::format("cannot close the timeline file {}: {}", path_, std::strerror(errno)));
+  }
+  file_ = nullptr;
+}
+
+uint64_t Timeline::events() const {
+  std::lock_guard lock(mu_);
+  return events_;
+}
+
+void MergeTimelines(const std::string& output, const std::vector<std::string>& inputs) {
+  nlohmann::json merged = {{"traceEvents", nlohmann::json::array()}};
+  for (const auto& path : inputs) {
+    std::ifstream in(path);
+    if (!in) throw IoError(fmt::format("cannot read the timeline file {}", path));
+    nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") ||
+        !doc["traceEvents"].is_array()) {
+      throw InvalidArgument(fmt::format(
+          "{} is not a complete trace file (a JSON object with a traceEvents array; a process "
+          "that died before closing its timeline leaves it unfinished)",
+          path));
+    }
+    for (auto& e : doc["traceEvents"]) merged["traceEvents"].push_back(std::move(e));
+  }
+  std::ofstream out(output, std::ios::trunc);
+  if (!out) throw IoError(fmt::format("cannot create the timeline file {}", output));
+  out << merged.dump() << "\n";
+  if (!out.flush()) throw IoError(fmt::format("cannot write the timeline file {}", output));
+}
+
+}  // namespace tandem::base

@@ -1,0 +1,77 @@
+// A timeline of communication in Chrome's Trace Event Format, which
+// chrome://tracing and Perfetto open: one process track per node ("worker
+// 3"), one thread track per kind of activity ("push", "allreduce",
+// "server merge"), one complete ("X") event per operation with its bytes
+// and key or tensor in `args`. Enabled by TANDEM_TIMELINE=<file>
+// (docs/metrics.md).
+//
+// Each process writes its own file: a JSON object {"traceEvents": [...]}
+// that is complete once the Timeline is closed. Timestamps are the
+// machine's monotonic clock in microseconds, so files of processes on one
+// host line up; MergeTimelines joins them into one file (`tandem launch`
+// does so when the job ends).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/clock.h"
+
+namespace tandem::base {
+
+/// Thread-safety: every method may be called from any thread; events are
+/// serialised under a lock and written in batches.
+class Timeline {
+ public:
+  /// Creates (truncates) `path` and names this process's track
+  /// `process_name` with track id `pid`. Throws IoError naming the path.
+  Timeline(const std::string& path, int pid, const std::string& process_name);
+  /// Close()s, swallowing errors.
+  ~Timeline();
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  /// Renames the process track (once the node knows its rank).
+  void SetProcessName(const std::string& name);
+
+  /// Records an operation that ran from `start` to `end` on the thread
+  /// track `track`, with `args` shown in the viewer.
+  void Span(std::string_view track, std::string_view name, SteadyTime start, SteadyTime end,
+            const std::map<std::string, std::string>& args = {});
+
+  /// Records a moment (a lost peer, a barrier's release).
+  void Instant(std::string_view track, std::string_view name, SteadyTime at);
+
+  /// Writes what is buffered and the closing brackets; later events are
+  /// dropped. Throws IoError.
+  void Close();
+
+  /// Events recorded so far.
+  uint64_t events() const;
+
+ private:
+  int TrackId(std::string_view track);  // requires mu_
+  void Append(std::string event);       // requires mu_
+  void FlushLocked();                   // requires mu_
+
+  mutable std::mutex mu_;
+  std::FILE* file_ = nullptr;
+  std::string path_;
+  int pid_;
+  std::string buffer_;
+  bool first_ = true;
+  uint64_t events_ = 0;
+  std::map<std::string, int, std::less<>> tracks_;
+};
+
+/// Joins the trace files `inputs` (each as Timeline writes it) into one
+/// file `output`. Throws IoError (unreadable or unwritable file) or
+/// InvalidArgument (a file that is not a trace), naming the file.
+void MergeTimelines(const std::string& output, const std::vector<std::string>& inputs);
+
+}  // namespace tandem::base
