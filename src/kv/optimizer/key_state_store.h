@@ -23,11 +23,12 @@ namespace tandem::kv {
 /// caller serialises updates of one key), or by Save/LoadStates, which run
 /// when no update does.
 struct KeyState {
-  DType weight_dtype = DType::kF32;            ///< dtype of the weight it belongs to
-  DType state_dtype = DType::kF32;             ///< dtype of every array in `arrays`
-  uint64_t elements = 0;                       ///< elements of the weight and of each array
-  int64_t update_count = 0;                    ///< MXNet's _index_update_count[key]
-  std::vector<float> master;                   ///< float32 copy of a float16 weight, or empty
+  DType weight_dtype = DType::kF32;  ///< dtype of the weight it belongs to
+  DType state_dtype = DType::kF32;   ///< dtype of every array in `arrays`
+  uint64_t elements = 0;             ///< elements of the weight and of each array
+  int64_t update_count = 0;          ///< MXNet's _index_update_count[key]
+  bool has_master = false;    ///< a float16 weight under multi_precision keeps a float32 copy
+  std::vector<float> master;  ///< that copy (`elements` values) when has_master
   std::vector<std::vector<std::byte>> arrays;  ///< the optimizer's states, in its order
 };
 

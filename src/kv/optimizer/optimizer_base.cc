@@ -60,6 +60,7 @@ std::unique_ptr<KeyState> OptimizerBase::NewKeyState(const TensorView& weight) c
   const bool master = common_.multi_precision && weight.dtype == DType::kF16;
   state->state_dtype = StateDType(weight.dtype, master);
   state->update_count = common_.begin_num_update;
+  state->has_master = master;
   if (master) {
     state->master.resize(state->elements);
     const auto* half = static_cast<const base::Half*>(weight.data);
@@ -117,7 +118,7 @@ void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorV
   call.count = elements;
   call.grad = grad.data;
   for (size_t i = 0; i < state->arrays.size(); ++i) call.states[i] = state->arrays[i].data();
-  if (!state->master.empty()) {
+  if (state->has_master) {
     call.weight = state->master.data();
     RunKernel(Precision::kF16Master, call);
     auto* half = static_cast<base::Half*>(weight.data);
@@ -150,7 +151,7 @@ std::string OptimizerBase::SaveStates() const {
   states_.ForEach([&](uint64_t key, const KeyState& s) {
     out.Put(key);
     out.Put(static_cast<uint8_t>(s.weight_dtype));
-    out.Put(static_cast<uint8_t>(s.master.empty() ? 0 : 1));
+    out.Put(static_cast<uint8_t>(s.has_master ? 1 : 0));
     out.Put(static_cast<uint8_t>(s.state_dtype));
     out.Put(s.update_count);
     out.Put(s.elements);
@@ -255,6 +256,7 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
         fail(fmt::format("key {}: {} elements need {} bytes, only {} left", key, s->elements,
                          needed, in.remaining()));
       }
+      s->has_master = master;
       if (master) {
         auto raw = in.GetBytes(4 * s->elements, "master copy");
         s->master.resize(s->elements);
