@@ -92,8 +92,17 @@ void DistKVStore::Init(const KVKey& key, const TensorView& value) {
   {
     std::lock_guard lock(mu_);
     KeyInfo& added = keys_.Add(key, value);
-    added.slices = PlaceKey(added.id, added.elements, added.row_length, client_.num_servers(),
-                            settings_.big_array_bound);
+    if (compression_.type != CompressionType::kNone && added.dtype == DType::kF32) {
+      // Sliced on whole words as MXNet's EncodeCompressedKey; Init itself
+      // travels uncompressed, in the same slices.
+      const uint64_t per_word = compression_.type == CompressionType::kOneBit ? 32 : 16;
+      added.slices = PlaceCompressedKey(added.id, added.elements, per_word, client_.num_servers(),
+                                        settings_.big_array_bound);
+      added.residual.assign(added.elements, 0.0f);
+    } else {
+      added.slices = PlaceKey(added.id, added.elements, added.row_length, client_.num_servers(),
+                              settings_.big_array_bound);
+    }
     info = added;
   }
   // As MXNet: only worker 0 sends the value; the others wait in the barrier
@@ -143,8 +152,32 @@ KVHandle DistKVStore::SendPush(const KeyInfo& info, const void* source, void* ou
     r.type = out ? kvmsg::kPushPull : kvmsg::kPush;
     r.key = info.id;
     r.priority = priority;
-    r.meta = Request(info, s, priority).Encode();
-    if (s.count) r.payload.push_back(Bytes(source, s.offset, s.count, elem));
+    KeyRequest q = Request(info, s, priority);
+    if (!info.residual.empty() && s.count) {
+      // Compressed with the key's residual (error feedback); the words are
+      // kept alive by the operation until sent.
+      CompressionParams params;
+      {
+        std::lock_guard lock(mu_);
+        params = compression_;
+      }
+      auto words = std::make_shared<std::vector<std::byte>>(CompressedBytes(params, s.count));
+      {
+        std::lock_guard lock(mu_);
+        auto* values = static_cast<const float*>(source) + s.offset;
+        Compress(params, std::span<const float>(values, s.count),
+                 std::span<float>(const_cast<KeyInfo&>(info).residual).subspan(s.offset, s.count),
+                 *words);
+      }
+      q.encoding = params.type == CompressionType::kOneBit ? PayloadEncoding::kOneBit
+                                                           : PayloadEncoding::kTwoBit;
+      q.threshold = params.threshold;
+      r.payload.push_back(std::span<const std::byte>(*words));
+      op->Keep(words);
+    } else if (s.count) {
+      r.payload.push_back(Bytes(source, s.offset, s.count, elem));
+    }
+    r.meta = q.Encode();
     if (out && s.count) {
       r.destination = {static_cast<std::byte*>(out) + s.offset * elem, s.count * elem};
     }
@@ -330,9 +363,14 @@ void DistKVStore::WorkerZeroThenBarrier(const std::function<void()>& step) {
 }
 
 void DistKVStore::SetGradientCompression(const KVParams& params) {
-  (void)params;
-  throw InvalidArgument(
-      fmt::format("{}: gradient compression is not available in this build", type_));
+  CompressionParams parsed = ParseCompressionParams(params);
+  std::lock_guard lock(mu_);
+  if (!keys_.empty()) {
+    throw InvalidArgument(
+        "set gradient compression before the first Init: a compressed key is sliced across the "
+        "servers on whole words, so its placement is fixed at Init");
+  }
+  compression_ = parsed;
 }
 
 void DistKVStore::Barrier() { client_.services().membership.Barrier(group::kWorkers); }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/thread_pool.h"
+#include "kv/compression/gradient_compression.h"
 #include "kv/key_registry.h"
 #include "kv/kv_client.h"
 #include "kv/kv_messages.h"
@@ -77,7 +78,8 @@ class DistKVStore final : public KVStore {
   UpdateMode mode_;
   std::unique_ptr<base::ThreadPool> pool_;  // the local sum's threads
   std::mutex mu_;
-  KeyRegistry keys_;  // guarded by mu_
+  KeyRegistry keys_;               // guarded by mu_
+  CompressionParams compression_;  // guarded by mu_; set before the first Init
 };
 
 }  // namespace tandem::kv

@@ -31,4 +31,14 @@ inline constexpr uint64_t kDefaultBigArrayBound = 1000000;
 std::vector<KeySlice> PlaceKey(uint64_t key, uint64_t elements, uint64_t row_length,
                                int num_servers, uint64_t big_array_bound);
 
+/// The slices of a float32 key pushed compressed with `values_per_word`
+/// values per 32-bit word (16 for 2bit, 32 for 1bit), as MXNet's
+/// EncodeCompressedKey: below the bound as PlaceKey; otherwise the
+/// W = ceil(elements / values_per_word) words are split as PlaceKey splits
+/// elements, slice i taking its words times values_per_word elements and
+/// the last slice the rest, so that every slice but the last starts and ends
+/// on a word. Pure; any thread. Throws InvalidArgument as PlaceKey.
+std::vector<KeySlice> PlaceCompressedKey(uint64_t key, uint64_t elements, uint64_t values_per_word,
+                                         int num_servers, uint64_t big_array_bound);
+
 }  // namespace tandem::kv

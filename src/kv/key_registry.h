@@ -47,6 +47,9 @@ class KeyRegistry {
 
   /// Throws InvalidArgument unless `t` matches the key's dtype and shape,
   /// naming the key, `what`, the expected and the given.
+  /// True before the first Add.
+  bool empty() const { return by_int_.empty() && by_string_.empty(); }
+
   static void Check(const KeyInfo& info, const TensorView& t, std::string_view what);
 
  private:

@@ -13,6 +13,9 @@ namespace tandem::kv {
 KvServer::Options KvServer::Options::FromEnvironment(const base::Environment& env) {
   Options o;
   const auto cores = static_cast<int64_t>(std::max(1u, std::thread::hardware_concurrency()));
+  o.optimizer_factory = [](const std::string& name, const OptimizerParams& params) {
+    return Optimizer::Create(name, params);
+  };
   o.threads =
       static_cast<int>(env.GetInt("TANDEM_KV_SERVER_THREADS", std::min<int64_t>(cores, 8), 1, 256));
   return o;

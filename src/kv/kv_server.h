@@ -28,7 +28,8 @@ class KvServer final : public net::TransportHandler {
     /// Makes the optimizer SetOptimizer names.
     OptimizerFactory optimizer_factory;
     /// Reads TANDEM_KV_SERVER_THREADS (default: the number of cores, at
-    /// least 1 and at most 8).
+    /// least 1 and at most 8) and makes optimizers with
+    /// kv::Optimizer::Create.
     static Options FromEnvironment(const base::Environment& env);
   };
 

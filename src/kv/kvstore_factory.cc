@@ -12,8 +12,11 @@ namespace tandem {
 std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
   auto env = base::Environment::FromProcess();
   if (type == "local" || type == "device") {
-    return std::make_unique<kv::LocalKVStore>(type, kv::StoreSettings::FromEnvironment(env),
-                                              kv::OptimizerFactory());
+    return std::make_unique<kv::LocalKVStore>(
+        type, kv::StoreSettings::FromEnvironment(env),
+        [](const std::string& name, const kv::OptimizerParams& params) {
+          return kv::Optimizer::Create(name, params);
+        });
   }
   if (type.starts_with("dist_")) return kv::DistKVStore::Join(type, env);
   throw InvalidArgument(

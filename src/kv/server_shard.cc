@@ -8,6 +8,7 @@
 #include <exception>
 
 #include "base/dtype.h"
+#include "kv/compression/gradient_compression.h"
 #include "tandem/error.h"
 
 namespace tandem::kv {
@@ -153,11 +154,19 @@ ByteBuffer ServerShard::DenseGradient(const KeyRequest& q, net::Message& msg) co
       return dense;
     }
     case PayloadEncoding::kOneBit:
-    case PayloadEncoding::kTwoBit:
-      break;
+    case PayloadEncoding::kTwoBit: {
+      // As MXNet's server: dequantise, then merge like any push.
+      CompressionParams params;
+      params.type = q.encoding == PayloadEncoding::kOneBit ? CompressionType::kOneBit
+                                                           : CompressionType::kTwoBit;
+      params.threshold = q.threshold;
+      ByteBuffer dense = ByteBuffer::Allocate(q.count * sizeof(float));
+      Decompress(params, msg.payload.bytes,
+                 std::span<float>(reinterpret_cast<float*>(dense.data.get()), q.count));
+      return dense;
+    }
   }
-  throw InvalidArgument(
-      fmt::format("key {}: compressed pushes are not accepted by this server build", q.key));
+  throw ProtocolError(fmt::format("key {}: unknown payload encoding", q.key));
 }
 
 void ServerShard::HandlePush(ShardItem& item) {

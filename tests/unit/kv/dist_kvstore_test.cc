@@ -397,3 +397,72 @@ TEST(DistLoss, LostServerFailsPendingAndLaterCalls) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// A scalar reference of MXNet's quantisers (docs/gradient-compression.md),
+// written apart from src/kv/compression: returns what the server receives.
+float ReferenceQuantise(bool two_bit, float t, float grad, float* residual) {
+  float r = *residual + grad;
+  float sent;
+  if (two_bit) {
+    sent = r >= t ? t : (r <= -t ? -t : 0.0f);
+  } else {
+    sent = r > t ? 1.0f : -1.0f;
+  }
+  *residual = r - sent;
+  return sent;
+}
+
+// (two_bit, servers, elements); the bound is 40, so 100 elements are split
+// on whole words.
+class DistCompression : public ::testing::TestWithParam<std::tuple<bool, int, int>> {};
+
+TEST_P(DistCompression, ServerSumsTheDequantisedPushes) {
+  auto [two_bit, servers, n] = GetParam();
+  constexpr int kWorkers = 4;
+  KvJobOptions o;
+  o.servers = servers;
+  o.workers = kWorkers;
+  o.big_array_bound = 40;
+  KvJob job(o);
+  const float t = 0.5f;
+  auto grad = [](int rank, int round, size_t i) {
+    const float pattern[] = {0.6f, -0.9f, 0.2f, 0.0f, 0.3f, -0.2f};
+    return pattern[i % 6] * static_cast<float>(rank + 1) + 0.05f * static_cast<float>(round);
+  };
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    kv.SetGradientCompression({{"type", two_bit ? "2bit" : "1bit"}, {"threshold", "0.5"}});
+    Tensor w(DType::kF32, {n}, [](size_t i) { return double(i); });
+    kv.Init(8, w.view());  // never compressed
+    Tensor out(DType::kF32, {n});
+    kv.Pull(8, out.view());
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out.at(i), double(i));
+    std::vector<std::vector<float>> residual(kWorkers,
+                                             std::vector<float>(static_cast<size_t>(n), 0.0f));
+    for (int round = 0; round < 3; ++round) {
+      Tensor g(DType::kF32, {n}, [&](size_t i) { return grad(rank, round, i); });
+      kv.Push(8, g.view());
+      kv.Pull(8, out.view());
+      for (size_t i = 0; i < out.size(); ++i) {
+        float sum = 0;
+        for (int r = 0; r < kWorkers; ++r) {
+          sum += ReferenceQuantise(two_bit, t, grad(r, round, i),
+                                   &residual[static_cast<size_t>(r)][i]);
+        }
+        ASSERT_EQ(static_cast<float>(out.at(i)), sum) << "round " << round << " element " << i;
+      }
+    }
+    EXPECT_THROW(kv.SetGradientCompression({{"type", "2bit"}}), InvalidArgument);  // after Init
+  });
+  ExpectNoErrors(errors);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, DistCompression,
+                         ::testing::Values(std::tuple{true, 1, 10}, std::tuple{true, 2, 100},
+                                           std::tuple{false, 2, 100}, std::tuple{false, 1, 33},
+                                           std::tuple{true, 3, 1000}));
+
+}  // namespace
+}  // namespace tandem::testing

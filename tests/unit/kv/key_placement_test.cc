@@ -67,3 +67,44 @@ TEST(Placement, RejectsBadInput) {
 
 }  // namespace
 }  // namespace tandem::kv
+
+namespace tandem::kv {
+namespace {
+
+// (elements, values per word, servers, bound)
+class CompressedPlacement
+    : public ::testing::TestWithParam<std::tuple<uint64_t, uint64_t, int, uint64_t>> {};
+
+TEST_P(CompressedPlacement, SlicesOnWholeWordsAsMxnet) {
+  auto [elements, per_word, servers, bound] = GetParam();
+  auto slices = PlaceCompressedKey(5, elements, per_word, servers, bound);
+  if (elements < bound) {
+    ASSERT_EQ(slices.size(), 1u);
+    EXPECT_EQ(slices[0].server, static_cast<int>((5 * 9973) % servers));
+    return;
+  }
+  const uint64_t words = (elements + per_word - 1) / per_word;
+  uint64_t next = 0;
+  for (size_t i = 0; i < slices.size(); ++i) {
+    EXPECT_EQ(slices[i].offset, next);
+    EXPECT_EQ(slices[i].offset % per_word, 0u);
+    if (static_cast<int>(i) + 1 < servers) {
+      const double per = static_cast<double>(words) / servers;
+      auto w = static_cast<uint64_t>(std::round(per * (i + 1))) -
+               static_cast<uint64_t>(std::round(per * i));
+      EXPECT_EQ(slices[i].count, w * per_word);
+    }
+    next += slices[i].count;
+  }
+  EXPECT_EQ(next, elements);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CompressedPlacement,
+                         ::testing::Values(std::tuple{100ull, 16ull, 2, 40ull},
+                                           std::tuple{1000ull, 32ull, 3, 40ull},
+                                           std::tuple{39ull, 16ull, 2, 40ull},
+                                           std::tuple{1000001ull, 16ull, 2, 1000000ull},
+                                           std::tuple{1000ull, 16ull, 1, 10ull}));
+
+}  // namespace
+}  // namespace tandem::kv
