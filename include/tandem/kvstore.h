@@ -131,6 +131,12 @@ class KVStore {
   virtual KVHandle RowSparsePullAsync(const KVKey& key, const TensorView& out,
                                       const std::vector<int64_t>& row_ids, int priority = 0) = 0;
 
+  /// Pushes only rows `row_ids` (strictly ascending) of `key`: `rows` has
+  /// shape {row_ids.size(), rest of the key's shape}; the rows not named
+  /// count as zero gradient. Only those rows travel. Throws as PushAsync.
+  virtual KVHandle RowSparsePushAsync(const KVKey& key, const TensorView& rows,
+                                      const std::vector<int64_t>& row_ids, int priority = 0) = 0;
+
   /// Blocking forms: the asynchronous call, then Wait().
   void Push(const KVKey& key, const std::vector<TensorView>& values, int priority = 0) {
     PushAsync(key, values, priority).Wait();
@@ -151,6 +157,10 @@ class KVStore {
   void RowSparsePull(const KVKey& key, const TensorView& out, const std::vector<int64_t>& row_ids,
                      int priority = 0) {
     RowSparsePullAsync(key, out, row_ids, priority).Wait();
+  }
+  void RowSparsePush(const KVKey& key, const TensorView& rows, const std::vector<int64_t>& row_ids,
+                     int priority = 0) {
+    RowSparsePushAsync(key, rows, row_ids, priority).Wait();
   }
 
   /// Init(key, value) followed by Pull(key, outs): every worker ends with

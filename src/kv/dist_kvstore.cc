@@ -82,7 +82,8 @@ KeyRequest DistKVStore::Request(const KeyInfo& info, const KeySlice& slice, int 
   q.total_elements = info.elements;
   q.offset = slice.offset;
   q.count = slice.count;
-  q.row_length = info.row_length;
+  // A compressed key is sliced on words, not rows.
+  q.row_length = info.residual.empty() ? info.row_length : 1;
   q.priority = priority;
   return q;
 }
@@ -272,25 +273,11 @@ KVHandle DistKVStore::RowSparsePullAsync(const KVKey& key, const TensorView& out
     std::lock_guard lock(mu_);
     info = &keys_.Find(key, "row-sparse pull");
   }
-  if (info->shape.empty()) {
-    throw InvalidArgument(fmt::format("key {}: row-sparse pull of a scalar key", info->name));
-  }
-  std::vector<int64_t> want_shape = info->shape;
-  want_shape[0] = static_cast<int64_t>(row_ids.size());
-  if (out.dtype != info->dtype || out.shape != want_shape ||
-      (out.data == nullptr && out.num_elements() > 0)) {
+  KeyRegistry::CheckRows(*info, out, row_ids, "row-sparse pull");
+  if (!info->residual.empty()) {
     throw InvalidArgument(fmt::format(
-        "key {}: row-sparse pull of {} rows expected an output of {} {}, got {} {}", info->name,
-        row_ids.size(), base::DTypeName(info->dtype), ShapeText(want_shape),
-        ElementSize(out.dtype) ? base::DTypeName(out.dtype) : "unknown", ShapeText(out.shape)));
-  }
-  const auto rows = static_cast<int64_t>(info->shape[0]);
-  for (size_t i = 0; i < row_ids.size(); ++i) {
-    if (row_ids[i] < 0 || row_ids[i] >= rows || (i > 0 && row_ids[i] <= row_ids[i - 1])) {
-      throw InvalidArgument(fmt::format(
-          "key {}: row ids must be strictly ascending in [0, {}), got {} at position {}",
-          info->name, rows, row_ids[i], i));
-    }
+        "key {}: row-sparse pull of a key pushed compressed (not supported, as in MXNet)",
+        info->name));
   }
   auto op = std::make_shared<KvOperation>(fmt::format("row-sparse pull of key {}", info->name),
                                           client_.timeout());
@@ -318,6 +305,50 @@ KVHandle DistKVStore::RowSparsePullAsync(const KVKey& key, const TensorView& out
     requests.push_back(std::move(r));
   }
   if (requests.empty()) return KVHandle();
+  client_.Submit(op, std::move(requests));
+  return KVHandle(std::move(op));
+}
+
+KVHandle DistKVStore::RowSparsePushAsync(const KVKey& key, const TensorView& rows,
+                                         const std::vector<int64_t>& row_ids, int priority) {
+  KeyInfo* info;
+  {
+    std::lock_guard lock(mu_);
+    info = &keys_.Find(key, "row-sparse push");
+  }
+  KeyRegistry::CheckRows(*info, rows, row_ids, "row-sparse push");
+  if (!info->residual.empty()) {
+    throw InvalidArgument(fmt::format(
+        "key {}: row-sparse push of a key pushed compressed (not supported, as in MXNet)",
+        info->name));
+  }
+  auto op = std::make_shared<KvOperation>(fmt::format("row-sparse push of key {}", info->name),
+                                          client_.timeout());
+  const size_t row_bytes = info->row_length * ElementSize(info->dtype);
+  std::vector<ClientRequest> requests;
+  size_t next = 0;
+  for (const KeySlice& s : info->slices) {
+    const uint64_t end_row = (s.offset + s.count) / info->row_length;
+    size_t begin = next;
+    while (next < row_ids.size() && static_cast<uint64_t>(row_ids[next]) < end_row) ++next;
+    // Every slice gets a push, with no rows if none live there: a dist_sync
+    // round counts one push per worker on every server.
+    ClientRequest r;
+    r.server = s.server;
+    r.type = kvmsg::kPush;
+    r.key = info->id;
+    r.priority = priority;
+    KeyRequest q = Request(*info, s, priority);
+    q.encoding = PayloadEncoding::kRowSparse;
+    q.rows.assign(row_ids.begin() + static_cast<ptrdiff_t>(begin),
+                  row_ids.begin() + static_cast<ptrdiff_t>(next));
+    r.meta = q.Encode();
+    if (next > begin) {
+      r.payload.push_back({static_cast<const std::byte*>(rows.data) + begin * row_bytes,
+                           (next - begin) * row_bytes});
+    }
+    requests.push_back(std::move(r));
+  }
   client_.Submit(op, std::move(requests));
   return KVHandle(std::move(op));
 }

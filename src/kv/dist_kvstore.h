@@ -48,6 +48,8 @@ class DistKVStore final : public KVStore {
                          const std::vector<TensorView>& outs, int priority) override;
   KVHandle RowSparsePullAsync(const KVKey& key, const TensorView& out,
                               const std::vector<int64_t>& row_ids, int priority) override;
+  KVHandle RowSparsePushAsync(const KVKey& key, const TensorView& rows,
+                              const std::vector<int64_t>& row_ids, int priority) override;
   void SetOptimizer(const std::string& name, const KVParams& params) override;
   void SetGradientCompression(const KVParams& params) override;
   void Barrier() override;

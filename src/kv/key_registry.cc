@@ -85,6 +85,31 @@ KeyInfo& KeyRegistry::Find(const KVKey& key, std::string_view what) {
                   key.ToString(), what, what));
 }
 
+void KeyRegistry::CheckRows(const KeyInfo& info, const TensorView& rows,
+                            const std::vector<int64_t>& row_ids, std::string_view what) {
+  if (info.shape.empty()) {
+    throw InvalidArgument(
+        fmt::format("key {}: {} of a scalar key (it has no rows)", info.name, what));
+  }
+  std::vector<int64_t> want = info.shape;
+  want[0] = static_cast<int64_t>(row_ids.size());
+  if (rows.dtype != info.dtype || rows.shape != want ||
+      (rows.data == nullptr && rows.num_elements() > 0)) {
+    throw InvalidArgument(
+        fmt::format("key {}: {} of {} rows expected {} {}, got {} {}", info.name, what,
+                    row_ids.size(), base::DTypeName(info.dtype), ShapeText(want),
+                    ElementSize(rows.dtype) ? base::DTypeName(rows.dtype) : "an unknown dtype",
+                    ShapeText(rows.shape)));
+  }
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    if (row_ids[i] < 0 || row_ids[i] >= info.shape[0] || (i > 0 && row_ids[i] <= row_ids[i - 1])) {
+      throw InvalidArgument(fmt::format(
+          "key {}: {}: row ids must be strictly ascending in [0, {}), got {} at position {}",
+          info.name, what, info.shape[0], row_ids[i], i));
+    }
+  }
+}
+
 void KeyRegistry::Check(const KeyInfo& info, const TensorView& t, std::string_view what) {
   if (t.dtype != info.dtype) {
     throw InvalidArgument(fmt::format("key {}: {} expected dtype {}, got {}", info.name, what,

@@ -50,6 +50,12 @@ class KeyRegistry {
   /// True before the first Add.
   bool empty() const { return by_int_.empty() && by_string_.empty(); }
 
+  /// Throws InvalidArgument unless `rows` holds `row_ids.size()` rows of
+  /// the key (dtype and trailing shape) and the ids are strictly ascending
+  /// row numbers of the key. `what` names the call.
+  static void CheckRows(const KeyInfo& info, const TensorView& rows,
+                        const std::vector<int64_t>& row_ids, std::string_view what);
+
   static void Check(const KeyInfo& info, const TensorView& t, std::string_view what);
 
  private:

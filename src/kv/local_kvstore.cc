@@ -81,32 +81,29 @@ KVHandle LocalKVStore::RowSparsePullAsync(const KVKey& key, const TensorView& ou
                                           const std::vector<int64_t>& row_ids, int) {
   std::lock_guard lock(mu_);
   KeyInfo& info = keys_.Find(key, "row-sparse pull");
-  if (info.shape.empty()) {
-    throw InvalidArgument(fmt::format("key {}: row-sparse pull of a scalar key", info.name));
-  }
-  std::vector<int64_t> want = info.shape;
-  want[0] = static_cast<int64_t>(row_ids.size());
-  if (out.dtype != info.dtype || out.shape != want ||
-      (out.data == nullptr && out.num_elements() > 0)) {
-    throw InvalidArgument(
-        fmt::format("key {}: row-sparse pull of {} rows expected an output of {} "
-                    "{}, got {}",
-                    info.name, row_ids.size(), base::DTypeName(info.dtype), ShapeText(want),
-                    ShapeText(out.shape)));
-  }
+  KeyRegistry::CheckRows(info, out, row_ids, "row-sparse pull");
   const size_t row_bytes = info.row_length * ElementSize(info.dtype);
   const auto& stored = values_.at(info.id);
-  for (size_t i = 0; i < row_ids.size(); ++i) {
-    if (row_ids[i] < 0 || row_ids[i] >= info.shape[0] || (i > 0 && row_ids[i] <= row_ids[i - 1])) {
-      throw InvalidArgument(fmt::format(
-          "key {}: row ids must be strictly ascending in [0, {}), got {} at position {}", info.name,
-          info.shape[0], row_ids[i], i));
-    }
-  }
   for (size_t i = 0; i < row_ids.size(); ++i) {
     std::memcpy(static_cast<std::byte*>(out.data) + i * row_bytes,
                 stored.data() + static_cast<size_t>(row_ids[i]) * row_bytes, row_bytes);
   }
+  return KVHandle();
+}
+
+KVHandle LocalKVStore::RowSparsePushAsync(const KVKey& key, const TensorView& rows,
+                                          const std::vector<int64_t>& row_ids, int) {
+  std::lock_guard lock(mu_);
+  KeyInfo& info = keys_.Find(key, "row-sparse push");
+  KeyRegistry::CheckRows(info, rows, row_ids, "row-sparse push");
+  // The named rows in a zero gradient, then as a dense push.
+  const size_t row_bytes = info.row_length * ElementSize(info.dtype);
+  std::vector<std::byte> dense(info.elements * ElementSize(info.dtype));
+  for (size_t i = 0; i < row_ids.size(); ++i) {
+    std::memcpy(dense.data() + static_cast<size_t>(row_ids[i]) * row_bytes,
+                static_cast<const std::byte*>(rows.data) + i * row_bytes, row_bytes);
+  }
+  PushLocked(info, {TensorView{dense.data(), info.dtype, info.shape}});
   return KVHandle();
 }
 

@@ -141,6 +141,11 @@ void Sync(KVStore& kv, int rank) {
   Tensor rows(DType::kF32, {5, 600});
   kv.RowSparsePull(3, rows.view(), {0, 1, 999, 1000, 1999});
   PrintBig("k3 rows", rows, {0, 599, 600, 1200, 1800, 2400, 2999});
+  // Row-sparse push of rows {rank, 1500} (one on each server's side).
+  Tensor pushed(DType::kF32, {2, 600}, [&](size_t) { return double(rank + 1); });
+  kv.RowSparsePush(3, pushed.view(), {rank, 1500});
+  kv.RowSparsePull(3, rows.view(), {0, 3, 4, 1500, 1999});
+  PrintBig("k3 pushed-rows", rows, {0, 600, 1200, 1800, 2400, 2999});
   // update_on_kvstore=false: the servers only sum; each worker updates its
   // own copy with the optimizer on its side.
   auto sgd = tandem::kv::Optimizer::Create("sgd", {{"learning_rate", "0.5"}});

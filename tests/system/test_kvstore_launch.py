@@ -67,6 +67,11 @@ def test_sync_sums_big_keys_fp16_row_sparse_local_update_and_bad_input(launch, t
     check_all(seen, "k2 fp16", [TRI * (i % 5) + 0.5 * WORKERS for i in range(33)])
     rows = [0, 1, 999, 1000, 1999]
     check_big(seen, "k3 rows", 5 * 600, lambda p: TRI * rows[p // 600])
+    # Row-sparse push: worker r pushes rows {r, 1500} of value r + 1; without
+    # an optimizer the value becomes the round's sum (0 on rows nobody pushed).
+    pushed = {0: 1, 3: 4, 4: 0, 1500: TRI, 1999: 0}
+    order = [0, 3, 4, 1500, 1999]
+    check_big(seen, "k3 pushed-rows", 5 * 600, lambda p: pushed[order[p // 600]])
     # update_on_kvstore=false: two rounds of w -= 0.5 * (sum of the gradients).
     check_all(seen, "k4 local-update", [i - 2 * 0.5 * TRI * (i % 3) for i in range(10)])
     check_all(seen, "k5 devices", [sum(r + i + 1 for r in range(WORKERS)) for i in range(8)])

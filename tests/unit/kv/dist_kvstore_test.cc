@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "kv/kv_messages.h"
+#include "kv/local_kvstore.h"
 #include "kv_job.h"
 #include "typed_values.h"
 
@@ -463,6 +464,53 @@ INSTANTIATE_TEST_SUITE_P(Kinds, DistCompression,
                          ::testing::Values(std::tuple{true, 1, 10}, std::tuple{true, 2, 100},
                                            std::tuple{false, 2, 100}, std::tuple{false, 1, 33},
                                            std::tuple{true, 3, 1000}));
+
+}  // namespace
+}  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// Row-sparse pushes: only the named rows travel; a server holding none of a
+// worker's rows still counts its (empty) push in the round. Without an
+// optimizer the value becomes the round's sum, zero on rows nobody pushed.
+class RowSparsePush : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(RowSparsePush, RoundsSumThePushedRows) {
+  auto [servers, local] = GetParam();
+  auto body = [](KVStore& kv, int rank, int workers) {
+    Tensor w(DType::kF32, {10, 3}, [](size_t i) { return double(i); });
+    kv.Init(2, w.view());
+    // Worker r pushes rows {r, 9} with value r+1 (all on the last server's
+    // side for row 9).
+    std::vector<int64_t> ids = {rank, 9};
+    Tensor rows(DType::kF32, {2, 3}, [&](size_t) { return double(rank + 1); });
+    kv.RowSparsePush(2, rows.view(), ids);
+    kv.Pull(2, w.view());
+    for (int64_t row = 0; row < 10; ++row) {
+      double want = row == 9 ? workers * (workers + 1) / 2.0 : (row < workers ? row + 1.0 : 0.0);
+      for (size_t c = 0; c < 3; ++c) ASSERT_EQ(w.at(static_cast<size_t>(row) * 3 + c), want) << row;
+    }
+    Tensor bad(DType::kF32, {2, 4});
+    EXPECT_THROW(kv.RowSparsePush(2, bad.view(), ids), InvalidArgument);
+    EXPECT_THROW(kv.RowSparsePush(2, rows.view(), {9, 1}), InvalidArgument);
+  };
+  if (local) {
+    kv::LocalKVStore kv("local", {}, nullptr);
+    body(kv, 0, 1);
+    return;
+  }
+  KvJobOptions o;
+  o.servers = servers;
+  o.workers = 3;
+  o.big_array_bound = 12;  // 30 elements: split by rows
+  KvJob job(o);
+  ExpectNoErrors(job.Run("dist_sync", [&](KVStore& kv, int rank) { body(kv, rank, 3); }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, RowSparsePush,
+                         ::testing::Values(std::tuple{1, false}, std::tuple{2, false},
+                                           std::tuple{3, false}, std::tuple{0, true}));
 
 }  // namespace
 }  // namespace tandem::testing
