@@ -16,19 +16,24 @@ KvServer::Options KvServer::Options::FromEnvironment(const base::Environment& en
   o.optimizer_factory = [](const std::string& name, const OptimizerParams& params) {
     return Optimizer::Create(name, params);
   };
+  o.pool_bytes = static_cast<size_t>(
+      env.GetInt("TANDEM_KV_SERVER_POOL_BYTES", static_cast<int64_t>(o.pool_bytes), 0));
   o.threads =
       static_cast<int>(env.GetInt("TANDEM_KV_SERVER_THREADS", std::min<int64_t>(cores, 8), 1, 256));
   return o;
 }
 
 KvServer::KvServer(const cluster::NodeServices& services, Options options)
-    : services_(services), optimizer_(std::move(options.optimizer_factory)) {
+    : services_(services),
+      optimizer_(std::move(options.optimizer_factory)),
+      pool_(options.pool_bytes) {
   if (options.threads < 1) {
     throw InvalidArgument(fmt::format("a server needs at least 1 thread, got {}", options.threads));
   }
   context_.transport = &services_.transport;
   context_.log = &services_.log;
   context_.optimizer = &optimizer_;
+  context_.pool = &pool_;
   for (int i = 0; i < options.threads; ++i) {
     shards_.push_back(std::make_unique<ServerShard>(context_, i));
   }
@@ -45,7 +50,26 @@ void KvServer::Start() {
   for (auto& s : shards_) s->Start();
 }
 
+std::span<std::byte> KvServer::PayloadDestination(net::ConnectionId id, const net::Header& h,
+                                                  const std::string&) {
+  const bool carries_value =
+      h.type == kvmsg::kInit || h.type == kvmsg::kPush || h.type == kvmsg::kPushPull;
+  if (!carries_value || (h.flags & net::flags::kResponse) || h.payload_length == 0) return {};
+  ByteBuffer& b = receiving_[id];
+  b = pool_.Take(static_cast<size_t>(h.payload_length));
+  return b.span();
+}
+
+void KvServer::OnDisconnected(net::ConnectionId id, const std::string&) { receiving_.erase(id); }
+
 void KvServer::OnMessage(net::ConnectionId id, net::Message&& msg) {
+  if (auto it = receiving_.find(id); it != receiving_.end()) {
+    // The payload landed in a pool buffer: the request owns it from here.
+    if (msg.payload.in_posted_buffer() && msg.payload.bytes.data() == it->second.data.get()) {
+      msg.payload.owned = std::move(it->second.data);
+    }
+    receiving_.erase(it);
+  }
   const net::Header& h = msg.header;
   if (h.flags & net::flags::kResponse) {
     services_.log.Warn("dropped a {} response from node {}: a server sends no requests",

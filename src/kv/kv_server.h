@@ -9,10 +9,12 @@
 // save/load of optimizer states) run on shard 0.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "cluster/node_services.h"
+#include "kv/buffer_pool.h"
 #include "kv/server_optimizer.h"
 #include "kv/server_shard.h"
 
@@ -25,6 +27,8 @@ class KvServer final : public net::TransportHandler {
   struct Options {
     /// TANDEM_KV_SERVER_THREADS: shards (threads that own keys).
     int threads = 2;
+    /// TANDEM_KV_SERVER_POOL_BYTES: idle receive buffers kept for reuse.
+    size_t pool_bytes = size_t{1} << 30;
     /// Makes the optimizer SetOptimizer names.
     OptimizerFactory optimizer_factory;
     /// Reads TANDEM_KV_SERVER_THREADS (default: the number of cores, at
@@ -44,13 +48,20 @@ class KvServer final : public net::TransportHandler {
   /// workers from the node table and lets the shards work.
   void Start();
 
+  /// Pushes and inits are received into recycled buffers (buffer_pool.h).
+  std::span<std::byte> PayloadDestination(net::ConnectionId id, const net::Header& h,
+                                          const std::string& meta) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
+  void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
 
  private:
   void Reject(net::ConnectionId id, const net::Header& h, ErrorKind kind, const std::string& text);
 
   cluster::NodeServices services_;
   ServerOptimizer optimizer_;
+  BufferPool pool_;  // outlives the shards and their values
+  // The buffer being received into, per connection; transport thread only.
+  std::map<net::ConnectionId, ByteBuffer> receiving_;
   ShardContext context_;
   std::vector<std::unique_ptr<ServerShard>> shards_;
 };

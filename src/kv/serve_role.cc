@@ -2,8 +2,10 @@
 #include "kv/serve_role.h"
 
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -33,8 +35,20 @@ int RunRole(Role role, std::map<std::string, std::string> env) {
     auto cluster = cluster::JoinWithServices(
         env, [&](cluster::NodeServices& s) { server = std::make_unique<KvServer>(s, options); });
     server->Start();
+    const auto wall0 = std::chrono::steady_clock::now();
     // The server works on its shard threads until every node leaves.
     cluster->Finalize();
+    // What the server cost, for benchmarks and capacity planning.
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double cpu = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    cluster::Services(*cluster).log.Info(
+        "server cpu time {:.2f} s over {:.2f} s serving ({:.2f} cores on average, {} shard "
+        "threads)",
+        cpu, wall, wall > 0 ? cpu / wall : 0.0, options.threads);
     cluster.reset();  // stops the transport before the server goes
     return 0;
   } catch (const std::exception& e) {

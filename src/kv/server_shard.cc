@@ -130,7 +130,7 @@ void ServerShard::HandleInit(ShardItem& item) {
   StoredKey& k = keys_[q.key];
   k.layout = q;
   k.layout.rows.clear();
-  k.value = std::make_shared<ByteBuffer>(DenseGradient(q, item.msg));
+  k.value = MakeValue(DenseGradient(q, item.msg));
   ctx_.log->V2("shard {}: key {} initialised ({})", index_, q.key, SliceText(q));
   ReplyAck(item.connection, item.msg.header);
 }
@@ -143,7 +143,7 @@ ByteBuffer ServerShard::DenseGradient(const KeyRequest& q, net::Message& msg) co
         return ByteBuffer{std::move(msg.payload.owned), msg.payload.bytes.size()};
       return ByteBuffer::CopyOf(msg.payload.bytes);
     case PayloadEncoding::kRowSparse: {
-      ByteBuffer dense = ByteBuffer::Allocate(q.count * elem);
+      ByteBuffer dense = ctx_.pool->Take(q.count * elem);
       if (dense.size) std::memset(dense.data.get(), 0, dense.size);
       const uint64_t first_row = q.offset / q.row_length;
       const size_t row_bytes = q.row_length * elem;
@@ -160,7 +160,7 @@ ByteBuffer ServerShard::DenseGradient(const KeyRequest& q, net::Message& msg) co
       params.type = q.encoding == PayloadEncoding::kOneBit ? CompressionType::kOneBit
                                                            : CompressionType::kTwoBit;
       params.threshold = q.threshold;
-      ByteBuffer dense = ByteBuffer::Allocate(q.count * sizeof(float));
+      ByteBuffer dense = ctx_.pool->Take(q.count * sizeof(float));
       Decompress(params, msg.payload.bytes,
                  std::span<float>(reinterpret_cast<float*>(dense.data.get()), q.count));
       return dense;
@@ -203,6 +203,7 @@ void ServerShard::HandlePush(ShardItem& item) {
     ByteBuffer grad = DenseGradient(q, item.msg);
     Unshare(k);
     ctx_.optimizer->Update(q.key, View(q.dtype, *k.value, q.count), View(q.dtype, grad, q.count));
+    ctx_.pool->Give(std::move(grad));
     if (h.type == kvmsg::kPushPull) {
       ReplyValue(item.connection, h, k.value);
     } else {
@@ -210,8 +211,8 @@ void ServerShard::HandlePush(ShardItem& item) {
     }
     return;
   }
-  k.merge.Add(q.worker_rank, ctx_.num_workers, DenseGradient(q, item.msg), q.dtype, q.count,
-              PendingAck{item.connection, h});
+  ctx_.pool->Give(k.merge.Add(q.worker_rank, ctx_.num_workers, DenseGradient(q, item.msg), q.dtype,
+                              q.count, PendingAck{item.connection, h}));
   if (k.merge.pushed() == ctx_.num_workers) FinishRound(q.key, k);
 }
 
@@ -224,13 +225,14 @@ void ServerShard::FinishRound(uint64_t key, StoredKey& k) {
       Unshare(k);
       ctx_.optimizer->Update(key, View(k.layout.dtype, *k.value, k.layout.count),
                              View(k.layout.dtype, merged, k.layout.count));
+      ctx_.pool->Give(std::move(merged));
     } catch (const std::exception& e) {
       failure = fmt::format("key {}: the update of this round failed: {}", key, e.what());
       ctx_.log->Warn("{}", failure);
     }
   } else {
     // MXNet's server without an updater copies the merged sum into the value.
-    k.value = std::make_shared<ByteBuffer>(std::move(merged));
+    k.value = MakeValue(std::move(merged));
   }
   for (const PendingAck& a : acks) {
     if (!failure.empty()) {
@@ -324,8 +326,19 @@ void ServerShard::HandleControl(ShardItem& item) {
 
 void ServerShard::Unshare(StoredKey& k) const {
   // Only this thread makes new references, so a count of 1 stays 1.
-  if (k.value.use_count() > 1)
-    k.value = std::make_shared<ByteBuffer>(ByteBuffer::CopyOf(k.value->span()));
+  if (k.value.use_count() > 1) {
+    ByteBuffer copy = ctx_.pool->Take(k.value->size);
+    if (copy.size) std::memcpy(copy.data.get(), k.value->data.get(), copy.size);
+    k.value = MakeValue(std::move(copy));
+  }
+}
+
+std::shared_ptr<ByteBuffer> ServerShard::MakeValue(ByteBuffer b) const {
+  BufferPool* pool = ctx_.pool;
+  return std::shared_ptr<ByteBuffer>(new ByteBuffer(std::move(b)), [pool](ByteBuffer* v) {
+    pool->Give(std::move(*v));
+    delete v;
+  });
 }
 
 void ServerShard::ReplyValue(net::ConnectionId c, const net::Header& request,

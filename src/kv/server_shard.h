@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "base/logger.h"
+#include "kv/buffer_pool.h"
 #include "kv/byte_buffer.h"
 #include "kv/kv_messages.h"
 #include "kv/server_optimizer.h"
@@ -31,7 +32,8 @@ struct ShardContext {
   net::Transport* transport = nullptr;
   base::Logger* log = nullptr;
   ServerOptimizer* optimizer = nullptr;
-  int self_id = -1;  ///< this server's node id (the sender of replies)
+  BufferPool* pool = nullptr;  ///< recycles payload, merge and value buffers
+  int self_id = -1;            ///< this server's node id (the sender of replies)
   int num_workers = 0;
 };
 
@@ -79,6 +81,9 @@ class ServerShard {
   void FinishRound(uint64_t key, StoredKey& k);
   void Drain(StoredKey& k);
   ByteBuffer DenseGradient(const KeyRequest& q, net::Message& msg) const;
+  // A value whose buffer goes back to the pool when its last holder (the key
+  // or a reply being sent) lets go.
+  std::shared_ptr<ByteBuffer> MakeValue(ByteBuffer b) const;
   // Makes k.value exclusively ours before an in-place update.
   void Unshare(StoredKey& k) const;
   void ReplyValue(net::ConnectionId c, const net::Header& request,

@@ -10,13 +10,14 @@ bool SyncMerge::HasPushed(int worker) const {
          pushed_by_[static_cast<size_t>(worker)];
 }
 
-void SyncMerge::Add(int worker, int num_workers, ByteBuffer grad, DType dtype, uint64_t count,
-                    PendingAck ack) {
+ByteBuffer SyncMerge::Add(int worker, int num_workers, ByteBuffer grad, DType dtype, uint64_t count,
+                          PendingAck ack) {
   if (pushed_by_.size() != static_cast<size_t>(num_workers)) {
     pushed_by_.assign(static_cast<size_t>(num_workers), false);
   }
   if (pushed_ == 0) {
     merged_ = std::move(grad);
+    grad = ByteBuffer{};
   } else {
     base::Reduce(base::ReduceOp::kSum, dtype, merged_.data.get(), grad.data.get(),
                  static_cast<size_t>(count));
@@ -24,6 +25,7 @@ void SyncMerge::Add(int worker, int num_workers, ByteBuffer grad, DType dtype, u
   pushed_by_[static_cast<size_t>(worker)] = true;
   ++pushed_;
   acks_.push_back(ack);
+  return grad;
 }
 
 ByteBuffer SyncMerge::TakeMerged(std::vector<PendingAck>* acks) {

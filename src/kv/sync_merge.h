@@ -34,9 +34,10 @@ class SyncMerge {
   /// Adds `worker`'s dense gradient of `count` elements of `dtype` (taking
   /// the buffer: the first push of a round becomes the merge buffer without
   /// a copy) and remembers `ack`. Requires !HasPushed(worker), 0 <= worker <
-  /// num_workers, grad.size == count * element size.
-  void Add(int worker, int num_workers, ByteBuffer grad, DType dtype, uint64_t count,
-           PendingAck ack);
+  /// num_workers, grad.size == count * element size. Returns the buffer
+  /// it no longer needs (empty when `grad` became the merge buffer).
+  ByteBuffer Add(int worker, int num_workers, ByteBuffer grad, DType dtype, uint64_t count,
+                 PendingAck ack);
 
   /// How many workers pushed in the current round.
   int pushed() const { return pushed_; }
