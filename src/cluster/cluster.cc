@@ -14,8 +14,8 @@
 #include "base/logger.h"
 #include "cluster/dmlc_contract.h"
 #include "cluster/membership.h"
-#include "cluster/node_services.h"
 #include "cluster/node_address.h"
+#include "cluster/node_services.h"
 #include "cluster/scheduler.h"
 #include "net/message_dispatcher.h"
 #include "net/tcp_transport.h"
@@ -169,25 +169,14 @@ void Cluster::Finalize() {
     auto limit = impl_->config.heartbeat_timeout + std::chrono::seconds(10);
     if (!impl_->scheduler->WaitUntilAllLeft(limit)) {
       if (auto failure = impl_->scheduler->failure()) throw PeerLost(*failure);
-      throw Timeout(fmt::format("not every node left within {} ms after the final barrier",
-                                limit.count()));
+      throw Timeout(
+          fmt::format("not every node left within {} ms after the final barrier", limit.count()));
     }
     impl_->log.Info("every node left; the job is complete");
   }
 }
 
-std::optional<int> ServeAssignedRole() {
-  auto env = base::Environment::FromProcess();
-  auto role = env.GetString("DMLC_ROLE", "");
-  if (role != "scheduler" && role != "server") return std::nullopt;
-  try {
-    auto cluster = Cluster::Join(env.vars());
-    cluster->Finalize();
-    return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", role.c_str(), getpid(), e.what());
-    return 1;
-  }
-}
+// ServeAssignedRole() is defined in src/kv/serve_role.cc: a server runs the
+// parameter server, which this layer does not know.
 
 }  // namespace tandem

@@ -1,0 +1,87 @@
+// The worker side of the distributed stores ("dist_sync", "dist_async" and
+// their "_device" forms, which on CPU buffers behave the same): turns store
+// calls into requests to the servers that hold each key's slices
+// (docs/kvstore.md; docs/protocol-ps.md).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "base/thread_pool.h"
+#include "kv/compression/gradient_compression.h"
+#include "kv/key_registry.h"
+#include "kv/kv_client.h"
+#include "kv/kv_messages.h"
+#include "kv/store_settings.h"
+#include "tandem/cluster.h"
+#include "tandem/kvstore.h"
+
+namespace tandem::kv {
+
+/// Thread-safety: as KVStore (any thread); the key table is guarded by mu_.
+class DistKVStore final : public KVStore {
+ public:
+  /// A store over a started `client` that the caller keeps alive (tests run
+  /// several in one process this way). Throws InvalidArgument for a type
+  /// that is not distributed.
+  DistKVStore(std::string type, KvClient& client, StoreSettings settings);
+
+  /// KVStore::Create for the distributed types: joins the job that `env`
+  /// describes (this process must be a worker) and owns the membership.
+  static std::unique_ptr<KVStore> Join(std::string type, const base::Environment& env);
+
+  /// When owning the membership: Finalize (a barrier of every node), then
+  /// leave; errors are logged.
+  ~DistKVStore() override;
+
+  const std::string& type() const override { return type_; }
+  int Rank() const override { return client_.rank(); }
+  int NumWorkers() const override { return client_.num_workers(); }
+  int NumServers() const override { return client_.num_servers(); }
+  void Init(const KVKey& key, const TensorView& value) override;
+  KVHandle PushAsync(const KVKey& key, const std::vector<TensorView>& values,
+                     int priority) override;
+  KVHandle PullAsync(const KVKey& key, const std::vector<TensorView>& outs, int priority) override;
+  KVHandle PushPullAsync(const KVKey& key, const std::vector<TensorView>& values,
+                         const std::vector<TensorView>& outs, int priority) override;
+  KVHandle RowSparsePullAsync(const KVKey& key, const TensorView& out,
+                              const std::vector<int64_t>& row_ids, int priority) override;
+  KVHandle RowSparsePushAsync(const KVKey& key, const TensorView& rows,
+                              const std::vector<int64_t>& row_ids, int priority) override;
+  void SetOptimizer(const std::string& name, const KVParams& params) override;
+  void SetGradientCompression(const KVParams& params) override;
+  void Barrier() override;
+  void SaveOptimizerStates(const std::string& path) override;
+  void LoadOptimizerStates(const std::string& path) override;
+
+ private:
+  struct Owned;
+  DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSettings settings);
+
+  KeyRequest Request(const KeyInfo& info, const KeySlice& slice, int priority) const;
+  // Sends a push (with_reply: a push-pull) of `source` (one buffer holding
+  // the key's summed value), replies into `out` when set.
+  KVHandle SendPush(const KeyInfo& info, const void* source, void* out, int priority,
+                    std::shared_ptr<KvOperation> op);
+  // Sends `type` to every server and waits for every reply.
+  void Broadcast(uint16_t type, const std::string& meta, const std::string& what);
+  // Runs `step` on worker 0, then a worker barrier; worker 0 rethrows
+  // step's error after the barrier, so the others never wait in vain.
+  void WorkerZeroThenBarrier(const std::function<void()>& step);
+  const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
+                          const std::shared_ptr<KvOperation>& op);
+
+  std::unique_ptr<Owned> owned_;  // the membership and client, when Join made them
+  std::string type_;
+  KvClient& client_;
+  StoreSettings settings_;
+  UpdateMode mode_;
+  std::unique_ptr<base::ThreadPool> pool_;  // the local sum's threads
+  std::mutex mu_;
+  KeyRegistry keys_;               // guarded by mu_
+  CompressionParams compression_;  // guarded by mu_; set before the first Init
+};
+
+}  // namespace tandem::kv

@@ -1,0 +1,280 @@
+// A worker's requests to the servers (docs/protocol-ps.md).
+#include "kv/kv_client.h"
+
+#include <fmt/format.h>
+
+#include "kv/kv_messages.h"
+#include "tandem/error.h"
+
+namespace tandem::kv {
+
+KvClient::Options KvClient::Options::FromEnvironment(const base::Environment& env) {
+  Options o;
+  o.inflight_bytes = static_cast<uint64_t>(
+      env.GetInt("TANDEM_KV_INFLIGHT_BYTES", static_cast<int64_t>(o.inflight_bytes), 1));
+  o.timeout = env.GetSeconds("TANDEM_KV_TIMEOUT", o.timeout);
+  return o;
+}
+
+KvClient::KvClient(const cluster::NodeServices& services, Options options)
+    : services_(services), options_(options) {
+  services_.dispatcher.Register(kvmsg::kFirst, kvmsg::kLast, this);
+  services_.membership.AddFailureListener([this](const std::string& text) { FailAll(text); });
+}
+
+KvClient::~KvClient() = default;
+
+void KvClient::Start() {
+  const auto& table = services_.membership.table();
+  rank_ = services_.membership.self().rank;
+  self_id_ = services_.membership.self().id;
+  num_workers_ = table.num_workers;
+  std::vector<ServerState> servers(static_cast<size_t>(table.num_servers));
+  for (const NodeInfo& n : table.nodes) {
+    if (n.role != Role::kServer) continue;
+    ServerState& s = servers.at(static_cast<size_t>(n.rank));
+    s.name = n.ToString();
+    s.node_id = n.id;
+  }
+  for (const NodeInfo& n : table.nodes) {
+    if (n.role != Role::kServer) continue;
+    net::ConnectionId c =
+        services_.transport.Connect({n.host, n.port}, services_.config.connect_timeout);
+    servers[static_cast<size_t>(n.rank)].connection = c;
+    std::lock_guard lock(mu_);
+    server_of_connection_[c] = n.rank;
+  }
+  std::lock_guard lock(mu_);
+  servers_ = std::move(servers);
+  services_.log.V1("connected to {} servers", servers_.size());
+}
+
+void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<ClientRequest> requests) {
+  std::vector<std::pair<int, std::vector<net::OutgoingMessage>>> to_send;
+  {
+    std::lock_guard lock(mu_);
+    if (failure_) throw PeerLost(*failure_);
+    for (const auto& r : requests) {
+      const ServerState& s = servers_.at(static_cast<size_t>(r.server));
+      if (s.lost) throw PeerLost(*s.lost);
+    }
+    std::vector<int> touched;
+    for (auto& r : requests) {
+      const int server = r.server;
+      op->Expect(server, r.payload.empty() ? 1 : 2);
+      uint64_t id = next_request_++;
+      Pending p;
+      p.op = op;
+      p.seq = next_seq_++;
+      p.request_id = id;
+      for (auto s : r.payload) p.bytes += s.size();
+      p.bytes += r.destination.size();
+      ServerState& s = servers_[static_cast<size_t>(server)];
+      auto& fifo = s.by_key[r.key];
+      fifo.push_back(id);
+      if (fifo.size() == 1) s.ready.emplace(r.priority, -static_cast<int64_t>(p.seq), id);
+      p.request = std::move(r);
+      pending_.emplace(id, std::move(p));
+      touched.push_back(server);
+    }
+    for (int server : touched) {
+      auto msgs = TakeSendable(server);
+      if (!msgs.empty()) to_send.emplace_back(server, std::move(msgs));
+    }
+  }
+  for (auto& [server, msgs] : to_send) SendAll(std::move(msgs), server);
+}
+
+std::vector<net::OutgoingMessage> KvClient::TakeSendable(int server) {
+  std::vector<net::OutgoingMessage> out;
+  ServerState& s = servers_[static_cast<size_t>(server)];
+  while (!s.ready.empty() && (s.inflight == 0 || s.inflight < options_.inflight_bytes)) {
+    uint64_t id = std::get<2>(s.ready.top());
+    s.ready.pop();
+    Pending& p = pending_.at(id);
+    // The key's next request becomes eligible: it follows on the same
+    // connection, so the server still sees the issue order.
+    auto& fifo = s.by_key[p.request.key];
+    fifo.pop_front();
+    if (fifo.empty()) {
+      s.by_key.erase(p.request.key);
+    } else {
+      const Pending& next = pending_.at(fifo.front());
+      s.ready.emplace(next.request.priority, -static_cast<int64_t>(next.seq), fifo.front());
+    }
+    p.sent = true;
+    s.inflight += p.bytes;
+    net::OutgoingMessage m;
+    m.header.type = p.request.type;
+    m.header.sender = self_id_;
+    m.header.recipient = s.node_id;
+    m.header.request_id = id;
+    m.meta = std::move(p.request.meta);
+    m.payload = std::move(p.request.payload);
+    p.request.payload.clear();
+    if (!m.payload.empty()) {
+      m.on_sent = [op = p.op, server](std::exception_ptr e) { op->Event(server, e); };
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void KvClient::SendAll(std::vector<net::OutgoingMessage> msgs, int server) {
+  net::ConnectionId c = servers_[static_cast<size_t>(server)].connection;
+  for (auto& m : msgs) {
+    uint64_t id = m.header.request_id;
+    bool borrowed = !m.payload.empty();
+    try {
+      services_.transport.Send(c, std::move(m));
+    } catch (const std::exception&) {
+      // Send failed before taking the message: neither event will come.
+      if (borrowed) {
+        std::shared_ptr<KvOperation> op;
+        {
+          std::lock_guard lock(mu_);
+          auto it = pending_.find(id);
+          if (it != pending_.end()) op = it->second.op;
+        }
+        if (op) op->Event(server, std::current_exception());
+      }
+      Finish(id, std::current_exception());
+    }
+  }
+}
+
+std::span<std::byte> KvClient::PayloadDestination(net::ConnectionId, const net::Header& h,
+                                                  const std::string&) {
+  if ((h.flags & net::flags::kResponse) == 0 || (h.flags & net::flags::kError) != 0) return {};
+  std::lock_guard lock(mu_);
+  auto it = pending_.find(h.request_id);
+  if (it == pending_.end()) return {};
+  Pending& p = it->second;
+  if (p.request.destination.size() != h.payload_length || p.request.destination.empty()) return {};
+  p.receiving = true;
+  return p.request.destination;
+}
+
+void KvClient::OnMessage(net::ConnectionId id, net::Message&& msg) {
+  const net::Header& h = msg.header;
+  if ((h.flags & net::flags::kResponse) == 0) {
+    services_.log.Warn("dropped {} from node {}: a worker serves no requests",
+                       KvMessageName(h.type), h.sender);
+    return;
+  }
+  std::span<std::byte> destination;
+  std::string what;
+  int server = -1;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(h.request_id);
+    if (it == pending_.end()) {
+      services_.log.V1("late {} reply {} on connection {} (its call already failed)",
+                       KvMessageName(h.type), h.request_id, id);
+      return;
+    }
+    destination = it->second.request.destination;
+    server = it->second.request.server;
+    what = fmt::format("{} on server {}", it->second.op->what(), server);
+  }
+  std::exception_ptr error;
+  if (h.flags & net::flags::kError) {
+    try {
+      ErrorReply::Decode(msg.meta).Throw(what);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  } else if (msg.payload.bytes.size() != destination.size()) {
+    error = std::make_exception_ptr(
+        ProtocolError(fmt::format("{}: the reply carries {} bytes, expected {}", what,
+                                  msg.payload.bytes.size(), destination.size())));
+  } else if (!destination.empty() && !msg.payload.in_posted_buffer()) {
+    std::memcpy(destination.data(), msg.payload.bytes.data(), destination.size());
+  }
+  Finish(h.request_id, error);
+}
+
+void KvClient::Finish(uint64_t request_id, std::exception_ptr error) {
+  std::shared_ptr<KvOperation> op;
+  int server = -1;
+  std::vector<net::OutgoingMessage> next;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(request_id);
+    if (it == pending_.end()) return;
+    op = std::move(it->second.op);
+    server = it->second.request.server;
+    ServerState& s = servers_[static_cast<size_t>(server)];
+    if (it->second.sent) s.inflight -= it->second.bytes;
+    pending_.erase(it);
+    if (!s.lost && !failure_) next = TakeSendable(server);
+  }
+  op->Event(server, error);
+  if (!next.empty()) SendAll(std::move(next), server);
+}
+
+void KvClient::OnDisconnected(net::ConnectionId id, const std::string& reason) {
+  int server = -1;
+  {
+    std::lock_guard lock(mu_);
+    auto it = server_of_connection_.find(id);
+    if (it == server_of_connection_.end()) return;
+    server = it->second;
+  }
+  FailServer(server,
+             fmt::format("lost {}: {}", servers_[static_cast<size_t>(server)].name, reason));
+}
+
+void KvClient::FailServer(int server, const std::string& text) {
+  std::vector<std::pair<std::shared_ptr<KvOperation>, bool>> failed;  // op, unsent with payload
+  {
+    std::lock_guard lock(mu_);
+    ServerState& s = servers_[static_cast<size_t>(server)];
+    if (!s.lost) s.lost = text;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.request.server != server) {
+        ++it;
+        continue;
+      }
+      failed.emplace_back(it->second.op, !it->second.sent && !it->second.request.payload.empty());
+      it = pending_.erase(it);
+    }
+    s.by_key.clear();
+    s.ready = {};
+  }
+  auto error = std::make_exception_ptr(PeerLost(text));
+  for (auto& [op, unsent] : failed) {
+    if (unsent) op->Event(server, error);
+    op->Event(server, error);
+  }
+}
+
+void KvClient::FailAll(const std::string& text) {
+  // Runs under Membership's lock: quick, and no call back into it.
+  std::vector<std::tuple<std::shared_ptr<KvOperation>, int, bool>> failed;
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_) failure_ = text;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      // A reply being written into the caller's buffer finishes first.
+      if (it->second.receiving) {
+        ++it;
+        continue;
+      }
+      failed.emplace_back(it->second.op, it->second.request.server,
+                          !it->second.sent && !it->second.request.payload.empty());
+      it = pending_.erase(it);
+    }
+    for (auto& s : servers_) {
+      s.by_key.clear();
+      s.ready = {};
+    }
+  }
+  auto error = std::make_exception_ptr(PeerLost(text));
+  for (auto& [op, server, unsent] : failed) {
+    if (unsent) op->Event(server, error);
+    op->Event(server, error);
+  }
+}
+
+}  // namespace tandem::kv

@@ -1,0 +1,58 @@
+// The state behind a KVHandle: one asynchronous store call made of parts
+// (one request per server it touches), each finished by two events: the
+// server's reply, and, for a request that borrows caller memory, the
+// transport's word that the memory was sent. The call is done when every
+// event came in; its error is the first part's error.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tandem::kv {
+
+/// Thread-safety: any thread; internally locked. Completion callbacks run on
+/// the thread that delivers the last event, without the lock.
+class KvOperation {
+ public:
+  /// `what` names the call in errors ("push of key 3").
+  KvOperation(std::string what, std::chrono::milliseconds default_timeout);
+
+  /// Expects `events` more events from `server` (-1: none, a local step).
+  void Expect(int server, int events);
+  /// One expected event of `server` arrived, failed when `error` is set.
+  void Event(int server, std::exception_ptr error = nullptr);
+  /// Runs `fn` once every event arrived and none failed, before waiters
+  /// wake (e.g. copying a pulled value to further outputs). Set before the
+  /// first Expect.
+  void OnSuccess(std::function<void()> fn) { on_success_ = std::move(fn); }
+  /// Keeps `p` alive until the call is done (temporary buffers).
+  void Keep(std::shared_ptr<void> p);
+
+  /// Blocks until done; rethrows the call's error. Throws Timeout naming the
+  /// call and the servers it still waited for.
+  void Wait(std::chrono::milliseconds timeout) const;
+  void Wait() const { Wait(default_timeout_); }
+  bool done() const;
+  const std::string& what() const { return what_; }
+
+ private:
+  const std::string what_;
+  const std::chrono::milliseconds default_timeout_;
+  std::function<void()> on_success_;
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
+  std::map<int, int> outstanding_;           // events per server; guarded by mu_
+  int total_ = 0;                            // guarded by mu_
+  bool finished_ = false;                    // guarded by mu_
+  std::exception_ptr error_;                 // guarded by mu_
+  std::vector<std::shared_ptr<void>> keep_;  // guarded by mu_
+};
+
+}  // namespace tandem::kv

@@ -1,0 +1,69 @@
+// tandem's parameter server (docs/kvstore.md, "Server"; the protocol is
+// docs/protocol-ps.md). It registers for the kv message types on a node's
+// dispatcher before the node registers with the scheduler, and serves until
+// the node leaves.
+//
+// Threads: the transport thread only decodes a request's metadata and
+// routes it to the shard that owns its key (key % shards); each shard is a
+// thread of its own (ServerShard). Server-wide commands (set-optimizer,
+// save/load of optimizer states) run on shard 0.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cluster/node_services.h"
+#include "kv/buffer_pool.h"
+#include "kv/server_optimizer.h"
+#include "kv/server_shard.h"
+
+namespace tandem::kv {
+
+/// Thread-safety: constructed and started by the node's main thread; the
+/// handler callbacks run on the transport thread.
+class KvServer final : public net::TransportHandler {
+ public:
+  struct Options {
+    /// TANDEM_KV_SERVER_THREADS: shards (threads that own keys).
+    int threads = 2;
+    /// TANDEM_KV_SERVER_POOL_BYTES: idle receive buffers kept for reuse.
+    size_t pool_bytes = size_t{1} << 30;
+    /// Makes the optimizer SetOptimizer names.
+    OptimizerFactory optimizer_factory;
+    /// Reads TANDEM_KV_SERVER_THREADS (default: the number of cores, at
+    /// least 1 and at most 8) and makes optimizers with
+    /// kv::Optimizer::Create.
+    static Options FromEnvironment(const base::Environment& env);
+  };
+
+  /// Registers for kvmsg::kFirst..kLast on `services.dispatcher`. Requests
+  /// that arrive before Start() wait in their shard.
+  KvServer(const cluster::NodeServices& services, Options options);
+  /// Stops the shards. The transport must no longer deliver to this server
+  /// (shut down first).
+  ~KvServer() override;
+
+  /// Called once the node has joined: takes this node's id and the number of
+  /// workers from the node table and lets the shards work.
+  void Start();
+
+  /// Pushes and inits are received into recycled buffers (buffer_pool.h).
+  std::span<std::byte> PayloadDestination(net::ConnectionId id, const net::Header& h,
+                                          const std::string& meta) override;
+  void OnMessage(net::ConnectionId id, net::Message&& msg) override;
+  void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
+
+ private:
+  void Reject(net::ConnectionId id, const net::Header& h, ErrorKind kind, const std::string& text);
+
+  cluster::NodeServices services_;
+  ServerOptimizer optimizer_;
+  BufferPool pool_;  // outlives the shards and their values
+  // The buffer being received into, per connection; transport thread only.
+  std::map<net::ConnectionId, ByteBuffer> receiving_;
+  ShardContext context_;
+  std::vector<std::unique_ptr<ServerShard>> shards_;
+};
+
+}  // namespace tandem::kv

@@ -1,0 +1,72 @@
+// The scheduler and server roles (docs/kvstore.md, "Server").
+#include "kv/serve_role.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "base/environment.h"
+#include "cluster/node_services.h"
+#include "kv/kv_server.h"
+#include "tandem/error.h"
+
+namespace tandem::kv {
+
+int RunRole(Role role, std::map<std::string, std::string> env) {
+  const std::string name(RoleName(role));
+  try {
+    if (role == Role::kWorker) throw InvalidArgument("RunRole serves a scheduler or a server");
+    auto it = env.find("DMLC_ROLE");
+    if (it != env.end() && !it->second.empty() && it->second != name) {
+      throw ConfigError(fmt::format("`tandem {}` started with DMLC_ROLE={}", name, it->second));
+    }
+    env["DMLC_ROLE"] = name;
+    if (role == Role::kScheduler) {
+      auto cluster = Cluster::Join(env);
+      cluster->Finalize();
+      return 0;
+    }
+    auto options = KvServer::Options::FromEnvironment(base::Environment(env));
+    std::unique_ptr<KvServer> server;
+    auto cluster = cluster::JoinWithServices(
+        env, [&](cluster::NodeServices& s) { server = std::make_unique<KvServer>(s, options); });
+    server->Start();
+    const auto wall0 = std::chrono::steady_clock::now();
+    // The server works on its shard threads until every node leaves.
+    cluster->Finalize();
+    // What the server cost, for benchmarks and capacity planning.
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double cpu = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                       double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    cluster::Services(*cluster).log.Info(
+        "server cpu time {:.2f} s over {:.2f} s serving ({:.2f} cores on average, {} shard "
+        "threads)",
+        cpu, wall, wall > 0 ? cpu / wall : 0.0, options.threads);
+    cluster.reset();  // stops the transport before the server goes
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", name.c_str(), getpid(), e.what());
+    return 1;
+  }
+}
+
+}  // namespace tandem::kv
+
+namespace tandem {
+
+std::optional<int> ServeAssignedRole() {
+  auto env = base::Environment::FromProcess();
+  auto role = env.GetString("DMLC_ROLE", "");
+  if (role == "scheduler") return kv::RunRole(Role::kScheduler, env.vars());
+  if (role == "server") return kv::RunRole(Role::kServer, env.vars());
+  return std::nullopt;
+}
+
+}  // namespace tandem

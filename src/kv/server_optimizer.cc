@@ -1,0 +1,68 @@
+// The server's optimizer holder.
+#include "kv/server_optimizer.h"
+
+#include <fmt/format.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <mutex>
+
+#include "tandem/error.h"
+
+namespace tandem::kv {
+
+void ServerOptimizer::Set(const std::string& name, const OptimizerParams& params) {
+  if (!factory_) throw InvalidArgument("this server was built without optimizers");
+  auto fresh = factory_(name, params);  // may throw: the old one stays
+  std::unique_lock lock(mu_);
+  optimizer_ = std::move(fresh);
+}
+
+bool ServerOptimizer::active() const {
+  std::shared_lock lock(mu_);
+  return optimizer_ != nullptr;
+}
+
+void ServerOptimizer::Update(uint64_t key, const TensorView& weight, const TensorView& grad) {
+  std::shared_lock lock(mu_);
+  if (!optimizer_) throw InvalidArgument(fmt::format("key {}: no optimizer is set", key));
+  optimizer_->Update(key, weight, grad);
+}
+
+void ServerOptimizer::Save(const std::string& path) const {
+  std::string bytes;
+  {
+    std::unique_lock lock(mu_);
+    if (!optimizer_) {
+      throw InvalidArgument("cannot save optimizer states: no optimizer is set on the servers");
+    }
+    bytes = optimizer_->SaveStates();
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw IoError(fmt::format("open {} for writing: {}", tmp, std::strerror(errno)));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    if (!out) throw IoError(fmt::format("write {}: {}", tmp, std::strerror(errno)));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw IoError(fmt::format("rename {} to {}: {}", tmp, path, std::strerror(errno)));
+  }
+}
+
+void ServerOptimizer::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("open {}: {}", path, std::strerror(errno)));
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::unique_lock lock(mu_);
+  if (!optimizer_) {
+    throw InvalidArgument("cannot load optimizer states: no optimizer is set on the servers");
+  }
+  optimizer_->LoadStates(bytes);
+}
+
+}  // namespace tandem::kv

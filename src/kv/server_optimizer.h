@@ -1,0 +1,53 @@
+// The optimizer a server applies to its keys (MXNet's server-side updater),
+// set by worker 0's SetOptimizer and shared by every shard thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+
+#include "kv/optimizer/optimizer.h"
+
+namespace tandem::kv {
+
+/// Makes an optimizer from a name and parameters (kv::Optimizer::Create in
+/// a real server; tests may pass their own). Throws InvalidArgument.
+using OptimizerFactory =
+    std::function<std::unique_ptr<Optimizer>(const std::string&, const OptimizerParams&)>;
+
+/// Thread-safety: any thread. Update holds a shared lock, so shards update
+/// different keys in parallel; Set, Save and Load hold it exclusively, so
+/// they never overlap an update (kv::Optimizer's requirement).
+class ServerOptimizer {
+ public:
+  explicit ServerOptimizer(OptimizerFactory factory) : factory_(std::move(factory)) {}
+
+  /// Replaces the optimizer (and so every key's state) with a new one, as a
+  /// second set_optimizer does in MXNet. Throws InvalidArgument (unknown
+  /// name or parameter) with the old optimizer kept.
+  void Set(const std::string& name, const OptimizerParams& params);
+
+  /// True once Set succeeded.
+  bool active() const;
+
+  /// Applies `grad` to `weight` under `key`. Requires active(). Throws what
+  /// Optimizer::Update throws.
+  void Update(uint64_t key, const TensorView& weight, const TensorView& grad);
+
+  /// Writes every key's state to `path` (the file is replaced atomically via
+  /// a temporary). Throws InvalidArgument without an optimizer, IoError.
+  void Save(const std::string& path) const;
+
+  /// Reads states that Save wrote. Throws InvalidArgument (no optimizer,
+  /// another optimizer's states, corrupt file), IoError.
+  void Load(const std::string& path);
+
+ private:
+  OptimizerFactory factory_;
+  mutable std::shared_mutex mu_;
+  std::unique_ptr<Optimizer> optimizer_;  // guarded by mu_
+};
+
+}  // namespace tandem::kv

@@ -1,0 +1,389 @@
+// A server shard: init, push (sync merge or async update), pull, and the
+// server-wide commands (docs/protocol-ps.md; docs/kvstore.md, "Server").
+#include "kv/server_shard.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <exception>
+
+#include "base/dtype.h"
+#include "kv/compression/gradient_compression.h"
+#include "tandem/error.h"
+
+namespace tandem::kv {
+namespace {
+
+std::string SliceText(const KeyRequest& q) {
+  return fmt::format("{} {} elements [{}, {}) of {}", q.count, base::DTypeName(q.dtype), q.offset,
+                     q.offset + q.count, q.total_elements);
+}
+
+// A request must address the slice exactly as it was initialised.
+void CheckLayout(const KeyRequest& held, const KeyRequest& q, std::string_view what) {
+  if (q.dtype != held.dtype || q.total_elements != held.total_elements || q.offset != held.offset ||
+      q.count != held.count || q.row_length != held.row_length) {
+    throw InvalidArgument(
+        fmt::format("key {}: {} expected {} (row length {}), got {} (row length {})", q.key, what,
+                    SliceText(held), held.row_length, SliceText(q), q.row_length));
+  }
+}
+
+TensorView View(DType dtype, ByteBuffer& b, uint64_t count) {
+  return TensorView{b.data.get(), dtype, {static_cast<int64_t>(count)}};
+}
+
+}  // namespace
+
+ServerShard::ServerShard(const ShardContext& context, int index)
+    : ctx_(context), index_(index), thread_([this] { Loop(); }) {}
+
+ServerShard::~ServerShard() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void ServerShard::Start() {
+  {
+    std::lock_guard lock(mu_);
+    started_ = true;
+  }
+  cv_.notify_all();
+}
+
+void ServerShard::Post(ShardItem item) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(std::move(item));
+  }
+  cv_.notify_one();
+}
+
+void ServerShard::Loop() {
+  for (;;) {
+    ShardItem item;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || (started_ && !queue_.empty()); });
+      if (stopping_) return;
+      item = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Handle(item);
+  }
+}
+
+void ServerShard::Handle(ShardItem& item) {
+  const net::Header& h = item.msg.header;
+  try {
+    switch (h.type) {
+      case kvmsg::kInit:
+        HandleInit(item);
+        break;
+      case kvmsg::kPush:
+      case kvmsg::kPushPull:
+        HandlePush(item);
+        break;
+      case kvmsg::kPull:
+      case kvmsg::kRowSparsePull:
+        HandlePull(item);
+        break;
+      default:
+        HandleControl(item);
+        break;
+    }
+  } catch (const InvalidArgument& e) {
+    ctx_.log->V1("shard {}: {} from node {} failed: {}", index_, KvMessageName(h.type), h.sender,
+                 e.what());
+    ReplyError(item.connection, h, ErrorKind::kInvalidArgument, e.what());
+  } catch (const ProtocolError& e) {
+    ctx_.log->Warn("shard {}: {} from node {} broke the protocol: {}", index_,
+                   KvMessageName(h.type), h.sender, e.what());
+    ReplyError(item.connection, h, ErrorKind::kProtocol, e.what());
+  } catch (const std::exception& e) {
+    ctx_.log->Warn("shard {}: {} from node {} failed: {}", index_, KvMessageName(h.type), h.sender,
+                   e.what());
+    ReplyError(item.connection, h, ErrorKind::kOther, e.what());
+  }
+}
+
+void ServerShard::HandleInit(ShardItem& item) {
+  const KeyRequest& q = *item.request;
+  if (q.encoding != PayloadEncoding::kDense) {
+    throw InvalidArgument(
+        fmt::format("key {}: init must be dense (it is never compressed)", q.key));
+  }
+  auto it = keys_.find(q.key);
+  if (it != keys_.end()) {
+    throw InvalidArgument(fmt::format("key {}: double init: expected no value, got one holding {}",
+                                      q.key, SliceText(it->second.layout)));
+  }
+  const uint64_t want = q.ExpectedPushBytes();
+  if (item.msg.payload.bytes.size() != want) {
+    throw InvalidArgument(fmt::format("key {}: init value expected {} bytes ({}), got {}", q.key,
+                                      want, SliceText(q), item.msg.payload.bytes.size()));
+  }
+  StoredKey& k = keys_[q.key];
+  k.layout = q;
+  k.layout.rows.clear();
+  k.value = MakeValue(DenseGradient(q, item.msg));
+  ctx_.log->V2("shard {}: key {} initialised ({})", index_, q.key, SliceText(q));
+  ReplyAck(item.connection, item.msg.header);
+}
+
+ByteBuffer ServerShard::DenseGradient(const KeyRequest& q, net::Message& msg) const {
+  const size_t elem = ElementSize(q.dtype);
+  switch (q.encoding) {
+    case PayloadEncoding::kDense:
+      if (msg.payload.owned)
+        return ByteBuffer{std::move(msg.payload.owned), msg.payload.bytes.size()};
+      return ByteBuffer::CopyOf(msg.payload.bytes);
+    case PayloadEncoding::kRowSparse: {
+      ByteBuffer dense = ctx_.pool->Take(q.count * elem);
+      if (dense.size) std::memset(dense.data.get(), 0, dense.size);
+      const uint64_t first_row = q.offset / q.row_length;
+      const size_t row_bytes = q.row_length * elem;
+      for (size_t i = 0; i < q.rows.size(); ++i) {
+        std::memcpy(dense.data.get() + (q.rows[i] - first_row) * row_bytes,
+                    msg.payload.bytes.data() + i * row_bytes, row_bytes);
+      }
+      return dense;
+    }
+    case PayloadEncoding::kOneBit:
+    case PayloadEncoding::kTwoBit: {
+      // As MXNet's server: dequantise, then merge like any push.
+      CompressionParams params;
+      params.type = q.encoding == PayloadEncoding::kOneBit ? CompressionType::kOneBit
+                                                           : CompressionType::kTwoBit;
+      params.threshold = q.threshold;
+      ByteBuffer dense = ctx_.pool->Take(q.count * sizeof(float));
+      Decompress(params, msg.payload.bytes,
+                 std::span<float>(reinterpret_cast<float*>(dense.data.get()), q.count));
+      return dense;
+    }
+  }
+  throw ProtocolError(fmt::format("key {}: unknown payload encoding", q.key));
+}
+
+void ServerShard::HandlePush(ShardItem& item) {
+  const KeyRequest& q = *item.request;
+  const net::Header& h = item.msg.header;
+  auto it = keys_.find(q.key);
+  if (it == keys_.end()) {
+    throw InvalidArgument(fmt::format(
+        "key {}: push before init: expected an initialised key, got none (worker 0 must Init it)",
+        q.key));
+  }
+  StoredKey& k = it->second;
+  CheckLayout(k.layout, q, "push");
+  if (q.worker_rank >= ctx_.num_workers) {
+    throw ProtocolError(fmt::format("key {}: push from worker rank {}, but the job has {} workers",
+                                    q.key, q.worker_rank, ctx_.num_workers));
+  }
+  const uint64_t want = q.ExpectedPushBytes();
+  if (item.msg.payload.bytes.size() != want) {
+    throw InvalidArgument(fmt::format("key {}: push expected {} payload bytes, got {}", q.key, want,
+                                      item.msg.payload.bytes.size()));
+  }
+  if (q.mode == UpdateMode::kSync && k.merge.HasPushed(q.worker_rank)) {
+    k.waiting.push_back(std::move(item));  // its round has not ended yet
+    return;
+  }
+  if (q.mode == UpdateMode::kAsync) {
+    if (!ctx_.optimizer->active()) {
+      throw InvalidArgument(fmt::format(
+          "key {}: dist_async needs an optimizer on the servers (MXNet: \"Updater needs to be set "
+          "for async mode\"); expected SetOptimizer before the first push, got none",
+          q.key));
+    }
+    ByteBuffer grad = DenseGradient(q, item.msg);
+    Unshare(k);
+    ctx_.optimizer->Update(q.key, View(q.dtype, *k.value, q.count), View(q.dtype, grad, q.count));
+    ctx_.pool->Give(std::move(grad));
+    if (h.type == kvmsg::kPushPull) {
+      ReplyValue(item.connection, h, k.value);
+    } else {
+      ReplyAck(item.connection, h);
+    }
+    return;
+  }
+  ctx_.pool->Give(k.merge.Add(q.worker_rank, ctx_.num_workers, DenseGradient(q, item.msg), q.dtype,
+                              q.count, PendingAck{item.connection, h}));
+  if (k.merge.pushed() == ctx_.num_workers) FinishRound(q.key, k);
+}
+
+void ServerShard::FinishRound(uint64_t key, StoredKey& k) {
+  std::vector<PendingAck> acks;
+  ByteBuffer merged = k.merge.TakeMerged(&acks);
+  std::string failure;
+  if (ctx_.optimizer->active()) {
+    try {
+      Unshare(k);
+      ctx_.optimizer->Update(key, View(k.layout.dtype, *k.value, k.layout.count),
+                             View(k.layout.dtype, merged, k.layout.count));
+      ctx_.pool->Give(std::move(merged));
+    } catch (const std::exception& e) {
+      failure = fmt::format("key {}: the update of this round failed: {}", key, e.what());
+      ctx_.log->Warn("{}", failure);
+    }
+  } else {
+    // MXNet's server without an updater copies the merged sum into the value.
+    k.value = MakeValue(std::move(merged));
+  }
+  for (const PendingAck& a : acks) {
+    if (!failure.empty()) {
+      ReplyError(a.connection, a.request, ErrorKind::kOther, failure);
+    } else if (a.request.type == kvmsg::kPushPull) {
+      ReplyValue(a.connection, a.request, k.value);
+    } else {
+      ReplyAck(a.connection, a.request);
+    }
+  }
+  Drain(k);
+}
+
+void ServerShard::Drain(StoredKey& k) {
+  if (k.draining) return;  // the outer Drain of this key goes on
+  k.draining = true;
+  for (;;) {
+    auto next = k.waiting.end();
+    for (auto it = k.waiting.begin(); it != k.waiting.end(); ++it) {
+      if (!k.merge.HasPushed(it->request->worker_rank)) {
+        next = it;
+        break;
+      }
+    }
+    if (next == k.waiting.end()) break;
+    ShardItem item = std::move(*next);
+    k.waiting.erase(next);
+    Handle(item);
+  }
+  k.draining = false;
+}
+
+void ServerShard::HandlePull(ShardItem& item) {
+  const KeyRequest& q = *item.request;
+  auto it = keys_.find(q.key);
+  if (it == keys_.end()) {
+    throw InvalidArgument(fmt::format(
+        "key {}: pull of a key the server does not hold: expected an initialised key, got none",
+        q.key));
+  }
+  StoredKey& k = it->second;
+  CheckLayout(k.layout, q, "pull");
+  if (q.mode == UpdateMode::kSync && k.merge.HasPushed(q.worker_rank)) {
+    k.waiting.push_back(std::move(item));  // a pull after a push sees its round
+    return;
+  }
+  if (item.msg.header.type == kvmsg::kPull) {
+    ReplyValue(item.connection, item.msg.header, k.value);
+    return;
+  }
+  // Row-sparse pull: only the requested rows travel.
+  const size_t row_bytes = q.row_length * ElementSize(q.dtype);
+  const uint64_t first_row = q.offset / q.row_length;
+  net::OutgoingMessage m;
+  m.header.type = item.msg.header.type;
+  m.header.flags = net::flags::kResponse;
+  m.header.sender = ctx_.self_id;
+  m.header.recipient = item.msg.header.sender;
+  m.header.request_id = item.msg.header.request_id;
+  m.owned_storage.resize(q.rows.size() * row_bytes);
+  for (size_t i = 0; i < q.rows.size(); ++i) {
+    std::memcpy(m.owned_storage.data() + i * row_bytes,
+                k.value->data.get() + (q.rows[i] - first_row) * row_bytes, row_bytes);
+  }
+  if (!m.owned_storage.empty()) m.payload.push_back(std::span<const std::byte>(m.owned_storage));
+  Send(item.connection, std::move(m));
+}
+
+void ServerShard::HandleControl(ShardItem& item) {
+  const net::Header& h = item.msg.header;
+  switch (h.type) {
+    case kvmsg::kSetOptimizer: {
+      auto cmd = OptimizerCommand::Decode(item.msg.meta);
+      OptimizerParams params(cmd.params.begin(), cmd.params.end());
+      ctx_.optimizer->Set(cmd.name, params);
+      ctx_.log->V1("optimizer set to {} with {} parameters", cmd.name, params.size());
+      break;
+    }
+    case kvmsg::kSaveOptimizerStates:
+      ctx_.optimizer->Save(StatesCommand::Decode(item.msg.meta).path);
+      break;
+    case kvmsg::kLoadOptimizerStates:
+      ctx_.optimizer->Load(StatesCommand::Decode(item.msg.meta).path);
+      break;
+    default:
+      throw ProtocolError(
+          fmt::format("{} is not a request this server knows", KvMessageName(h.type)));
+  }
+  ReplyAck(item.connection, h);
+}
+
+void ServerShard::Unshare(StoredKey& k) const {
+  // Only this thread makes new references, so a count of 1 stays 1.
+  if (k.value.use_count() > 1) {
+    ByteBuffer copy = ctx_.pool->Take(k.value->size);
+    if (copy.size) std::memcpy(copy.data.get(), k.value->data.get(), copy.size);
+    k.value = MakeValue(std::move(copy));
+  }
+}
+
+std::shared_ptr<ByteBuffer> ServerShard::MakeValue(ByteBuffer b) const {
+  BufferPool* pool = ctx_.pool;
+  return std::shared_ptr<ByteBuffer>(new ByteBuffer(std::move(b)), [pool](ByteBuffer* v) {
+    pool->Give(std::move(*v));
+    delete v;
+  });
+}
+
+void ServerShard::ReplyValue(net::ConnectionId c, const net::Header& request,
+                             const std::shared_ptr<ByteBuffer>& value) {
+  net::OutgoingMessage m;
+  m.header.type = request.type;
+  m.header.flags = net::flags::kResponse;
+  m.header.sender = ctx_.self_id;
+  m.header.recipient = request.sender;
+  m.header.request_id = request.request_id;
+  if (value->size) m.payload.push_back(std::span<const std::byte>(value->span()));
+  // The value stays alive (and unchanged: copy-on-write) until it is sent.
+  std::shared_ptr<const ByteBuffer> hold = value;
+  m.on_sent = [hold](std::exception_ptr) {};
+  Send(c, std::move(m));
+}
+
+void ServerShard::ReplyAck(net::ConnectionId c, const net::Header& request) {
+  net::OutgoingMessage m;
+  m.header.type = request.type;
+  m.header.flags = net::flags::kResponse;
+  m.header.sender = ctx_.self_id;
+  m.header.recipient = request.sender;
+  m.header.request_id = request.request_id;
+  Send(c, std::move(m));
+}
+
+void ServerShard::ReplyError(net::ConnectionId c, const net::Header& request, ErrorKind kind,
+                             const std::string& text) {
+  net::OutgoingMessage m;
+  m.header.type = request.type;
+  m.header.flags = net::flags::kResponse | net::flags::kError;
+  m.header.sender = ctx_.self_id;
+  m.header.recipient = request.sender;
+  m.header.request_id = request.request_id;
+  m.meta = ErrorReply{kind, text}.Encode();
+  Send(c, std::move(m));
+}
+
+void ServerShard::Send(net::ConnectionId c, net::OutgoingMessage m) {
+  try {
+    ctx_.transport->Send(c, std::move(m));
+  } catch (const std::exception& e) {
+    ctx_.log->Warn("shard {}: reply on connection {} failed: {}", index_, c, e.what());
+  }
+}
+
+}  // namespace tandem::kv

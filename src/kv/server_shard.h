@@ -1,0 +1,109 @@
+// One of a server's worker threads and the keys it owns
+// (docs/kvstore.md, "Server"). The transport thread only decodes and routes
+// (KvServer); a shard validates, merges, updates and answers. A key always
+// goes to the same shard (key % shards), so its state needs no lock, and
+// requests of one worker on one key are handled in the order they were sent
+// (one connection, one FIFO queue).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "base/logger.h"
+#include "kv/buffer_pool.h"
+#include "kv/byte_buffer.h"
+#include "kv/kv_messages.h"
+#include "kv/server_optimizer.h"
+#include "kv/sync_merge.h"
+#include "net/transport.h"
+
+namespace tandem::kv {
+
+/// What every shard of one server shares. Written before the shards start,
+/// read-only afterwards.
+struct ShardContext {
+  net::Transport* transport = nullptr;
+  base::Logger* log = nullptr;
+  ServerOptimizer* optimizer = nullptr;
+  BufferPool* pool = nullptr;  ///< recycles payload, merge and value buffers
+  int self_id = -1;            ///< this server's node id (the sender of replies)
+  int num_workers = 0;
+};
+
+/// A request as a shard receives it.
+struct ShardItem {
+  net::ConnectionId connection = 0;
+  net::Message msg;
+  std::optional<KeyRequest> request;  ///< set for the key-addressed types
+};
+
+/// Thread-safety: Post and Start may be called from any thread; everything
+/// else (the key table, merges, replies) runs on the shard's own thread.
+class ServerShard {
+ public:
+  /// Starts the thread; it handles nothing until Start().
+  ServerShard(const ShardContext& context, int index);
+  /// Stops the thread; queued requests are dropped unanswered (the node is
+  /// going away).
+  ~ServerShard();
+  ServerShard(const ServerShard&) = delete;
+  ServerShard& operator=(const ServerShard&) = delete;
+
+  /// Lets the thread handle what was and will be posted. The context must be
+  /// complete by now.
+  void Start();
+
+  /// Queues a request for this shard.
+  void Post(ShardItem item);
+
+ private:
+  struct StoredKey {
+    KeyRequest layout;                  // dtype, total, offset, count, row length at init
+    std::shared_ptr<ByteBuffer> value;  // copy-on-write: replies may hold it
+    SyncMerge merge;
+    std::deque<ShardItem> waiting;  // requests of workers blocked by the round
+    bool draining = false;
+  };
+
+  void Loop();
+  void Handle(ShardItem& item);
+  void HandleInit(ShardItem& item);
+  void HandlePush(ShardItem& item);
+  void HandlePull(ShardItem& item);
+  void HandleControl(ShardItem& item);
+  void FinishRound(uint64_t key, StoredKey& k);
+  void Drain(StoredKey& k);
+  ByteBuffer DenseGradient(const KeyRequest& q, net::Message& msg) const;
+  // A value whose buffer goes back to the pool when its last holder (the key
+  // or a reply being sent) lets go.
+  std::shared_ptr<ByteBuffer> MakeValue(ByteBuffer b) const;
+  // Makes k.value exclusively ours before an in-place update.
+  void Unshare(StoredKey& k) const;
+  void ReplyValue(net::ConnectionId c, const net::Header& request,
+                  const std::shared_ptr<ByteBuffer>& value);
+  void ReplyAck(net::ConnectionId c, const net::Header& request);
+  void ReplyError(net::ConnectionId c, const net::Header& request, ErrorKind kind,
+                  const std::string& text);
+  void Send(net::ConnectionId c, net::OutgoingMessage m);
+
+  const ShardContext& ctx_;
+  const int index_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ShardItem> queue_;  // guarded by mu_
+  bool started_ = false;         // guarded by mu_
+  bool stopping_ = false;        // guarded by mu_
+
+  std::unordered_map<uint64_t, StoredKey> keys_;  // shard thread only
+  std::thread thread_;
+};
+
+}  // namespace tandem::kv

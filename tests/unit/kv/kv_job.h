@@ -1,0 +1,200 @@
+// A parameter-server job inside one test process: TestJob's scheduler,
+// servers and workers, with a KvServer on every server node and a
+// DistKVStore on every worker, run as threads over the in-process transport.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kv/dist_kvstore.h"
+#include "kv/kv_client.h"
+#include "kv/kv_server.h"
+#include "kv/optimizer/optimizer.h"
+#include "support/inproc_job.h"
+#include "tandem/error.h"
+
+namespace tandem::testing {
+
+// A plain SGD for these tests only (w -= learning_rate * g on float32 and
+// float64), so that the server's update path is tested on its own; the
+// real optimizers are tested in tests/unit/kv/optimizer*.
+class TestSgd final : public kv::Optimizer {
+ public:
+  explicit TestSgd(double lr) : lr_(lr) {}
+  const std::string& name() const override { return name_; }
+  void Update(uint64_t key, const TensorView& w, const TensorView& g) override {
+    if (w.dtype != g.dtype || w.num_elements() != g.num_elements()) {
+      throw InvalidArgument(fmt::format("key {}: test sgd got mismatched tensors", key));
+    }
+    const auto n = static_cast<size_t>(w.num_elements());
+    if (w.dtype == DType::kF32) {
+      for (size_t i = 0; i < n; ++i)
+        static_cast<float*>(w.data)[i] -=
+            static_cast<float>(lr_) * static_cast<const float*>(g.data)[i];
+    } else if (w.dtype == DType::kF64) {
+      for (size_t i = 0; i < n; ++i)
+        static_cast<double*>(w.data)[i] -= lr_ * static_cast<const double*>(g.data)[i];
+    } else {
+      throw InvalidArgument(fmt::format("key {}: test sgd takes float32 and float64", key));
+    }
+    std::lock_guard lock(mu_);
+    ++updates_[key];
+  }
+  std::string SaveStates() const override {
+    std::lock_guard lock(mu_);
+    std::string s = "testsgd";
+    for (auto [k, n] : updates_) s += fmt::format(" {}:{}", k, n);
+    return s;
+  }
+  void LoadStates(std::string_view bytes) override {
+    if (!bytes.starts_with("testsgd")) throw InvalidArgument("not test sgd states");
+    std::lock_guard lock(mu_);
+    updates_.clear();
+    std::istringstream in{std::string(bytes.substr(7))};
+    std::string item;
+    while (in >> item) {
+      auto colon = item.find(':');
+      updates_[std::stoull(item.substr(0, colon))] = std::stoi(item.substr(colon + 1));
+    }
+  }
+  int updates(uint64_t key) const {
+    std::lock_guard lock(mu_);
+    auto it = updates_.find(key);
+    return it == updates_.end() ? 0 : it->second;
+  }
+
+ private:
+  const std::string name_ = "sgd";
+  const double lr_;
+  mutable std::mutex mu_;
+  std::map<uint64_t, int> updates_;
+};
+
+inline kv::OptimizerFactory TestSgdFactory() {
+  return
+      [](const std::string& name, const kv::OptimizerParams& p) -> std::unique_ptr<kv::Optimizer> {
+        if (name != "sgd") throw InvalidArgument(fmt::format("unknown optimizer '{}'", name));
+        double lr = 0.1;
+        for (const auto& [k, v] : p) {
+          if (k == "learning_rate") {
+            lr = std::stod(v);
+          } else {
+            throw InvalidArgument(fmt::format("unknown parameter '{}'", k));
+          }
+        }
+        return std::make_unique<TestSgd>(lr);
+      };
+}
+
+struct KvJobOptions {
+  int servers = 1;
+  int workers = 2;
+  int server_threads = 2;
+  uint64_t big_array_bound = kv::kDefaultBigArrayBound;
+  uint64_t inflight_bytes = uint64_t{64} << 20;
+  Timings timings{};
+};
+
+class KvJob {
+ public:
+  explicit KvJob(KvJobOptions o) : o_(o), job_(o.servers, o.workers, o.timings) {
+    job_.AddAll();
+    for (int i = 0; i < o.servers; ++i) {
+      kv::KvServer::Options so;
+      so.threads = o.server_threads;
+      so.optimizer_factory = TestSgdFactory();
+      servers_.push_back(
+          std::make_unique<kv::KvServer>(job_.node(static_cast<size_t>(i)).services(), so));
+    }
+    for (int i = 0; i < o.workers; ++i) {
+      kv::KvClient::Options co;
+      co.inflight_bytes = o.inflight_bytes;
+      co.timeout = std::chrono::seconds(20);
+      clients_.push_back(std::make_unique<kv::KvClient>(
+          job_.node(static_cast<size_t>(o.servers + i)).services(), co));
+    }
+  }
+
+  // Transports stop before the services their callbacks reach.
+  ~KvJob() {
+    for (int i = 0; i < o_.servers + o_.workers; ++i)
+      job_.node(static_cast<size_t>(i)).transport->Shutdown();
+    job_.scheduler().transport->Shutdown();
+    clients_.clear();
+    servers_.clear();
+  }
+
+  // Runs `worker(store, rank)` on every worker (the store is a `type`
+  // DistKVStore) while the servers serve; returns each node's error
+  // (nullptr when fine), servers first, then workers, scheduler last.
+  std::vector<std::exception_ptr> Run(
+      const std::string& type, const std::function<void(KVStore&, int)>& worker,
+      const std::function<void(Membership&)>& server_extra = nullptr) {
+    return job_.RunAll([&](Membership& m) {
+      const int index = IndexOf(m);
+      if (index < 0) {  // the scheduler
+        m.Finalize();
+        return;
+      }
+      if (index < o_.servers) {
+        servers_[static_cast<size_t>(index)]->Start();
+        if (server_extra) server_extra(m);
+        m.Finalize();
+        return;
+      }
+      kv::KvClient& client = *clients_[static_cast<size_t>(index - o_.servers)];
+      client.Start();
+      kv::StoreSettings settings;
+      settings.big_array_bound = o_.big_array_bound;
+      std::exception_ptr error;
+      try {
+        kv::DistKVStore store(type, client, settings);
+        worker(store, m.self().rank);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      // A failed worker still leaves in order, so the others are not stuck.
+      if (error) {
+        try {
+          m.Finalize();
+        } catch (...) {
+        }
+        std::rethrow_exception(error);
+      }
+      m.Finalize();
+    });
+  }
+
+  TestNode& node(size_t i) { return job_.node(i); }
+  TestJob& job() { return job_; }
+  kv::KvClient& client(int worker) { return *clients_[static_cast<size_t>(worker)]; }
+
+ private:
+  int IndexOf(Membership& m) {
+    for (int i = 0; i < o_.servers + o_.workers; ++i) {
+      if (job_.node(static_cast<size_t>(i)).membership.get() == &m) return i;
+    }
+    return -1;
+  }
+
+  KvJobOptions o_;
+  TestJob job_;
+  std::vector<std::unique_ptr<kv::KvServer>> servers_;
+  std::vector<std::unique_ptr<kv::KvClient>> clients_;
+};
+
+inline void ExpectNoErrors(const std::vector<std::exception_ptr>& errors) {
+  for (size_t i = 0; i < errors.size(); ++i) {
+    if (errors[i]) ADD_FAILURE() << "node " << i << ": " << What(errors[i]);
+  }
+}
+
+}  // namespace tandem::testing
