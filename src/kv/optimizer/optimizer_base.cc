@@ -19,6 +19,9 @@ constexpr uint32_t kStatesMagic = 0x5453504F;
 constexpr uint16_t kStatesVersion = 1;
 // Bytes of LrScheduler::SaveState: kind, base_lr, count, step index.
 constexpr size_t kSchedulerStateBytes = 1 + 8 + 8 + 8;
+// Keeps every size computation below far from overflow (2^56 elements is
+// 512 PiB of float64).
+constexpr uint64_t kMaxElements = uint64_t{1} << 56;
 
 bool IsOptimizerDType(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16; }
 
@@ -245,10 +248,12 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
       }
       if (s->update_count < 0) fail(fmt::format("key {}: negative update count", key));
       if (loaded.contains(key)) fail(fmt::format("key {} appears twice", key));
-      // Never trust a length: the arrays must fit in what is left.
-      if (s->elements > in.remaining()) {
-        fail(fmt::format("key {}: claims {} elements, only {} bytes left", key, s->elements,
-                         in.remaining()));
+      // Never trust a length. An optimizer without state arrays (sgd without
+      // momentum) stores none, so the count is only bounded, not backed by
+      // bytes; otherwise the arrays must fit in what is left.
+      if (s->elements > kMaxElements) {
+        fail(fmt::format("key {}: claims {} elements, the limit is {}", key, s->elements,
+                         kMaxElements));
       }
       const uint64_t per_array = s->elements * ElementSize(s->state_dtype);
       const uint64_t needed = (master ? 4 : 0) * s->elements + uint64_t{arrays} * per_array;
