@@ -22,6 +22,9 @@ constexpr size_t kSchedulerStateBytes = 1 + 8 + 8 + 8;
 // Keeps every size computation below far from overflow (2^56 elements is
 // 512 PiB of float64).
 constexpr uint64_t kMaxElements = uint64_t{1} << 56;
+// Update counts stay far from int64's end, so that counting on never
+// overflows.
+constexpr int64_t kMaxUpdateCount = int64_t{1} << 62;
 
 bool IsOptimizerDType(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16; }
 
@@ -44,8 +47,9 @@ OptimizerBase::OptimizerBase(std::string name, OptimizerParamReader& params,
   common_.clip_gradient = params.GetOptionalDouble("clip_gradient");
   common_.multi_precision = params.GetBool("multi_precision", false);
   common_.begin_num_update = params.GetInt("begin_num_update", 0);
-  if (common_.begin_num_update < 0) {
-    params.Fail("begin_num_update", fmt::format("is {}, must be >= 0", common_.begin_num_update));
+  if (common_.begin_num_update < 0 || common_.begin_num_update > kMaxUpdateCount) {
+    params.Fail("begin_num_update",
+                fmt::format("is {}, must be in [0, 2^62]", common_.begin_num_update));
   }
   scheduler_ = LrScheduler::Create(params, common_.learning_rate);
   num_update_.store(common_.begin_num_update);
@@ -205,7 +209,9 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
     const std::string saved_name = in.GetString("optimizer name", 64);
     if (saved_name != name_) fail(fmt::format("saved by optimizer '{}'", saved_name));
     num_update = in.Get<int64_t>("num_update");
-    if (num_update < 0) fail(fmt::format("num_update {} is negative", num_update));
+    if (num_update < 0 || num_update > kMaxUpdateCount) {
+      fail(fmt::format("num_update {} is outside [0, 2^62]", num_update));
+    }
     const bool has_scheduler = in.Get<bool>("has lr_scheduler");
     if (has_scheduler != (scheduler_ != nullptr)) {
       fail(has_scheduler ? "saved with an lr_scheduler, this optimizer has none"
@@ -246,8 +252,13 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
         fail(fmt::format("key {}: {} state arrays saved, this optimizer keeps {}", key, arrays,
                          NumStates()));
       }
-      if (s->update_count < 0) fail(fmt::format("key {}: negative update count", key));
-      if (loaded.contains(key)) fail(fmt::format("key {} appears twice", key));
+      if (s->update_count < 0 || s->update_count > kMaxUpdateCount) {
+        fail(fmt::format("key {}: update count {} is outside [0, 2^62]", key, s->update_count));
+      }
+      if (!loaded.empty() && key <= loaded.rbegin()->first) {
+        fail(fmt::format("key {} follows key {}: keys must be strictly increasing", key,
+                         loaded.rbegin()->first));
+      }
       // Never trust a length. An optimizer without state arrays (sgd without
       // momentum) stores none, so the count is only bounded, not backed by
       // bytes; otherwise the arrays must fit in what is left.
@@ -265,7 +276,7 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
       if (master) {
         auto raw = in.GetBytes(4 * s->elements, "master copy");
         s->master.resize(s->elements);
-        std::memcpy(s->master.data(), raw.data(), raw.size());
+        if (!raw.empty()) std::memcpy(s->master.data(), raw.data(), raw.size());
       }
       for (uint32_t a = 0; a < arrays; ++a) {
         auto raw = in.GetBytes(per_array, "state array");
