@@ -141,6 +141,10 @@ void LrScheduler::LoadState(base::ByteReader& in) {
         fmt::format("optimizer states: saved lr_scheduler kind {} differs from this optimizer's {}",
                     static_cast<unsigned>(saved), static_cast<unsigned>(kind())));
   }
+  if (!std::isfinite(base_lr)) {
+    throw InvalidArgument(
+        fmt::format("optimizer states: lr_scheduler rate {} is not finite", base_lr));
+  }
   if (count < 0 || step_index < 0) {
     throw InvalidArgument(fmt::format(
         "optimizer states: lr_scheduler counters are negative (count {}, step index {})", count,
