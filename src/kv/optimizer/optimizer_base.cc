@@ -36,7 +36,45 @@ std::string Describe(DType dtype, uint64_t elements) {
   return fmt::format("{}[{}]", base::DTypeName(dtype), elements);
 }
 
+// Half <-> float over a stage, in whole blocks so that the loops vectorise
+// (see kKernelBlock).
+void WidenHalves(const base::Half* __restrict in, float* __restrict out, size_t count) {
+  ForEachBlock(count, [&](size_t first, auto n) {
+    for (size_t i = 0; i < n; ++i) out[first + i] = base::HalfToFloat(in[first + i]);
+  });
+}
+
+void NarrowToHalves(const float* __restrict in, base::Half* __restrict out, size_t count) {
+  ForEachBlock(count, [&](size_t first, auto n) {
+    for (size_t i = 0; i < n; ++i) out[first + i] = base::FloatToHalf(in[first + i]);
+  });
+}
+
 }  // namespace
+
+void OptimizerBase::RunOnMaster(KeyState& state, const KernelCall& call, const TensorView& weight,
+                                const TensorView& grad) {
+  // The rule runs in float32 on the master copy and float32 states; the
+  // float16 gradient is widened a stage at a time (exactly: every half is a
+  // float), and the weight is the master copy rounded back.
+  constexpr size_t kStage = 1024;
+  float stage[kStage];
+  auto* half_weight = static_cast<base::Half*>(weight.data);
+  const auto* half_grad = static_cast<const base::Half*>(grad.data);
+  for (size_t first = 0; first < call.count; first += kStage) {
+    const size_t count = std::min(kStage, call.count - first);
+    WidenHalves(half_grad + first, stage, count);
+    KernelCall part = call;
+    part.count = count;
+    part.weight = state.master.data() + first;
+    part.grad = stage;
+    for (size_t a = 0; a < state.arrays.size(); ++a) {
+      part.states[a] = reinterpret_cast<float*>(state.arrays[a].data()) + first;
+    }
+    RunKernel(Precision::kF32, part);
+    NarrowToHalves(state.master.data() + first, half_weight + first, count);
+  }
+}
 
 OptimizerBase::OptimizerBase(std::string name, OptimizerParamReader& params,
                              double default_learning_rate)
@@ -126,10 +164,7 @@ void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorV
   call.grad = grad.data;
   for (size_t i = 0; i < state->arrays.size(); ++i) call.states[i] = state->arrays[i].data();
   if (state->has_master) {
-    call.weight = state->master.data();
-    RunKernel(Precision::kF16Master, call);
-    auto* half = static_cast<base::Half*>(weight.data);
-    for (uint64_t i = 0; i < elements; ++i) half[i] = base::FloatToHalf(state->master[i]);
+    RunOnMaster(*state, call, weight, grad);
     return;
   }
   call.weight = weight.data;
