@@ -39,35 +39,48 @@ class AdamOptimizer final : public OptimizerBase {
   }
 
  private:
+  template <typename C>
+  struct Constants {
+    C lr, wd, rescale, clip, beta1, beta2, epsilon;
+  };
+
   template <typename T, bool kClip>
   void Run(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
-    using S = typename T::State;
     using C = typename T::Compute;
     const double t = static_cast<double>(call.t);
     const double coef1 = 1.0 - std::pow(beta1_, t);
     const double coef2 = 1.0 - std::pow(beta2_, t);
-    const C lr = static_cast<float>(call.lr * (std::sqrt(coef2) / coef1));
-    const C wd = static_cast<float>(common().wd);
-    const C rescale = static_cast<float>(common().rescale_grad);
-    const C clip = static_cast<float>(common().clip_gradient.value_or(-1.0));
-    const C beta1 = static_cast<float>(beta1_);
-    const C beta2 = static_cast<float>(beta2_);
-    const C epsilon = static_cast<float>(epsilon_);
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    auto* mean = static_cast<S*>(call.states[0]);
-    auto* var = static_cast<S*>(call.states[1]);
-    for (size_t i = 0; i < call.count; ++i) {
+    const Constants<C> k{static_cast<float>(call.lr * (std::sqrt(coef2) / coef1)),
+                         static_cast<float>(common().wd),
+                         static_cast<float>(common().rescale_grad),
+                         static_cast<float>(common().clip_gradient.value_or(-1.0)),
+                         static_cast<float>(beta1_),
+                         static_cast<float>(beta2_),
+                         static_cast<float>(epsilon_)};
+    auto* weight = static_cast<typename T::Weight*>(call.weight);
+    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+    auto* mean = static_cast<typename T::State*>(call.states[0]);
+    auto* var = static_cast<typename T::State*>(call.states[1]);
+    ForEachBlock(call.count, [&](size_t first, auto count) {
+      Block<T, kClip>(weight + first, grad + first, mean + first, var + first, count, k);
+    });
+  }
+
+  template <typename T, bool kClip, typename Count>
+  static void Block(typename T::Weight* __restrict weight, const typename T::Grad* __restrict grad,
+                    typename T::State* __restrict mean, typename T::State* __restrict var,
+                    Count count, const Constants<typename T::Compute>& k) {
+    using C = typename T::Compute;
+    using S = typename T::State;
+    for (size_t i = 0; i < count; ++i) {
       const C w = Load<C>(weight[i]);
-      C g = Load<C>(grad[i]) * rescale + w * wd;
-      if constexpr (kClip) g = ClipTo(g, clip);
-      const C m = RoundTrip<S>(beta1 * Load<C>(mean[i]) + (C(1) - beta1) * g);
-      const C v = RoundTrip<S>(beta2 * Load<C>(var[i]) + (C(1) - beta2) * g * g);
+      C g = Load<C>(grad[i]) * k.rescale + w * k.wd;
+      if constexpr (kClip) g = ClipTo(g, k.clip);
+      const C m = RoundTrip<S>(k.beta1 * Load<C>(mean[i]) + (C(1) - k.beta1) * g);
+      const C v = RoundTrip<S>(k.beta2 * Load<C>(var[i]) + (C(1) - k.beta2) * g * g);
       mean[i] = Store<S>(m);
       var[i] = Store<S>(v);
-      weight[i] = Store<W>(w - lr * m / (std::sqrt(v) + epsilon));
+      weight[i] = Store<typename T::Weight>(w - k.lr * m / (std::sqrt(v) + k.epsilon));
     }
   }
 

@@ -19,6 +19,12 @@ constexpr uint32_t kStatesMagic = 0x5453504F;
 constexpr uint16_t kStatesVersion = 1;
 // Bytes of LrScheduler::SaveState: kind, base_lr, count, step index.
 constexpr size_t kSchedulerStateBytes = 1 + 8 + 8 + 8;
+// Keeps every size computation below far from overflow (2^56 elements is
+// 512 PiB of float64).
+constexpr uint64_t kMaxElements = uint64_t{1} << 56;
+// Update counts stay far from int64's end, so that counting on never
+// overflows.
+constexpr int64_t kMaxUpdateCount = int64_t{1} << 62;
 
 bool IsOptimizerDType(DType d) { return d == DType::kF32 || d == DType::kF64 || d == DType::kF16; }
 
@@ -30,7 +36,45 @@ std::string Describe(DType dtype, uint64_t elements) {
   return fmt::format("{}[{}]", base::DTypeName(dtype), elements);
 }
 
+// Half <-> float over a stage, in whole blocks so that the loops vectorise
+// (see kKernelBlock).
+void WidenHalves(const base::Half* __restrict in, float* __restrict out, size_t count) {
+  ForEachBlock(count, [&](size_t first, auto n) {
+    for (size_t i = 0; i < n; ++i) out[first + i] = base::HalfToFloat(in[first + i]);
+  });
+}
+
+void NarrowToHalves(const float* __restrict in, base::Half* __restrict out, size_t count) {
+  ForEachBlock(count, [&](size_t first, auto n) {
+    for (size_t i = 0; i < n; ++i) out[first + i] = base::FloatToHalf(in[first + i]);
+  });
+}
+
 }  // namespace
+
+void OptimizerBase::RunOnMaster(KeyState& state, const KernelCall& call, const TensorView& weight,
+                                const TensorView& grad) {
+  // The rule runs in float32 on the master copy and float32 states; the
+  // float16 gradient is widened a stage at a time (exactly: every half is a
+  // float), and the weight is the master copy rounded back.
+  constexpr size_t kStage = 1024;
+  float stage[kStage];
+  auto* half_weight = static_cast<base::Half*>(weight.data);
+  const auto* half_grad = static_cast<const base::Half*>(grad.data);
+  for (size_t first = 0; first < call.count; first += kStage) {
+    const size_t count = std::min(kStage, call.count - first);
+    WidenHalves(half_grad + first, stage, count);
+    KernelCall part = call;
+    part.count = count;
+    part.weight = state.master.data() + first;
+    part.grad = stage;
+    for (size_t a = 0; a < state.arrays.size(); ++a) {
+      part.states[a] = reinterpret_cast<float*>(state.arrays[a].data()) + first;
+    }
+    RunKernel(Precision::kF32, part);
+    NarrowToHalves(state.master.data() + first, half_weight + first, count);
+  }
+}
 
 OptimizerBase::OptimizerBase(std::string name, OptimizerParamReader& params,
                              double default_learning_rate)
@@ -41,8 +85,9 @@ OptimizerBase::OptimizerBase(std::string name, OptimizerParamReader& params,
   common_.clip_gradient = params.GetOptionalDouble("clip_gradient");
   common_.multi_precision = params.GetBool("multi_precision", false);
   common_.begin_num_update = params.GetInt("begin_num_update", 0);
-  if (common_.begin_num_update < 0) {
-    params.Fail("begin_num_update", fmt::format("is {}, must be >= 0", common_.begin_num_update));
+  if (common_.begin_num_update < 0 || common_.begin_num_update > kMaxUpdateCount) {
+    params.Fail("begin_num_update",
+                fmt::format("is {}, must be in [0, 2^62]", common_.begin_num_update));
   }
   scheduler_ = LrScheduler::Create(params, common_.learning_rate);
   num_update_.store(common_.begin_num_update);
@@ -119,10 +164,7 @@ void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorV
   call.grad = grad.data;
   for (size_t i = 0; i < state->arrays.size(); ++i) call.states[i] = state->arrays[i].data();
   if (state->has_master) {
-    call.weight = state->master.data();
-    RunKernel(Precision::kF16Master, call);
-    auto* half = static_cast<base::Half*>(weight.data);
-    for (uint64_t i = 0; i < elements; ++i) half[i] = base::FloatToHalf(state->master[i]);
+    RunOnMaster(*state, call, weight, grad);
     return;
   }
   call.weight = weight.data;
@@ -202,7 +244,9 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
     const std::string saved_name = in.GetString("optimizer name", 64);
     if (saved_name != name_) fail(fmt::format("saved by optimizer '{}'", saved_name));
     num_update = in.Get<int64_t>("num_update");
-    if (num_update < 0) fail(fmt::format("num_update {} is negative", num_update));
+    if (num_update < 0 || num_update > kMaxUpdateCount) {
+      fail(fmt::format("num_update {} is outside [0, 2^62]", num_update));
+    }
     const bool has_scheduler = in.Get<bool>("has lr_scheduler");
     if (has_scheduler != (scheduler_ != nullptr)) {
       fail(has_scheduler ? "saved with an lr_scheduler, this optimizer has none"
@@ -243,12 +287,19 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
         fail(fmt::format("key {}: {} state arrays saved, this optimizer keeps {}", key, arrays,
                          NumStates()));
       }
-      if (s->update_count < 0) fail(fmt::format("key {}: negative update count", key));
-      if (loaded.contains(key)) fail(fmt::format("key {} appears twice", key));
-      // Never trust a length: the arrays must fit in what is left.
-      if (s->elements > in.remaining()) {
-        fail(fmt::format("key {}: claims {} elements, only {} bytes left", key, s->elements,
-                         in.remaining()));
+      if (s->update_count < 0 || s->update_count > kMaxUpdateCount) {
+        fail(fmt::format("key {}: update count {} is outside [0, 2^62]", key, s->update_count));
+      }
+      if (!loaded.empty() && key <= loaded.rbegin()->first) {
+        fail(fmt::format("key {} follows key {}: keys must be strictly increasing", key,
+                         loaded.rbegin()->first));
+      }
+      // Never trust a length. An optimizer without state arrays (sgd without
+      // momentum) stores none, so the count is only bounded, not backed by
+      // bytes; otherwise the arrays must fit in what is left.
+      if (s->elements > kMaxElements) {
+        fail(fmt::format("key {}: claims {} elements, the limit is {}", key, s->elements,
+                         kMaxElements));
       }
       const uint64_t per_array = s->elements * ElementSize(s->state_dtype);
       const uint64_t needed = (master ? 4 : 0) * s->elements + uint64_t{arrays} * per_array;
@@ -260,7 +311,7 @@ void OptimizerBase::LoadStates(std::string_view bytes) {
       if (master) {
         auto raw = in.GetBytes(4 * s->elements, "master copy");
         s->master.resize(s->elements);
-        std::memcpy(s->master.data(), raw.data(), raw.size());
+        if (!raw.empty()) std::memcpy(s->master.data(), raw.data(), raw.size());
       }
       for (uint32_t a = 0; a < arrays; ++a) {
         auto raw = in.GetBytes(per_array, "state array");

@@ -32,9 +32,10 @@ struct CommonHyperParams {
   int64_t begin_num_update = 0;
 };
 
-/// One call of an optimizer's kernel: `count` elements of `weight` (the
-/// float32 master copy under Precision::kF16Master), `grad` and the key's
-/// state arrays, all typed per the precision's KernelTypes.
+/// One call of an optimizer's kernel: `count` elements of `weight`, `grad`
+/// and the key's state arrays, all typed per the precision's KernelTypes.
+/// Under multi-precision the kernel runs as kF32 on slices of the master
+/// copy, with the gradient widened to float32. The arrays do not overlap.
 struct KernelCall {
   double lr = 0;     ///< the scheduled learning rate (Python's double)
   int64_t t = 0;     ///< the key's update count after this update
@@ -81,6 +82,8 @@ class OptimizerBase : public Optimizer {
 
  private:
   std::unique_ptr<KeyState> NewKeyState(const TensorView& weight) const;
+  void RunOnMaster(KeyState& state, const KernelCall& call, const TensorView& weight,
+                   const TensorView& grad);
   double ScheduledRate();
 
   std::string name_;

@@ -36,32 +36,43 @@ class SgdOptimizer final : public OptimizerBase {
   }
 
  private:
+  template <typename C>
+  struct Constants {
+    C lr, wd, rescale, clip, momentum;
+  };
+
   template <typename T, bool kHasMomentum, bool kClip>
   void Run(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
-    using S = typename T::State;
     using C = typename T::Compute;
-    const C lr = static_cast<float>(call.lr);
-    const C wd = static_cast<float>(common().wd);
-    const C rescale = static_cast<float>(common().rescale_grad);
-    const C clip = static_cast<float>(common().clip_gradient.value_or(-1.0));
-    const C momentum = kHasMomentum ? static_cast<float>(momentum_) : 0.0f;
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    auto* mom = static_cast<S*>(call.states[0]);
-    for (size_t i = 0; i < call.count; ++i) {
-      C w = Load<C>(weight[i]);
+    const Constants<C> k{static_cast<float>(call.lr), static_cast<float>(common().wd),
+                         static_cast<float>(common().rescale_grad),
+                         static_cast<float>(common().clip_gradient.value_or(-1.0)),
+                         kHasMomentum ? static_cast<float>(momentum_) : 0.0f};
+    auto* weight = static_cast<typename T::Weight*>(call.weight);
+    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+    auto* mom = static_cast<typename T::State*>(call.states[0]);
+    ForEachBlock(call.count, [&](size_t first, auto count) {
+      Block<T, kHasMomentum, kClip>(weight + first, grad + first, kHasMomentum ? mom + first : mom,
+                                    count, k);
+    });
+  }
+
+  template <typename T, bool kHasMomentum, bool kClip, typename Count>
+  static void Block(typename T::Weight* __restrict weight, const typename T::Grad* __restrict grad,
+                    typename T::State* __restrict mom, Count count,
+                    const Constants<typename T::Compute>& k) {
+    using C = typename T::Compute;
+    for (size_t i = 0; i < count; ++i) {
+      const C w = Load<C>(weight[i]);
       C m = kHasMomentum ? Load<C>(mom[i]) : C(0);
       const C g = Load<C>(grad[i]);
       if constexpr (kClip) {
-        m = momentum * m - lr * wd * w - lr * ClipTo(rescale * g, clip);
+        m = k.momentum * m - k.lr * k.wd * w - k.lr * ClipTo(k.rescale * g, k.clip);
       } else {
-        m = momentum * m - lr * wd * w - lr * rescale * g;
+        m = k.momentum * m - k.lr * k.wd * w - k.lr * k.rescale * g;
       }
-      if constexpr (kHasMomentum) mom[i] = Store<S>(m);
-      w = w + m;
-      weight[i] = Store<W>(w);
+      if constexpr (kHasMomentum) mom[i] = Store<typename T::State>(m);
+      weight[i] = Store<typename T::Weight>(w + m);
     }
   }
 
