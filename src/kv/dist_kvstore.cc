@@ -131,14 +131,16 @@ const void* DistKVStore::SumIfNeeded(const KeyInfo& info, const std::vector<Tens
                                      const std::shared_ptr<KvOperation>& op) {
   if (values.size() == 1) return values[0].data;  // sent straight from the caller's memory
   auto sum = std::make_shared<std::vector<std::byte>>(info.elements * ElementSize(info.dtype));
-  if (!pool_ && settings_.reduction_threads > 1 && info.elements >= settings_.big_array_bound) {
+  base::ThreadPool* pool = nullptr;
+  if (settings_.reduction_threads > 1 && info.elements >= settings_.big_array_bound) {
     std::lock_guard lock(mu_);
     if (!pool_) {
       pool_ = std::make_unique<base::ThreadPool>(
           static_cast<size_t>(settings_.reduction_threads - 1), "kv-reduce");
     }
+    pool = pool_.get();
   }
-  SumDeviceValues(values, sum->data(), pool_.get(), settings_.big_array_bound);
+  SumDeviceValues(values, sum->data(), pool, settings_.big_array_bound);
   op->Keep(sum);
   return sum->data();
 }

@@ -128,6 +128,10 @@ class KvJob {
     for (int i = 0; i < o_.servers + o_.workers; ++i)
       job_.node(static_cast<size_t>(i)).transport->Shutdown();
     job_.scheduler().transport->Shutdown();
+    // Memberships stop their heartbeats before the clients they report
+    // failures to go away.
+    for (int i = 0; i < o_.servers + o_.workers; ++i)
+      job_.node(static_cast<size_t>(i)).membership.reset();
     clients_.clear();
     servers_.clear();
   }
