@@ -514,3 +514,45 @@ INSTANTIATE_TEST_SUITE_P(Stores, RowSparsePush,
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// A lost worker: the others' open round can never complete; their pending
+// push and every later call fail with PeerLost naming the lost node.
+TEST(DistLoss, LostWorkerFailsTheOthersPendingCalls) {
+  KvJobOptions o;
+  o.servers = 1;
+  o.workers = 3;
+  o.timings.heartbeat_timeout = milliseconds(1000);
+  KvJob job(o);
+  std::atomic<int> checked{0};
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    Tensor w(DType::kF32, {4});
+    kv.Init(1, w.view());
+    if (rank == 2) {
+      for (int i = 1; i <= 3; ++i) {
+        TestNode& n = job.node(static_cast<size_t>(i));
+        if (n.membership->self().rank == 2) n.transport->Shutdown();  // this worker dies
+      }
+      throw PeerLost("this worker died");
+    }
+    KVHandle h = kv.PushAsync(1, {w.view()});
+    try {
+      h.Wait(std::chrono::seconds(15));
+      ADD_FAILURE() << "the round completed without worker 2";
+    } catch (const PeerLost& e) {
+      EXPECT_NE(std::string(e.what()).find("worker 2"), std::string::npos) << e.what();
+      ++checked;
+    }
+    EXPECT_THROW(kv.Pull(1, w.view()), PeerLost);
+    EXPECT_THROW(kv.Barrier(), PeerLost);
+    throw PeerLost("expected end");
+  });
+  EXPECT_EQ(checked.load(), 2);
+  for (size_t i = 1; i < errors.size() - 1; ++i)
+    EXPECT_TRUE(Is<PeerLost>(errors[i])) << What(errors[i]);
+}
+
+}  // namespace
+}  // namespace tandem::testing
