@@ -527,10 +527,14 @@ TEST(DistLoss, LostWorkerFailsTheOthersPendingCalls) {
   o.timings.heartbeat_timeout = milliseconds(1000);
   KvJob job(o);
   std::atomic<int> checked{0};
+  std::atomic<int> pushed{0};
   auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
     Tensor w(DType::kF32, {4});
     kv.Init(1, w.view());
     if (rank == 2) {
+      // Dies once the others' pushes are pending.
+      while (pushed < 2) std::this_thread::sleep_for(milliseconds(1));
+      std::this_thread::sleep_for(milliseconds(20));
       for (int i = 1; i <= 3; ++i) {
         TestNode& n = job.node(static_cast<size_t>(i));
         if (n.membership->self().rank == 2) n.transport->Shutdown();  // this worker dies
@@ -538,6 +542,7 @@ TEST(DistLoss, LostWorkerFailsTheOthersPendingCalls) {
       throw PeerLost("this worker died");
     }
     KVHandle h = kv.PushAsync(1, {w.view()});
+    ++pushed;
     try {
       h.Wait(std::chrono::seconds(15));
       ADD_FAILURE() << "the round completed without worker 2";
