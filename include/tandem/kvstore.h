@@ -85,7 +85,9 @@ class KVStore {
   /// several local devices summed in place), "dist_sync", "dist_async",
   /// "dist_sync_device", "dist_async_device" (a worker of a job: joins it
   /// from the process environment, as Cluster::Join). Any thread. Throws
-  /// InvalidArgument (unknown type) and what Cluster::Join throws.
+  /// InvalidArgument (unknown type, or a distributed type in a process that
+  /// is not a worker), ConfigError (a job without servers) and what
+  /// Cluster::Join throws.
   static std::unique_ptr<KVStore> Create(const std::string& type);
 
   /// A distributed store leaves the job in order (a barrier of all nodes);

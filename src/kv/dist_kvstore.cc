@@ -35,14 +35,25 @@ std::span<const std::byte> Bytes(const void* base, uint64_t offset, uint64_t cou
 }  // namespace
 
 DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings settings)
-    : type_(std::move(type)), client_(client), settings_(settings), mode_(ModeOf(type_)) {}
+    : type_(std::move(type)), client_(client), settings_(settings), mode_(ModeOf(type_)) {
+  RequireServers();
+}
+
+void DistKVStore::RequireServers() const {
+  if (client_.num_servers() < 1) {
+    throw ConfigError(fmt::format(
+        "kvstore '{}' needs at least one server, and the job has none (DMLC_NUM_SERVER=0)", type_));
+  }
+}
 
 DistKVStore::DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSettings settings)
     : owned_(std::move(owned)),
       type_(std::move(type)),
       client_(*owned_->client),
       settings_(settings),
-      mode_(ModeOf(type_)) {}
+      mode_(ModeOf(type_)) {
+  RequireServers();
+}
 
 std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environment& env) {
   ModeOf(type);

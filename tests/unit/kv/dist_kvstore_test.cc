@@ -561,3 +561,45 @@ TEST(DistLoss, LostWorkerFailsTheOthersPendingCalls) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// A wait that runs out names the call and the server it waited for; the
+// call still completes later.
+TEST(DistHandles, TimeoutNamesTheCallAndTheServer) {
+  KvJobOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  KvJob job(o);
+  std::atomic<bool> timed_out{false};
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    Tensor w(DType::kF32, {4});
+    kv.Init(3, w.view());
+    Tensor g(DType::kF32, {4}, [&](size_t) { return double(rank + 1); });
+    if (rank == 0) {
+      KVHandle h = kv.PushAsync(3, {g.view()});
+      try {
+        h.Wait(milliseconds(50));
+        ADD_FAILURE() << "the round completed with one push";
+      } catch (const Timeout& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("push of key 3"), std::string::npos) << what;
+        EXPECT_NE(what.find("server " + std::to_string((3 * 9973) % 2)), std::string::npos) << what;
+        EXPECT_FALSE(h.Done());
+      }
+      timed_out = true;
+      h.Wait();
+      EXPECT_TRUE(h.Done());
+    } else {
+      while (!timed_out) std::this_thread::sleep_for(milliseconds(5));
+      kv.Push(3, g.view());
+    }
+    kv.Pull(3, w.view());
+    for (size_t i = 0; i < 4; ++i) ASSERT_EQ(w.at(i), 3.0);
+  });
+  ExpectNoErrors(errors);
+}
+
+}  // namespace
+}  // namespace tandem::testing
