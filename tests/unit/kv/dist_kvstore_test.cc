@@ -603,3 +603,40 @@ TEST(DistHandles, TimeoutNamesTheCallAndTheServer) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// With one request in flight at a time, waiting requests go out by priority:
+// the server (async, one thread) applies them in that order.
+TEST(DistPriorities, HigherPriorityGoesFirst) {
+  KvJobOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  o.server_threads = 1;
+  o.inflight_bytes = 1;
+  o.update_log = std::make_shared<TestSgd::UpdateLog>();
+  KvJob job(o);
+  auto errors = job.Run("dist_async", [&](KVStore& kv, int) {
+    constexpr int kKeys = 6;
+    std::vector<Tensor> vals;
+    for (int k = 0; k < kKeys; ++k) {
+      vals.emplace_back(DType::kF32, std::vector<int64_t>{256});
+      kv.Init(k, vals.back().view());
+    }
+    kv.SetOptimizer("sgd", {{"learning_rate", "1"}});
+    std::vector<KVHandle> hs;
+    // Key 0 goes out at once and fills the window; the rest wait and leave
+    // by priority: 3 (priority 9), 5 (7), 1 (5), then 2 and 4 (both 1, in
+    // issue order).
+    const int priorities[kKeys] = {0, 5, 1, 9, 1, 7};
+    for (int k = 0; k < kKeys; ++k) hs.push_back(kv.PushAsync(k, {vals[k].view()}, priorities[k]));
+    for (auto& h : hs) h.Wait();
+  });
+  ExpectNoErrors(errors);
+  std::lock_guard lock(o.update_log->mu);
+  EXPECT_EQ(o.update_log->keys, (std::vector<uint64_t>{0, 3, 5, 1, 2, 4}));
+}
+
+}  // namespace
+}  // namespace tandem::testing
