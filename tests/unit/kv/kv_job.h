@@ -12,6 +12,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kv/dist_kvstore.h"
@@ -32,6 +33,7 @@ class TestSgd final : public kv::Optimizer {
   struct UpdateLog {
     std::mutex mu;
     std::vector<uint64_t> keys;
+    int64_t slow_key = -1;  // its updates take 100 ms longer
   };
   explicit TestSgd(double lr, std::shared_ptr<UpdateLog> log = nullptr)
       : lr_(lr), log_(std::move(log)) {}
@@ -54,6 +56,9 @@ class TestSgd final : public kv::Optimizer {
     {
       std::lock_guard lock(mu_);
       ++updates_[key];
+    }
+    if (log_ && static_cast<int64_t>(key) == log_->slow_key) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (log_) {
       std::lock_guard lock(log_->mu);
