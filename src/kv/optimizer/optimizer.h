@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,19 @@ class Optimizer {
   /// InvalidArgument (dtype or size mismatch, naming the key) with `weight`
   /// and the state unchanged.
   virtual void Update(uint64_t key, const TensorView& weight, const TensorView& grad) = 0;
+
+  /// Applies one update of a row-sparse gradient (a row-sparse push): `grad`
+  /// holds rows `rows` of a gradient shaped like `weight`, so grad.shape is
+  /// {rows.size(), weight.shape[1], ...}; `rows` are strictly increasing and
+  /// below weight.shape[0]. It counts as one update of `key`. Where MXNet
+  /// updates lazily (sgd and adam with lazy_update=true, adagrad) only those
+  /// rows of the weight and of its states change; otherwise the result is
+  /// Update with a dense gradient that is zero outside `rows`.
+  /// docs/optimizers.md, "Row-sparse gradients". Throws InvalidArgument
+  /// (dtype, shape, a row out of order or range, adagrad with wd, naming the
+  /// key) with `weight` and the state unchanged.
+  virtual void UpdateRows(uint64_t key, const TensorView& weight, std::span<const int64_t> rows,
+                          const TensorView& grad) = 0;
 
   /// Every key's state and update count, in the format of
   /// docs/optimizers.md (versioned, with a checksum).
