@@ -24,9 +24,9 @@ using OptimizerParams = std::map<std::string, std::string>;
 /// An optimizer and its per-key state (momentum, moments, master weights,
 /// update counts).
 ///
-/// Thread-safety: Update may run concurrently for different keys; calls for
-/// one key are serialised by the caller. SaveStates/LoadStates must not run
-/// concurrently with Update.
+/// Thread-safety: Update and UpdateRows may run concurrently for different
+/// keys; calls for one key are serialised by the caller. SaveStates and
+/// LoadStates must not run concurrently with either.
 class Optimizer {
  public:
   /// Creates the optimizer `name` with `params`. Throws InvalidArgument
@@ -44,7 +44,9 @@ class Optimizer {
   /// same dtype and element count; float32, float64 and float16 are
   /// accepted (float16 weights keep a float32 master copy when
   /// multi_precision is set). The learning rate follows the lr scheduler of
-  /// the key's update count, as MXNet's Optimizer does. Throws
+  /// num_update, the largest update count over all keys, as MXNet's
+  /// Optimizer does (Adam's bias correction uses the key's own count).
+  /// `weight` and `grad` must not overlap. Throws
   /// InvalidArgument (dtype or size mismatch, naming the key) with `weight`
   /// and the state unchanged.
   virtual void Update(uint64_t key, const TensorView& weight, const TensorView& grad) = 0;

@@ -242,9 +242,12 @@ void OptimizerBase::UpdateRows(uint64_t key, const TensorView& weight,
     fail("null data");
   }
   const size_t row_length = weight.shape[0] == 0 ? 0 : static_cast<size_t>(n / weight.shape[0]);
-  KeyState& state = StateFor(key, weight);
-  const bool lazy = LazyRows(state.has_master);
+  // A key has a master copy exactly when it is float16 under
+  // multi_precision (LoadStates enforces it too), so this is known before
+  // the key's state is looked up or made.
+  const bool lazy = LazyRows(common_.multi_precision && weight.dtype == DType::kF16);
   if (lazy) CheckLazyRows(key);
+  KeyState& state = StateFor(key, weight);
   const size_t grad_size = ElementSize(grad.dtype);
   const auto* grad_bytes = static_cast<const std::byte*>(grad.data);
   std::vector<std::byte> dense;

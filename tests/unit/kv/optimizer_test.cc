@@ -640,6 +640,7 @@ TEST(OptimizerRows, AdaGradIsLazyAndRefusesWeightDecay) {
     EXPECT_NE(std::string(e.what()).find("wd"), std::string::npos) << e.what();
   }
   EXPECT_EQ(g.w, std::vector<float>(15, 1.0f));
+  EXPECT_EQ(decayed->SaveStates(), Optimizer::Create("adagrad", {{"wd", "0.1"}})->SaveStates());
 }
 
 // Lazy rows pushed every step equal a dense update of just those rows (the
