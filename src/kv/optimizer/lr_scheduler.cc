@@ -25,8 +25,14 @@ class FactorScheduler final : public LrScheduler {
     if (num_update < warmup_.steps) return WarmupRate(num_update);
     while (num_update > count_ + step_) {
       count_ += step_;
+      const double before = base_lr_;
       base_lr_ *= factor_;
       if (base_lr_ < stop_factor_lr_) base_lr_ = stop_factor_lr_;
+      if (base_lr_ == before) {
+        // A fixed point (factor 1, or clamped at stop_factor_lr): the rest
+        // of MXNet's loop would only advance count, so do that at once.
+        count_ += (num_update - count_ - 1) / step_ * step_;
+      }
     }
     return base_lr_;
   }
@@ -134,6 +140,10 @@ void LrScheduler::LoadState(base::ByteReader& in) {
     throw InvalidArgument(
         fmt::format("optimizer states: saved lr_scheduler kind {} differs from this optimizer's {}",
                     static_cast<unsigned>(saved), static_cast<unsigned>(kind())));
+  }
+  if (!std::isfinite(base_lr)) {
+    throw InvalidArgument(
+        fmt::format("optimizer states: lr_scheduler rate {} is not finite", base_lr));
   }
   if (count < 0 || step_index < 0) {
     throw InvalidArgument(fmt::format(

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kv/optimizer/optimizer_base.h"
+#include "kv/optimizer/sgd_update_rule.h"
 
 namespace tandem::kv {
 namespace {
@@ -31,62 +32,57 @@ class NagOptimizer final : public OptimizerBase {
   size_t NumStates() const override { return momentum_ != 0 ? 1 : 0; }
 
   void RunKernel(Precision precision, const KernelCall& call) override {
+    if (momentum_ == 0) {
+      RunSgdUpdateRule(precision, call, common(), KernelClipsGradient());
+      return;
+    }
     DispatchPrecision(precision, [&]<typename T>(T) {
-      DispatchBool(KernelClipsGradient(), [&]<typename Clip>(Clip) {
-        if (momentum_ != 0) {
-          RunMomentum<T, Clip::value>(call);
-        } else {
-          RunPlain<T, Clip::value>(call);
-        }
-      });
+      DispatchBool(KernelClipsGradient(),
+                   [&]<typename Clip>(Clip) { RunMomentum<T, Clip::value>(call); });
     });
   }
 
  private:
-  template <typename T, bool kClip>
-  void RunMomentum(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
-    using S = typename T::State;
-    using C = typename T::Compute;
-    const C lr = static_cast<float>(call.lr);
-    const C wd = static_cast<float>(common().wd);
-    const C rescale = static_cast<float>(common().rescale_grad);
-    const C clip = static_cast<float>(common().clip_gradient.value_or(-1.0));
-    const C momentum = static_cast<float>(momentum_);
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    auto* mom = static_cast<S*>(call.states[0]);
-    for (size_t i = 0; i < call.count; ++i) {
-      const C w = Load<C>(weight[i]);
-      const C m = RoundTrip<S>(momentum * Load<C>(mom[i]));
-      C g = rescale * Load<C>(grad[i]);
-      if constexpr (kClip) g = ClipTo(g, clip);
-      const W stored = Store<W>(w - m + (momentum + 1) * (m - lr * (g + wd * w)));
-      weight[i] = stored;
-      mom[i] = Store<S>(m - lr * (g + wd * Load<C>(stored)));
-    }
+  template <typename C>
+  struct Constants {
+    C lr, wd, rescale, clip, momentum;
+  };
+
+  template <typename C>
+  Constants<C> MakeConstants(const KernelCall& call) const {
+    return Constants<C>{static_cast<float>(call.lr), static_cast<float>(common().wd),
+                        static_cast<float>(common().rescale_grad),
+                        static_cast<float>(common().clip_gradient.value_or(-1.0)),
+                        static_cast<float>(momentum_)};
   }
 
   template <typename T, bool kClip>
-  void RunPlain(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
+  void RunMomentum(const KernelCall& call) const {
+    const auto k = MakeConstants<typename T::Compute>(call);
+    auto* weight = static_cast<typename T::Weight*>(call.weight);
+    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+    auto* mom = static_cast<typename T::State*>(call.states[0]);
+    ForEachBlock(call.count, [&](size_t first, auto count) {
+      MomentumBlock<T, kClip>(weight + first, grad + first, mom + first, count, k);
+    });
+  }
+
+  template <typename T, bool kClip, typename Count>
+  static void MomentumBlock(typename T::Weight* __restrict weight,
+                            const typename T::Grad* __restrict grad,
+                            typename T::State* __restrict mom, Count count,
+                            const Constants<typename T::Compute>& k) {
     using C = typename T::Compute;
-    const C lr = static_cast<float>(call.lr);
-    const C wd = static_cast<float>(common().wd);
-    const C rescale = static_cast<float>(common().rescale_grad);
-    const C clip = static_cast<float>(common().clip_gradient.value_or(-1.0));
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    for (size_t i = 0; i < call.count; ++i) {
+    using W = typename T::Weight;
+    using S = typename T::State;
+    for (size_t i = 0; i < count; ++i) {
       const C w = Load<C>(weight[i]);
-      const C g = Load<C>(grad[i]);
-      if constexpr (kClip) {
-        weight[i] = Store<W>((C(1) - lr * wd) * w - lr * ClipTo(rescale * g, clip));
-      } else {
-        weight[i] = Store<W>((C(1) - lr * wd) * w - (lr * rescale) * g);
-      }
+      const C m = RoundTrip<S>(k.momentum * Load<C>(mom[i]));
+      C g = k.rescale * Load<C>(grad[i]);
+      if constexpr (kClip) g = ClipTo(g, k.clip);
+      const W stored = Store<W>(w - m + (k.momentum + 1) * (m - k.lr * (g + k.wd * w)));
+      weight[i] = stored;
+      mom[i] = Store<S>(m - k.lr * (g + k.wd * Load<C>(stored)));
     }
   }
 

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "kv/optimizer/element_math.h"
@@ -32,9 +33,10 @@ struct CommonHyperParams {
   int64_t begin_num_update = 0;
 };
 
-/// One call of an optimizer's kernel: `count` elements of `weight` (the
-/// float32 master copy under Precision::kF16Master), `grad` and the key's
-/// state arrays, all typed per the precision's KernelTypes.
+/// One call of an optimizer's kernel: `count` elements of `weight`, `grad`
+/// and the key's state arrays, all typed per the precision's KernelTypes.
+/// Under multi-precision the kernel runs as kF32 on slices of the master
+/// copy, with the gradient widened to float32. The arrays do not overlap.
 struct KernelCall {
   double lr = 0;     ///< the scheduled learning rate (Python's double)
   int64_t t = 0;     ///< the key's update count after this update
@@ -54,6 +56,8 @@ class OptimizerBase : public Optimizer {
  public:
   const std::string& name() const override { return name_; }
   void Update(uint64_t key, const TensorView& weight, const TensorView& grad) override;
+  void UpdateRows(uint64_t key, const TensorView& weight, std::span<const int64_t> rows,
+                  const TensorView& grad) override;
   std::string SaveStates() const override;
   void LoadStates(std::string_view bytes) override;
 
@@ -72,6 +76,24 @@ class OptimizerBase : public Optimizer {
   /// Runs the update rule over `call`. Never throws.
   virtual void RunKernel(Precision precision, const KernelCall& call) = 0;
 
+  /// Whether a row-sparse gradient updates only its rows (MXNet's lazy
+  /// update) for a key with (`has_master`) or without a master copy.
+  /// Default: no, the update is dense with zero rows.
+  virtual bool LazyRows(bool has_master) const {
+    (void)has_master;
+    return false;
+  }
+
+  /// Throws InvalidArgument when this optimizer cannot update rows lazily
+  /// as configured (adagrad with wd). Default: it can.
+  virtual void CheckLazyRows(uint64_t key) const { (void)key; }
+
+  /// The rule of a lazy row update over `call` (one row). Default: the
+  /// dense rule, which is MXNet's when its row kernel computes the same.
+  virtual void RunRowKernel(Precision precision, const KernelCall& call) {
+    RunKernel(precision, call);
+  }
+
   const CommonHyperParams& common() const { return common_; }
 
   /// True when MXNet's kernels clip the gradient: Python passes
@@ -81,6 +103,13 @@ class OptimizerBase : public Optimizer {
 
  private:
   std::unique_ptr<KeyState> NewKeyState(const TensorView& weight) const;
+  void CheckDTypes(uint64_t key, const TensorView& weight, const TensorView& grad) const;
+  KeyState& StateFor(uint64_t key, const TensorView& weight);
+  KernelCall BeginUpdate(KeyState& state);
+  // Runs the rule over elements [first, first + count) of the key, with
+  // `grad` holding those `count` gradient values (in the weight's dtype).
+  void RunSlice(KeyState& state, KernelCall call, const TensorView& weight, size_t first,
+                size_t count, const void* grad, bool rows);
   double ScheduledRate();
 
   std::string name_;

@@ -68,15 +68,23 @@ class RmsPropOptimizer final : public OptimizerBase {
 
   template <typename T, bool kClip, bool kClipWeights>
   void RunPlain(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
-    using S = typename T::State;
+    const auto k = MakeConstants<typename T::Compute>(call);
+    auto* weight = static_cast<typename T::Weight*>(call.weight);
+    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+    auto* state_n = static_cast<typename T::State*>(call.states[0]);
+    ForEachBlock(call.count, [&](size_t first, auto count) {
+      PlainBlock<T, kClip, kClipWeights>(weight + first, grad + first, state_n + first, count, k);
+    });
+  }
+
+  template <typename T, bool kClip, bool kClipWeights, typename Count>
+  static void PlainBlock(typename T::Weight* __restrict weight,
+                         const typename T::Grad* __restrict grad,
+                         typename T::State* __restrict state_n, Count count,
+                         const Constants<typename T::Compute>& k) {
     using C = typename T::Compute;
-    const Constants<C> k = MakeConstants<C>(call);
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    auto* state_n = static_cast<S*>(call.states[0]);
-    for (size_t i = 0; i < call.count; ++i) {
+    using S = typename T::State;
+    for (size_t i = 0; i < count; ++i) {
       const C w = Load<C>(weight[i]);
       C g = k.rescale * Load<C>(grad[i]) + k.wd * w;
       if constexpr (kClip) g = ClipTo(g, k.clip);
@@ -84,23 +92,34 @@ class RmsPropOptimizer final : public OptimizerBase {
       state_n[i] = Store<S>(n);
       C updated = w - k.lr * (g / std::sqrt(n + k.epsilon));
       if constexpr (kClipWeights) updated = ClipTo(updated, k.clip_weights);
-      weight[i] = Store<W>(updated);
+      weight[i] = Store<typename T::Weight>(updated);
     }
   }
 
   template <typename T, bool kClip, bool kClipWeights>
   void RunCentered(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
-    using S = typename T::State;
+    const auto k = MakeConstants<typename T::Compute>(call);
+    auto* weight = static_cast<typename T::Weight*>(call.weight);
+    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+    auto* state_n = static_cast<typename T::State*>(call.states[0]);
+    auto* state_g = static_cast<typename T::State*>(call.states[1]);
+    auto* delta = static_cast<typename T::State*>(call.states[2]);
+    ForEachBlock(call.count, [&](size_t first, auto count) {
+      CenteredBlock<T, kClip, kClipWeights>(weight + first, grad + first, state_n + first,
+                                            state_g + first, delta + first, count, k);
+    });
+  }
+
+  template <typename T, bool kClip, bool kClipWeights, typename Count>
+  static void CenteredBlock(typename T::Weight* __restrict weight,
+                            const typename T::Grad* __restrict grad,
+                            typename T::State* __restrict state_n,
+                            typename T::State* __restrict state_g,
+                            typename T::State* __restrict delta, Count count,
+                            const Constants<typename T::Compute>& k) {
     using C = typename T::Compute;
-    const Constants<C> k = MakeConstants<C>(call);
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    auto* state_n = static_cast<S*>(call.states[0]);
-    auto* state_g = static_cast<S*>(call.states[1]);
-    auto* delta = static_cast<S*>(call.states[2]);
-    for (size_t i = 0; i < call.count; ++i) {
+    using S = typename T::State;
+    for (size_t i = 0; i < count; ++i) {
       const C w = Load<C>(weight[i]);
       C g = k.rescale * Load<C>(grad[i]) + k.wd * w;
       if constexpr (kClip) g = ClipTo(g, k.clip);
@@ -113,7 +132,7 @@ class RmsPropOptimizer final : public OptimizerBase {
       delta[i] = Store<S>(d);
       C updated = w + d;
       if constexpr (kClipWeights) updated = ClipTo(updated, k.clip_weights);
-      weight[i] = Store<W>(updated);
+      weight[i] = Store<typename T::Weight>(updated);
     }
   }
 

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kv/optimizer/optimizer_base.h"
+#include "kv/optimizer/sgd_update_rule.h"
 
 namespace tandem::kv {
 namespace {
@@ -18,13 +19,25 @@ class SgdOptimizer final : public OptimizerBase {
  public:
   explicit SgdOptimizer(OptimizerParamReader& params) : OptimizerBase("sgd", params, 0.01) {
     momentum_ = params.GetDouble("momentum", 0.0);
-    // Only meaningful for row-sparse gradients, which Update does not take;
-    // accepted so that MXNet's parameter set passes unchanged.
-    params.GetBool("lazy_update", true);
+    lazy_update_ = params.GetBool("lazy_update", true);
     if (momentum_ < 0) params.Fail("momentum", fmt::format("is {}, must be >= 0", momentum_));
   }
 
   size_t NumStates() const override { return momentum_ != 0 ? 1 : 0; }
+
+  // MXNet's mp_sgd kernels have no row-sparse form (MXNet densifies), so
+  // only keys without a master copy update lazily.
+  bool LazyRows(bool has_master) const override { return lazy_update_ && !has_master; }
+
+  // Lazy rows: sgd_mom_update's row kernel computes what multi_sgd does;
+  // without momentum MXNet calls sgd_update.
+  void RunRowKernel(Precision precision, const KernelCall& call) override {
+    if (momentum_ != 0) {
+      RunKernel(precision, call);
+    } else {
+      RunSgdUpdateRule(precision, call, common(), KernelClipsGradient());
+    }
+  }
 
   void RunKernel(Precision precision, const KernelCall& call) override {
     DispatchPrecision(precision, [&]<typename T>(T) {
@@ -36,36 +49,48 @@ class SgdOptimizer final : public OptimizerBase {
   }
 
  private:
+  template <typename C>
+  struct Constants {
+    C lr, wd, rescale, clip, momentum;
+  };
+
   template <typename T, bool kHasMomentum, bool kClip>
   void Run(const KernelCall& call) const {
-    using W = typename T::Weight;
-    using G = typename T::Grad;
-    using S = typename T::State;
     using C = typename T::Compute;
-    const C lr = static_cast<float>(call.lr);
-    const C wd = static_cast<float>(common().wd);
-    const C rescale = static_cast<float>(common().rescale_grad);
-    const C clip = static_cast<float>(common().clip_gradient.value_or(-1.0));
-    const C momentum = kHasMomentum ? static_cast<float>(momentum_) : 0.0f;
-    auto* weight = static_cast<W*>(call.weight);
-    const auto* grad = static_cast<const G*>(call.grad);
-    auto* mom = static_cast<S*>(call.states[0]);
-    for (size_t i = 0; i < call.count; ++i) {
-      C w = Load<C>(weight[i]);
+    const Constants<C> k{static_cast<float>(call.lr), static_cast<float>(common().wd),
+                         static_cast<float>(common().rescale_grad),
+                         static_cast<float>(common().clip_gradient.value_or(-1.0)),
+                         kHasMomentum ? static_cast<float>(momentum_) : 0.0f};
+    auto* weight = static_cast<typename T::Weight*>(call.weight);
+    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+    auto* mom = static_cast<typename T::State*>(call.states[0]);
+    ForEachBlock(call.count, [&](size_t first, auto count) {
+      Block<T, kHasMomentum, kClip>(weight + first, grad + first, kHasMomentum ? mom + first : mom,
+                                    count, k);
+    });
+  }
+
+  template <typename T, bool kHasMomentum, bool kClip, typename Count>
+  static void Block(typename T::Weight* __restrict weight, const typename T::Grad* __restrict grad,
+                    typename T::State* __restrict mom, Count count,
+                    const Constants<typename T::Compute>& k) {
+    using C = typename T::Compute;
+    for (size_t i = 0; i < count; ++i) {
+      const C w = Load<C>(weight[i]);
       C m = kHasMomentum ? Load<C>(mom[i]) : C(0);
       const C g = Load<C>(grad[i]);
       if constexpr (kClip) {
-        m = momentum * m - lr * wd * w - lr * ClipTo(rescale * g, clip);
+        m = k.momentum * m - k.lr * k.wd * w - k.lr * ClipTo(k.rescale * g, k.clip);
       } else {
-        m = momentum * m - lr * wd * w - lr * rescale * g;
+        m = k.momentum * m - k.lr * k.wd * w - k.lr * k.rescale * g;
       }
-      if constexpr (kHasMomentum) mom[i] = Store<S>(m);
-      w = w + m;
-      weight[i] = Store<W>(w);
+      if constexpr (kHasMomentum) mom[i] = Store<typename T::State>(m);
+      weight[i] = Store<typename T::Weight>(w + m);
     }
   }
 
   double momentum_ = 0;
+  bool lazy_update_ = true;
 };
 
 }  // namespace

@@ -165,6 +165,21 @@ TEST(LrSchedule, JumpsAcrossSeveralStepsAtOnce) {
   EXPECT_EQ(factor->Rate(35), 1.0);
 }
 
+TEST(LrSchedule, FactorFixedPointsSkipAheadInsteadOfLooping) {
+  // MXNet loops once per step; at a fixed point (factor 1, or clamped at
+  // stop_factor_lr) tandem jumps, so a huge num_update returns at once.
+  auto flat = Make({{"lr_scheduler", "factor"}, {"lr_scheduler.step", "1"}}, 0.3);
+  EXPECT_EQ(flat->Rate(int64_t{1} << 60), 0.3);
+  auto clamped = Make({{"lr_scheduler", "factor"},
+                       {"lr_scheduler.step", "3"},
+                       {"lr_scheduler.factor", "0.5"},
+                       {"lr_scheduler.stop_factor_lr", "0.25"}},
+                      1);
+  EXPECT_EQ(clamped->Rate(4), 0.5);
+  EXPECT_EQ(clamped->Rate(int64_t{1} << 60), 0.25);
+  EXPECT_EQ(clamped->Rate((int64_t{1} << 60) + 7), 0.25);
+}
+
 TEST(LrSchedule, PolyBeyondMaxUpdateFromTheStartKeepsTheOptimizersRate) {
   // MXNet's quirk: base_lr is only recomputed while num_update <= max_update.
   auto poly = Make({{"lr_scheduler", "poly"}, {"lr_scheduler.max_update", "3"}}, 0.7);

@@ -111,6 +111,7 @@ std::vector<Config> Configs() {
                        return p;
                      }()),
                      dtype});
+      out.push_back({"sgd_stateless_" + suffix, "sgd", with({{"learning_rate", "0.1"}}), dtype});
       out.push_back({"nag_" + suffix, "nag", with({{"momentum", "0.5"}, {"wd", "0.1"}}), dtype});
       out.push_back({"adam_" + suffix, "adam", with({{"learning_rate", "0.1"}}), dtype});
       out.push_back({"adagrad_" + suffix, "adagrad", with({}), dtype});
