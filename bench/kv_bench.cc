@@ -20,18 +20,23 @@
 //
 // The ps-lite shape: 1 server, 2 workers, one 120 MB key, push then pull.
 // The server's cores: 1 server, 2 workers, 8 keys of 16 MiB pushed
-// asynchronously then waited for; the server reports its CPU time over its
-// wall time when it leaves (tandem server logs it).
+// asynchronously with Adam on the server, then waited for; the driver reads
+// the server's threads' CPU time (/proc) over the timed iterations.
 //
 // Usage: kv_bench [--quick] [--shapes W:S,...] [--sizes BYTES,...]
+#include <dirent.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -83,32 +88,41 @@ int Worker(const std::vector<size_t>& sizes, bool quick, const std::string& mode
       auto t2 = Clock::now();
       if (out[0] != float(workers * (workers + 1) / 2)) throw tandem::Error("wrong 120 MB sum");
       if (it == 0) continue;  // warm-up
-      std::printf("kvb push %zu %d %.9f\n", n * 4, it, std::chrono::duration<double>(t1 - t0).count());
-      std::printf("kvb pull %zu %d %.9f\n", n * 4, it, std::chrono::duration<double>(t2 - t1).count());
+      std::printf("kvb push %zu %d %.9f\n", n * 4, it,
+                  std::chrono::duration<double>(t1 - t0).count());
+      std::printf("kvb pull %zu %d %.9f\n", n * 4, it,
+                  std::chrono::duration<double>(t2 - t1).count());
     }
     std::fflush(stdout);
     return 0;
   }
   if (mode == "cores") {
-    // Many keys at once: the server's shards work in parallel.
+    // Many keys at once, with Adam on the servers: the server's shards
+    // update different keys in parallel.
     const int keys = 8;
     const size_t n = (16u << 20) / 4;
     std::vector<std::vector<float>> vals(keys, std::vector<float>(n, float(rank + 1)));
     for (int k = 0; k < keys; ++k) kv->Init(k, {vals[k].data(), tandem::DType::kF32, {int64_t(n)}});
+    kv->SetOptimizer("adam", {{"learning_rate", "0.001"}});
+    kv->Barrier();
+    if (rank == 0) {
+      std::printf("kvb-phase begin\n");
+      std::fflush(stdout);
+    }
     for (int it = 0; it < (quick ? 3 : 8); ++it) {
       kv->Barrier();
       auto t0 = Clock::now();
       std::vector<tandem::KVHandle> hs;
       for (int k = 0; k < keys; ++k) {
-        hs.push_back(kv->PushPullAsync(k, {{vals[k].data(), tandem::DType::kF32, {int64_t(n)}}},
-                                       {{vals[k].data(), tandem::DType::kF32, {int64_t(n)}}}));
+        hs.push_back(kv->PushAsync(k, {{vals[k].data(), tandem::DType::kF32, {int64_t(n)}}}));
       }
       for (auto& h : hs) h.Wait();
       auto t1 = Clock::now();
-      for (auto& v : vals) std::fill(v.begin(), v.end(), float(rank + 1));
       std::printf("kvb manykeys %zu %d %.9f\n", n * 4 * keys, it,
                   std::chrono::duration<double>(t1 - t0).count());
     }
+    kv->Barrier();
+    if (rank == 0) std::printf("kvb-phase end\n");
     std::fflush(stdout);
     return 0;
   }
@@ -124,8 +138,8 @@ int Worker(const std::vector<size_t>& sizes, bool quick, const std::string& mode
     const float want = float(workers * (workers + 1) / 2);
     for (size_t i = 0; i < n; i += std::max<size_t>(1, n / 97)) {
       if (out[i] != want) {
-        throw tandem::Error(fmt::format("key of {} bytes: element {} is {}, expected {}", bytes, i,
-                                        out[i], want));
+        throw tandem::Error(
+            fmt::format("key of {} bytes: element {} is {}, expected {}", bytes, i, out[i], want));
       }
     }
     const int iters = Iterations(bytes, quick);
@@ -155,15 +169,84 @@ struct Job {
   int code = 0;
 };
 
+// CPU seconds per thread of a process, by thread name (/proc/<pid>/task).
+std::map<std::string, double> ThreadCpu(int pid) {
+  std::map<std::string, double> out;
+  const double tick = double(sysconf(_SC_CLK_TCK));
+  std::string dir = fmt::format("/proc/{}/task", pid);
+  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), closedir);
+  if (!d) return out;
+  while (dirent* e = readdir(d.get())) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(dir + "/" + e->d_name + "/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto open = stat.find('('), close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::string name = stat.substr(open + 1, close - open - 1);
+    std::stringstream rest(stat.substr(close + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+      if (i == 14) utime = std::stod(field);
+      if (i == 15) stime = std::stod(field);
+    }
+    out[name + " (" + e->d_name + ")"] = (utime + stime) / tick;
+  }
+  return out;
+}
+
+// The pid of the job's server: the `tandem server` process whose
+// environment carries `tag`.
+int FindServer(const std::string& tag) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir("/proc"), closedir);
+  while (d && (errno = 0, true)) {
+    dirent* e = readdir(d.get());
+    if (!e) break;
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream cmd(fmt::format("/proc/{}/cmdline", e->d_name));
+    std::string cmdline((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (cmdline.find(std::string("server") + '\0') == std::string::npos &&
+        !cmdline.ends_with("server")) {
+      continue;
+    }
+    std::ifstream env(fmt::format("/proc/{}/environ", e->d_name));
+    std::string environ((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    if (environ.find("TANDEM_BENCH_TAG=" + tag) != std::string::npos) return std::atoi(e->d_name);
+  }
+  return -1;
+}
+
+struct ServerWindow {
+  double wall = 0;
+  std::map<std::string, double> cpu;  // per thread, over the window
+};
+
+// Runs a job; with `window`, samples the server's threads between the
+// "kvb-phase begin" and "kvb-phase end" lines of worker 0.
 Job RunJob(const std::string& tandem, const std::string& self, int workers, int servers,
-           const std::string& args) {
-  std::string cmd = fmt::format("{} launch -n {} -s {} -- {} --worker {} 2>&1", tandem, workers,
-                                servers, self, args);
+           const std::string& args, ServerWindow* window = nullptr) {
+  const std::string tag = fmt::format("{}-{}", getpid(), workers * 10 + servers);
+  std::string cmd = fmt::format("TANDEM_BENCH_TAG={} {} launch -n {} -s {} -- {} --worker {} 2>&1",
+                                tag, tandem, workers, servers, self, args);
   Job job;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw tandem::IoError("popen " + cmd);
   char buf[4096];
-  while (fgets(buf, sizeof buf, p)) job.output += buf;
+  int server = -1;
+  std::map<std::string, double> before;
+  Clock::time_point t0;
+  while (fgets(buf, sizeof buf, p)) {
+    job.output += buf;
+    if (!window) continue;
+    if (std::strstr(buf, "kvb-phase begin")) {
+      server = FindServer(tag);
+      before = ThreadCpu(server);
+      t0 = Clock::now();
+    } else if (std::strstr(buf, "kvb-phase end") && server > 0) {
+      window->wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      for (auto& [name, cpu] : ThreadCpu(server)) window->cpu[name] = cpu - before[name];
+    }
+  }
   job.code = pclose(p);
   return job;
 }
@@ -252,8 +335,9 @@ int main(int argc, char** argv) {
     std::string common = fmt::format("{}--sizes {}", quick ? "--quick " : "", sizes_arg);
 
     std::printf("## dist_sync push / pull / push-pull, loopback (median, p90 over iterations)\n\n");
-    std::printf("| workers | servers | size | push GB/s | push ms (p90) | pull GB/s | pull ms (p90) | "
-                "push-pull GB/s | push-pull ms (p90) |\n|---|---|---|---|---|---|---|---|---|\n");
+    std::printf(
+        "| workers | servers | size | push GB/s | push ms (p90) | pull GB/s | pull ms (p90) | "
+        "push-pull GB/s | push-pull ms (p90) |\n|---|---|---|---|---|---|---|---|---|\n");
     for (auto& shape : Split(shapes, ',')) {
       auto ws = Split(shape, ':');
       int w = std::stoi(ws.at(0)), s = std::stoi(ws.at(1));
@@ -301,8 +385,10 @@ int main(int argc, char** argv) {
                   p90 * 1e3);
     }
 
-    std::printf("\n## one server's cores: 2 workers push-pull 8 keys of 16 MiB at once\n\n");
-    Job cores = RunJob(tandem, self, 2, 1, fmt::format("{}--mode cores", quick ? "--quick " : ""));
+    std::printf("\n## one server's cores: 2 workers push 8 keys of 16 MiB at once, Adam on the server\n\n");
+    ServerWindow window;
+    Job cores =
+        RunJob(tandem, self, 2, 1, fmt::format("{}--mode cores", quick ? "--quick " : ""), &window);
     if (cores.code != 0) {
       std::fprintf(stderr, "cores run failed:\n%s\n", cores.output.c_str());
       return 1;
@@ -315,9 +401,20 @@ int main(int argc, char** argv) {
       for (auto& [it, sec] : its) v.push_back(sec);
     }
     auto [med, p90] = MedianP90(v);
-    std::printf("push-pull of %s per worker: %.3f GB/s per worker, %.1f ms (p90 %.1f)\n",
+    std::printf("push of %s per worker: %.3f GB/s per worker, %.1f ms (p90 %.1f)\n",
                 SizeName(bytes).c_str(), double(bytes) / med / 1e9, med * 1e3, p90 * 1e3);
-    std::printf("server's own account:\n%s", ServerCpu(cores.output).c_str());
+    double total = 0;
+    std::printf("\nthe server's threads during the timed iterations (%.2f s of wall time):\n\n",
+                window.wall);
+    std::printf("| thread | CPU s | cores |\n|---|---|---|\n");
+    for (auto& [name, cpu] : window.cpu) {
+      if (cpu <= 0) continue;
+      total += cpu;
+      std::printf("| %s | %.2f | %.2f |\n", name.c_str(), cpu,
+                  window.wall > 0 ? cpu / window.wall : 0);
+    }
+    std::printf("| all | %.2f | %.2f |\n", total, window.wall > 0 ? total / window.wall : 0);
+    std::printf("\nserver's own account over its whole life:\n%s", ServerCpu(cores.output).c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kv_bench: error: %s\n", e.what());

@@ -14,7 +14,8 @@
 //               floats written).
 // For scale: one core's memcpy moves about 8 GB/s here (BENCHMARKING.md).
 //
-// Usage: optimizer_bench [--rounds N] [--elements N]
+// Usage: optimizer_bench [--rounds N] [--elements N] [--case TEXT]
+// (--case runs only the rows whose label contains TEXT, for profiling).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -68,14 +69,17 @@ void Row(const std::string& label, double seconds, double grad_bytes, double mem
 int main(int argc, char** argv) {
   int rounds = 7;
   size_t n = size_t{16} << 20;
+  std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--rounds") {
       rounds = std::atoi(argv[i + 1]);
+    } else if (flag == "--case") {
+      only = argv[i + 1];
     } else if (flag == "--elements") {
       n = std::strtoull(argv[i + 1], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--elements N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--rounds N] [--elements N] [--case TEXT]\n", argv[0]);
       return 2;
     }
   }
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
   std::printf("|%s|%s|%s|%s|\n", std::string(30, '-').c_str(), std::string(11, '-').c_str(),
               std::string(11, '-').c_str(), std::string(13, '-').c_str());
   for (const Case& c : cases) {
+    if (c.label.find(only) == std::string::npos) continue;
     const size_t esize = tandem::ElementSize(c.dtype);
     std::vector<std::byte> weight(n * esize), grad(n * esize);
     // Small values, so that nothing overflows or turns subnormal.
@@ -152,6 +157,7 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < n; ++i) g[i] = static_cast<float>(i % 1000) * 2e-3f - 1.0f;
   for (auto [type, label] : {std::pair{tandem::kv::CompressionType::kTwoBit, "2bit"},
                              std::pair{tandem::kv::CompressionType::kOneBit, "1bit"}}) {
+    if ((std::string(label) + " compress decompress").find(only) == std::string::npos) continue;
     const tandem::kv::CompressionParams p{type, 0.5f};
     std::vector<std::byte> packed(tandem::kv::CompressedBytes(p, n));
     const double fb = 4.0 * static_cast<double>(n);

@@ -103,9 +103,11 @@ class Cluster {
 
 /// For programs that a launcher starts in every role (as MXNet's launch.py
 /// did, and Kubeflow's MXJob does with one image): if the environment says
-/// this process is the scheduler or a server, runs that role until the job
-/// ends and returns the process exit code to return from main(); returns
-/// nothing in a worker, which then goes on with its own work.
+/// this process is the scheduler or a server, runs that role (a server runs
+/// tandem's parameter server, docs/kvstore.md) until the job ends and
+/// returns the process exit code to return from main(); returns nothing in
+/// a worker, which then goes on with its own work. Defined in
+/// src/kv/serve_role.cc.
 std::optional<int> ServeAssignedRole();
 
 }  // namespace tandem

@@ -85,7 +85,9 @@ class KVStore {
   /// several local devices summed in place), "dist_sync", "dist_async",
   /// "dist_sync_device", "dist_async_device" (a worker of a job: joins it
   /// from the process environment, as Cluster::Join). Any thread. Throws
-  /// InvalidArgument (unknown type) and what Cluster::Join throws.
+  /// InvalidArgument (unknown type, or a distributed type in a process that
+  /// is not a worker), ConfigError (a job without servers) and what
+  /// Cluster::Join throws.
   static std::unique_ptr<KVStore> Create(const std::string& type);
 
   /// A distributed store leaves the job in order (a barrier of all nodes);
@@ -189,11 +191,12 @@ class KVStore {
   /// Blocks until every worker called Barrier. Throws PeerLost, Timeout.
   virtual void Barrier() = 0;
 
-  /// Saves the optimizer's states. A local store writes `path`; a
-  /// distributed store has worker 0 ask each server to write its own shard
-  /// to "<path>.server<rank>" (on the server's file system) and waits for
-  /// them; other workers return at once. Throws InvalidArgument (no
-  /// optimizer), IoError, PeerLost.
+  /// Saves the optimizer's states. A local store writes `path`; in a
+  /// distributed store every worker calls it: worker 0 asks each server to
+  /// write its own shard to "<path>.server<rank>" (on the server's file
+  /// system) and waits for them, then the workers meet in a barrier; a
+  /// failure is thrown on worker 0 (after the barrier). Throws
+  /// InvalidArgument (no optimizer), IoError, PeerLost.
   virtual void SaveOptimizerStates(const std::string& path) = 0;
   /// Loads what SaveOptimizerStates wrote under `path` (the same number of
   /// servers), with the same optimizer set. Then the workers meet in a

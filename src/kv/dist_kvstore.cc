@@ -35,14 +35,25 @@ std::span<const std::byte> Bytes(const void* base, uint64_t offset, uint64_t cou
 }  // namespace
 
 DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings settings)
-    : type_(std::move(type)), client_(client), settings_(settings), mode_(ModeOf(type_)) {}
+    : type_(std::move(type)), client_(client), settings_(settings), mode_(ModeOf(type_)) {
+  RequireServers();
+}
+
+void DistKVStore::RequireServers() const {
+  if (client_.num_servers() < 1) {
+    throw ConfigError(fmt::format(
+        "kvstore '{}' needs at least one server, and the job has none (DMLC_NUM_SERVER=0)", type_));
+  }
+}
 
 DistKVStore::DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSettings settings)
     : owned_(std::move(owned)),
       type_(std::move(type)),
       client_(*owned_->client),
       settings_(settings),
-      mode_(ModeOf(type_)) {}
+      mode_(ModeOf(type_)) {
+  RequireServers();
+}
 
 std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environment& env) {
   ModeOf(type);
@@ -131,14 +142,16 @@ const void* DistKVStore::SumIfNeeded(const KeyInfo& info, const std::vector<Tens
                                      const std::shared_ptr<KvOperation>& op) {
   if (values.size() == 1) return values[0].data;  // sent straight from the caller's memory
   auto sum = std::make_shared<std::vector<std::byte>>(info.elements * ElementSize(info.dtype));
-  if (!pool_ && settings_.reduction_threads > 1 && info.elements >= settings_.big_array_bound) {
+  base::ThreadPool* pool = nullptr;
+  if (settings_.reduction_threads > 1 && info.elements >= settings_.big_array_bound) {
     std::lock_guard lock(mu_);
     if (!pool_) {
       pool_ = std::make_unique<base::ThreadPool>(
           static_cast<size_t>(settings_.reduction_threads - 1), "kv-reduce");
     }
+    pool = pool_.get();
   }
-  SumDeviceValues(values, sum->data(), pool_.get(), settings_.big_array_bound);
+  SumDeviceValues(values, sum->data(), pool, settings_.big_array_bound);
   op->Keep(sum);
   return sum->data();
 }

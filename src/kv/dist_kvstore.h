@@ -60,6 +60,8 @@ class DistKVStore final : public KVStore {
   struct Owned;
   DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSettings settings);
 
+  // Throws ConfigError for a job without servers.
+  void RequireServers() const;
   KeyRequest Request(const KeyInfo& info, const KeySlice& slice, int priority) const;
   // Sends a push (with_reply: a push-pull) of `source` (one buffer holding
   // the key's summed value), replies into `out` when set.

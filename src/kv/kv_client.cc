@@ -50,6 +50,11 @@ void KvClient::Start() {
 }
 
 void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<ClientRequest> requests) {
+  if (requests.empty()) {  // nothing to ask: done at once
+    op->Expect(-1, 1);
+    op->Event(-1);
+    return;
+  }
   std::vector<std::pair<int, std::vector<net::OutgoingMessage>>> to_send;
   {
     std::lock_guard lock(mu_);

@@ -3,6 +3,7 @@
 #include "kv/server_shard.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
 
 #include <cstring>
 #include <exception>
@@ -36,7 +37,10 @@ TensorView View(DType dtype, ByteBuffer& b, uint64_t count) {
 }  // namespace
 
 ServerShard::ServerShard(const ShardContext& context, int index)
-    : ctx_(context), index_(index), thread_([this] { Loop(); }) {}
+    : ctx_(context), index_(index), thread_([this] { Loop(); }) {
+  // Shows in top -H and /proc/<pid>/task/*/comm (kv_bench reads it).
+  pthread_setname_np(thread_.native_handle(), fmt::format("kv-shard/{}", index).c_str());
+}
 
 ServerShard::~ServerShard() {
   {

@@ -10,9 +10,12 @@
 //
 // Note eps inside the square root, and that a clip_gradient of 0 zeroes the
 // gradient (MXNet tests `is not None` here). docs/optimizers.md, "adagrad".
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "kv/optimizer/optimizer_base.h"
+#include "tandem/error.h"
 
 namespace tandem::kv {
 namespace {
@@ -24,6 +27,43 @@ class AdaGradOptimizer final : public OptimizerBase {
   }
 
   size_t NumStates() const override { return 1; }
+
+  // A row-sparse gradient goes to MXNet's sparse adagrad_update, lazily.
+  bool LazyRows(bool) const override { return true; }
+
+  void CheckLazyRows(uint64_t key) const override {
+    if (common().wd != 0) {
+      throw InvalidArgument(fmt::format(
+          "optimizer 'adagrad': key {}: a row-sparse update does not support wd (wd is {}), as "
+          "MXNet's sparse adagrad_update",
+          key, common().wd));
+    }
+  }
+
+  // The sparse kernel, with float32 operator parameters:
+  //   g = clip(rescale_grad * grad, clip_gradient); history += g * g;
+  //   w = w - (g / sqrt(history + eps)) * lr
+  void RunRowKernel(Precision precision, const KernelCall& call) override {
+    DispatchPrecision(precision, [&]<typename T>(T) {
+      using C = typename T::Compute;
+      using S = typename T::State;
+      const C rescale = static_cast<float>(common().rescale_grad);
+      const C clip = static_cast<float>(common().clip_gradient.value_or(-1.0));
+      const C eps = static_cast<float>(eps_);
+      const C lr = static_cast<float>(call.lr);
+      auto* weight = static_cast<typename T::Weight*>(call.weight);
+      const auto* grad = static_cast<const typename T::Grad*>(call.grad);
+      auto* history = static_cast<S*>(call.states[0]);
+      const bool clips = KernelClipsGradient();
+      for (size_t i = 0; i < call.count; ++i) {
+        C g = Load<C>(grad[i]) * rescale;
+        if (clips) g = ClipTo(g, clip);
+        const C h = RoundTrip<S>(Load<C>(history[i]) + g * g);
+        history[i] = Store<S>(h);
+        weight[i] = Store<typename T::Weight>(Load<C>(weight[i]) - g / std::sqrt(h + eps) * lr);
+      }
+    });
+  }
 
   void RunKernel(Precision precision, const KernelCall& call) override {
     DispatchPrecision(precision, [&]<typename T>(T) {

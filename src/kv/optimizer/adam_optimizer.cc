@@ -23,7 +23,7 @@ class AdamOptimizer final : public OptimizerBase {
     beta1_ = params.GetDouble("beta1", 0.9);
     beta2_ = params.GetDouble("beta2", 0.999);
     epsilon_ = params.GetDouble("epsilon", 1e-8);
-    params.GetBool("lazy_update", true);  // row-sparse only; see sgd_optimizer.cc
+    lazy_update_ = params.GetBool("lazy_update", true);
     if (beta1_ < 0 || beta1_ >= 1)
       params.Fail("beta1", fmt::format("is {}, must be in [0, 1)", beta1_));
     if (beta2_ < 0 || beta2_ >= 1)
@@ -34,7 +34,21 @@ class AdamOptimizer final : public OptimizerBase {
 
   void RunKernel(Precision precision, const KernelCall& call) override {
     DispatchPrecision(precision, [&]<typename T>(T) {
-      DispatchBool(KernelClipsGradient(), [&]<typename Clip>(Clip) { Run<T, Clip::value>(call); });
+      DispatchBool(KernelClipsGradient(),
+                   [&]<typename Clip>(Clip) { Run<T, Clip::value, false>(call); });
+    });
+  }
+
+  // MXNet casts a row-sparse gradient for the master copy and calls
+  // adam_update, which is lazy with or without multi-precision.
+  bool LazyRows(bool) const override { return lazy_update_; }
+
+  // adam_update's row kernel: as the dense one, except that with clipping
+  // it squares the clipped gradient first: (1 - beta2) * (g * g).
+  void RunRowKernel(Precision precision, const KernelCall& call) override {
+    DispatchPrecision(precision, [&]<typename T>(T) {
+      DispatchBool(KernelClipsGradient(),
+                   [&]<typename Clip>(Clip) { Run<T, Clip::value, Clip::value>(call); });
     });
   }
 
@@ -44,7 +58,7 @@ class AdamOptimizer final : public OptimizerBase {
     C lr, wd, rescale, clip, beta1, beta2, epsilon;
   };
 
-  template <typename T, bool kClip>
+  template <typename T, bool kClip, bool kSquareFirst>
   void Run(const KernelCall& call) const {
     using C = typename T::Compute;
     const double t = static_cast<double>(call.t);
@@ -62,11 +76,12 @@ class AdamOptimizer final : public OptimizerBase {
     auto* mean = static_cast<typename T::State*>(call.states[0]);
     auto* var = static_cast<typename T::State*>(call.states[1]);
     ForEachBlock(call.count, [&](size_t first, auto count) {
-      Block<T, kClip>(weight + first, grad + first, mean + first, var + first, count, k);
+      Block<T, kClip, kSquareFirst>(weight + first, grad + first, mean + first, var + first, count,
+                                    k);
     });
   }
 
-  template <typename T, bool kClip, typename Count>
+  template <typename T, bool kClip, bool kSquareFirst, typename Count>
   static void Block(typename T::Weight* __restrict weight, const typename T::Grad* __restrict grad,
                     typename T::State* __restrict mean, typename T::State* __restrict var,
                     Count count, const Constants<typename T::Compute>& k) {
@@ -77,7 +92,9 @@ class AdamOptimizer final : public OptimizerBase {
       C g = Load<C>(grad[i]) * k.rescale + w * k.wd;
       if constexpr (kClip) g = ClipTo(g, k.clip);
       const C m = RoundTrip<S>(k.beta1 * Load<C>(mean[i]) + (C(1) - k.beta1) * g);
-      const C v = RoundTrip<S>(k.beta2 * Load<C>(var[i]) + (C(1) - k.beta2) * g * g);
+      const C v = kSquareFirst
+                      ? RoundTrip<S>(k.beta2 * Load<C>(var[i]) + (C(1) - k.beta2) * (g * g))
+                      : RoundTrip<S>(k.beta2 * Load<C>(var[i]) + (C(1) - k.beta2) * g * g);
       mean[i] = Store<S>(m);
       var[i] = Store<S>(v);
       weight[i] = Store<typename T::Weight>(w - k.lr * m / (std::sqrt(v) + k.epsilon));
@@ -87,6 +104,7 @@ class AdamOptimizer final : public OptimizerBase {
   double beta1_ = 0.9;
   double beta2_ = 0.999;
   double epsilon_ = 1e-8;
+  bool lazy_update_ = true;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kv/optimizer/optimizer_base.h"
+#include "kv/optimizer/sgd_update_rule.h"
 
 namespace tandem::kv {
 namespace {
@@ -31,14 +32,13 @@ class NagOptimizer final : public OptimizerBase {
   size_t NumStates() const override { return momentum_ != 0 ? 1 : 0; }
 
   void RunKernel(Precision precision, const KernelCall& call) override {
+    if (momentum_ == 0) {
+      RunSgdUpdateRule(precision, call, common(), KernelClipsGradient());
+      return;
+    }
     DispatchPrecision(precision, [&]<typename T>(T) {
-      DispatchBool(KernelClipsGradient(), [&]<typename Clip>(Clip) {
-        if (momentum_ != 0) {
-          RunMomentum<T, Clip::value>(call);
-        } else {
-          RunPlain<T, Clip::value>(call);
-        }
-      });
+      DispatchBool(KernelClipsGradient(),
+                   [&]<typename Clip>(Clip) { RunMomentum<T, Clip::value>(call); });
     });
   }
 
@@ -83,33 +83,6 @@ class NagOptimizer final : public OptimizerBase {
       const W stored = Store<W>(w - m + (k.momentum + 1) * (m - k.lr * (g + k.wd * w)));
       weight[i] = stored;
       mom[i] = Store<S>(m - k.lr * (g + k.wd * Load<C>(stored)));
-    }
-  }
-
-  template <typename T, bool kClip>
-  void RunPlain(const KernelCall& call) const {
-    const auto k = MakeConstants<typename T::Compute>(call);
-    auto* weight = static_cast<typename T::Weight*>(call.weight);
-    const auto* grad = static_cast<const typename T::Grad*>(call.grad);
-    ForEachBlock(call.count, [&](size_t first, auto count) {
-      PlainBlock<T, kClip>(weight + first, grad + first, count, k);
-    });
-  }
-
-  template <typename T, bool kClip, typename Count>
-  static void PlainBlock(typename T::Weight* __restrict weight,
-                         const typename T::Grad* __restrict grad, Count count,
-                         const Constants<typename T::Compute>& k) {
-    using C = typename T::Compute;
-    using W = typename T::Weight;
-    for (size_t i = 0; i < count; ++i) {
-      const C w = Load<C>(weight[i]);
-      const C g = Load<C>(grad[i]);
-      if constexpr (kClip) {
-        weight[i] = Store<W>((C(1) - k.lr * k.wd) * w - k.lr * ClipTo(k.rescale * g, k.clip));
-      } else {
-        weight[i] = Store<W>((C(1) - k.lr * k.wd) * w - (k.lr * k.rescale) * g);
-      }
     }
   }
 

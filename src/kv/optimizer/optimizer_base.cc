@@ -52,30 +52,6 @@ void NarrowToHalves(const float* __restrict in, base::Half* __restrict out, size
 
 }  // namespace
 
-void OptimizerBase::RunOnMaster(KeyState& state, const KernelCall& call, const TensorView& weight,
-                                const TensorView& grad) {
-  // The rule runs in float32 on the master copy and float32 states; the
-  // float16 gradient is widened a stage at a time (exactly: every half is a
-  // float), and the weight is the master copy rounded back.
-  constexpr size_t kStage = 1024;
-  float stage[kStage];
-  auto* half_weight = static_cast<base::Half*>(weight.data);
-  const auto* half_grad = static_cast<const base::Half*>(grad.data);
-  for (size_t first = 0; first < call.count; first += kStage) {
-    const size_t count = std::min(kStage, call.count - first);
-    WidenHalves(half_grad + first, stage, count);
-    KernelCall part = call;
-    part.count = count;
-    part.weight = state.master.data() + first;
-    part.grad = stage;
-    for (size_t a = 0; a < state.arrays.size(); ++a) {
-      part.states[a] = reinterpret_cast<float*>(state.arrays[a].data()) + first;
-    }
-    RunKernel(Precision::kF32, part);
-    NarrowToHalves(state.master.data() + first, half_weight + first, count);
-  }
-}
-
 OptimizerBase::OptimizerBase(std::string name, OptimizerParamReader& params,
                              double default_learning_rate)
     : name_(std::move(name)), num_update_(0) {
@@ -122,7 +98,8 @@ double OptimizerBase::ScheduledRate() {
   return scheduler_->Rate(num_update_.load());
 }
 
-void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorView& grad) {
+void OptimizerBase::CheckDTypes(uint64_t key, const TensorView& weight,
+                                const TensorView& grad) const {
   if (weight.dtype != grad.dtype) {
     throw InvalidArgument(fmt::format("optimizer '{}': key {}: weight is {} but gradient is {}",
                                       name_, key, base::DTypeName(weight.dtype),
@@ -133,6 +110,88 @@ void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorV
         "optimizer '{}': key {}: dtype {} is not supported (float32, float64 or float16)", name_,
         key, base::DTypeName(weight.dtype)));
   }
+}
+
+KeyState& OptimizerBase::StateFor(uint64_t key, const TensorView& weight) {
+  const auto elements = static_cast<uint64_t>(weight.num_elements());
+  auto [state, inserted] = states_.FindOrInsert(key, [&] { return NewKeyState(weight); });
+  if (!inserted && (state->weight_dtype != weight.dtype || state->elements != elements)) {
+    throw InvalidArgument(fmt::format("optimizer '{}': key {}: its state was made for {}, got {}",
+                                      name_, key, Describe(state->weight_dtype, state->elements),
+                                      Describe(weight.dtype, elements)));
+  }
+  return *state;
+}
+
+KernelCall OptimizerBase::BeginUpdate(KeyState& state) {
+  // MXNet's _update_count, then _get_lr (which reads num_update).
+  state.update_count += 1;
+  int64_t seen = num_update_.load();
+  while (seen < state.update_count &&
+         !num_update_.compare_exchange_weak(seen, state.update_count)) {
+  }
+  KernelCall call;
+  call.lr = ScheduledRate();
+  call.t = state.update_count;
+  return call;
+}
+
+void OptimizerBase::RunSlice(KeyState& state, KernelCall call, const TensorView& weight,
+                             size_t first, size_t count, const void* grad, bool rows) {
+  const auto run = [&](Precision precision, const KernelCall& part) {
+    if (rows) {
+      RunRowKernel(precision, part);
+    } else {
+      RunKernel(precision, part);
+    }
+  };
+  if (state.has_master) {
+    // The rule runs in float32 on the master copy and float32 states; the
+    // float16 gradient is widened a stage at a time (exactly: every half is
+    // a float), and the weight is the master copy rounded back.
+    constexpr size_t kStage = 1024;
+    float stage[kStage];
+    auto* half_weight = static_cast<base::Half*>(weight.data) + first;
+    const auto* half_grad = static_cast<const base::Half*>(grad);
+    float* master = state.master.data() + first;
+    for (size_t done = 0; done < count; done += kStage) {
+      const size_t n = std::min(kStage, count - done);
+      WidenHalves(half_grad + done, stage, n);
+      KernelCall part = call;
+      part.count = n;
+      part.weight = master + done;
+      part.grad = stage;
+      for (size_t a = 0; a < state.arrays.size(); ++a) {
+        part.states[a] = reinterpret_cast<float*>(state.arrays[a].data()) + first + done;
+      }
+      run(Precision::kF32, part);
+      NarrowToHalves(master + done, half_weight + done, n);
+    }
+    return;
+  }
+  const size_t weight_size = ElementSize(weight.dtype);
+  const size_t state_size = ElementSize(state.state_dtype);
+  call.count = count;
+  call.weight = static_cast<std::byte*>(weight.data) + first * weight_size;
+  call.grad = grad;
+  for (size_t a = 0; a < state.arrays.size(); ++a) {
+    call.states[a] = state.arrays[a].data() + first * state_size;
+  }
+  switch (weight.dtype) {
+    case DType::kF64:
+      run(Precision::kF64, call);
+      break;
+    case DType::kF16:
+      run(Precision::kF16, call);
+      break;
+    default:
+      run(Precision::kF32, call);
+      break;
+  }
+}
+
+void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorView& grad) {
+  CheckDTypes(key, weight, grad);
   const int64_t n = weight.num_elements();
   if (n < 0 || grad.num_elements() != n) {
     throw InvalidArgument(fmt::format("optimizer '{}': key {}: weight has {} elements, gradient {}",
@@ -142,42 +201,72 @@ void OptimizerBase::Update(uint64_t key, const TensorView& weight, const TensorV
     throw InvalidArgument(
         fmt::format("optimizer '{}': key {}: null data for {} elements", name_, key, n));
   }
-  const auto elements = static_cast<uint64_t>(n);
-  auto [state, inserted] = states_.FindOrInsert(key, [&] { return NewKeyState(weight); });
-  if (!inserted && (state->weight_dtype != weight.dtype || state->elements != elements)) {
-    throw InvalidArgument(fmt::format("optimizer '{}': key {}: its state was made for {}, got {}",
-                                      name_, key, Describe(state->weight_dtype, state->elements),
-                                      Describe(weight.dtype, elements)));
-  }
+  KeyState& state = StateFor(key, weight);
+  const KernelCall call = BeginUpdate(state);
+  RunSlice(state, call, weight, 0, static_cast<size_t>(n), grad.data, false);
+}
 
-  // MXNet's _update_count, then _get_lr (which reads num_update).
-  state->update_count += 1;
-  int64_t seen = num_update_.load();
-  while (seen < state->update_count &&
-         !num_update_.compare_exchange_weak(seen, state->update_count)) {
+void OptimizerBase::UpdateRows(uint64_t key, const TensorView& weight,
+                               std::span<const int64_t> rows, const TensorView& grad) {
+  CheckDTypes(key, weight, grad);
+  const auto fail = [&](const std::string& what) {
+    throw InvalidArgument(
+        fmt::format("optimizer '{}': key {}: row-sparse update: {}", name_, key, what));
+  };
+  if (weight.shape.empty()) fail("the weight is a scalar, it has no rows");
+  if (grad.shape.size() != weight.shape.size()) {
+    fail(fmt::format("gradient has {} dimensions, the weight {}", grad.shape.size(),
+                     weight.shape.size()));
   }
-
-  KernelCall call;
-  call.lr = ScheduledRate();
-  call.t = state->update_count;
-  call.count = elements;
-  call.grad = grad.data;
-  for (size_t i = 0; i < state->arrays.size(); ++i) call.states[i] = state->arrays[i].data();
-  if (state->has_master) {
-    RunOnMaster(*state, call, weight, grad);
+  for (size_t d = 0; d < weight.shape.size(); ++d) {
+    if (weight.shape[d] < 0 || grad.shape[d] < 0) fail("negative dimension");
+    if (d > 0 && grad.shape[d] != weight.shape[d]) {
+      fail(fmt::format("gradient dimension {} is {}, the weight's is {}", d, grad.shape[d],
+                       weight.shape[d]));
+    }
+  }
+  if (grad.shape[0] != static_cast<int64_t>(rows.size())) {
+    fail(fmt::format("{} row ids for {} gradient rows", rows.size(), grad.shape[0]));
+  }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= weight.shape[0]) {
+      fail(fmt::format("row {} is outside [0, {})", rows[i], weight.shape[0]));
+    }
+    if (i > 0 && rows[i] <= rows[i - 1]) {
+      fail(fmt::format("row {} follows row {}: rows must be strictly increasing", rows[i],
+                       rows[i - 1]));
+    }
+  }
+  const int64_t n = weight.num_elements();
+  if ((n > 0 && weight.data == nullptr) || (grad.num_elements() > 0 && grad.data == nullptr)) {
+    fail("null data");
+  }
+  const size_t row_length = weight.shape[0] == 0 ? 0 : static_cast<size_t>(n / weight.shape[0]);
+  // A key has a master copy exactly when it is float16 under
+  // multi_precision (LoadStates enforces it too), so this is known before
+  // the key's state is looked up or made.
+  const bool lazy = LazyRows(common_.multi_precision && weight.dtype == DType::kF16);
+  if (lazy) CheckLazyRows(key);
+  KeyState& state = StateFor(key, weight);
+  const size_t grad_size = ElementSize(grad.dtype);
+  const auto* grad_bytes = static_cast<const std::byte*>(grad.data);
+  std::vector<std::byte> dense;
+  if (!lazy) {
+    // MXNet's standard update: as a dense gradient, zero outside `rows`.
+    dense.assign(static_cast<size_t>(n) * grad_size, std::byte{0});
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(dense.data() + static_cast<size_t>(rows[i]) * row_length * grad_size,
+                  grad_bytes + i * row_length * grad_size, row_length * grad_size);
+    }
+  }
+  const KernelCall call = BeginUpdate(state);
+  if (!lazy) {
+    RunSlice(state, call, weight, 0, static_cast<size_t>(n), dense.data(), false);
     return;
   }
-  call.weight = weight.data;
-  switch (weight.dtype) {
-    case DType::kF64:
-      RunKernel(Precision::kF64, call);
-      break;
-    case DType::kF16:
-      RunKernel(Precision::kF16, call);
-      break;
-    default:
-      RunKernel(Precision::kF32, call);
-      break;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    RunSlice(state, call, weight, static_cast<size_t>(rows[i]) * row_length, row_length,
+             grad_bytes + i * row_length * grad_size, true);
   }
 }
 

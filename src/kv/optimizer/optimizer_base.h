@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "kv/optimizer/element_math.h"
@@ -55,6 +56,8 @@ class OptimizerBase : public Optimizer {
  public:
   const std::string& name() const override { return name_; }
   void Update(uint64_t key, const TensorView& weight, const TensorView& grad) override;
+  void UpdateRows(uint64_t key, const TensorView& weight, std::span<const int64_t> rows,
+                  const TensorView& grad) override;
   std::string SaveStates() const override;
   void LoadStates(std::string_view bytes) override;
 
@@ -73,6 +76,24 @@ class OptimizerBase : public Optimizer {
   /// Runs the update rule over `call`. Never throws.
   virtual void RunKernel(Precision precision, const KernelCall& call) = 0;
 
+  /// Whether a row-sparse gradient updates only its rows (MXNet's lazy
+  /// update) for a key with (`has_master`) or without a master copy.
+  /// Default: no, the update is dense with zero rows.
+  virtual bool LazyRows(bool has_master) const {
+    (void)has_master;
+    return false;
+  }
+
+  /// Throws InvalidArgument when this optimizer cannot update rows lazily
+  /// as configured (adagrad with wd). Default: it can.
+  virtual void CheckLazyRows(uint64_t key) const { (void)key; }
+
+  /// The rule of a lazy row update over `call` (one row). Default: the
+  /// dense rule, which is MXNet's when its row kernel computes the same.
+  virtual void RunRowKernel(Precision precision, const KernelCall& call) {
+    RunKernel(precision, call);
+  }
+
   const CommonHyperParams& common() const { return common_; }
 
   /// True when MXNet's kernels clip the gradient: Python passes
@@ -82,8 +103,13 @@ class OptimizerBase : public Optimizer {
 
  private:
   std::unique_ptr<KeyState> NewKeyState(const TensorView& weight) const;
-  void RunOnMaster(KeyState& state, const KernelCall& call, const TensorView& weight,
-                   const TensorView& grad);
+  void CheckDTypes(uint64_t key, const TensorView& weight, const TensorView& grad) const;
+  KeyState& StateFor(uint64_t key, const TensorView& weight);
+  KernelCall BeginUpdate(KeyState& state);
+  // Runs the rule over elements [first, first + count) of the key, with
+  // `grad` holding those `count` gradient values (in the weight's dtype).
+  void RunSlice(KeyState& state, KernelCall call, const TensorView& weight, size_t first,
+                size_t count, const void* grad, bool rows);
   double ScheduledRate();
 
   std::string name_;

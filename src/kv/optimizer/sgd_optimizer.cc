@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "kv/optimizer/optimizer_base.h"
+#include "kv/optimizer/sgd_update_rule.h"
 
 namespace tandem::kv {
 namespace {
@@ -18,13 +19,25 @@ class SgdOptimizer final : public OptimizerBase {
  public:
   explicit SgdOptimizer(OptimizerParamReader& params) : OptimizerBase("sgd", params, 0.01) {
     momentum_ = params.GetDouble("momentum", 0.0);
-    // Only meaningful for row-sparse gradients, which Update does not take;
-    // accepted so that MXNet's parameter set passes unchanged.
-    params.GetBool("lazy_update", true);
+    lazy_update_ = params.GetBool("lazy_update", true);
     if (momentum_ < 0) params.Fail("momentum", fmt::format("is {}, must be >= 0", momentum_));
   }
 
   size_t NumStates() const override { return momentum_ != 0 ? 1 : 0; }
+
+  // MXNet's mp_sgd kernels have no row-sparse form (MXNet densifies), so
+  // only keys without a master copy update lazily.
+  bool LazyRows(bool has_master) const override { return lazy_update_ && !has_master; }
+
+  // Lazy rows: sgd_mom_update's row kernel computes what multi_sgd does;
+  // without momentum MXNet calls sgd_update.
+  void RunRowKernel(Precision precision, const KernelCall& call) override {
+    if (momentum_ != 0) {
+      RunKernel(precision, call);
+    } else {
+      RunSgdUpdateRule(precision, call, common(), KernelClipsGradient());
+    }
+  }
 
   void RunKernel(Precision precision, const KernelCall& call) override {
     DispatchPrecision(precision, [&]<typename T>(T) {
@@ -77,6 +90,7 @@ class SgdOptimizer final : public OptimizerBase {
   }
 
   double momentum_ = 0;
+  bool lazy_update_ = true;
 };
 
 }  // namespace

@@ -514,3 +514,130 @@ INSTANTIATE_TEST_SUITE_P(Stores, RowSparsePush,
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// A lost worker: the others' open round can never complete; their pending
+// push and every later call fail with PeerLost naming the lost node.
+TEST(DistLoss, LostWorkerFailsTheOthersPendingCalls) {
+  KvJobOptions o;
+  o.servers = 1;
+  o.workers = 3;
+  o.timings.heartbeat_timeout = milliseconds(1000);
+  KvJob job(o);
+  std::atomic<int> checked{0};
+  std::atomic<int> pushed{0};
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    Tensor w(DType::kF32, {4});
+    kv.Init(1, w.view());
+    if (rank == 2) {
+      // Dies once the others' pushes are pending.
+      while (pushed < 2) std::this_thread::sleep_for(milliseconds(1));
+      std::this_thread::sleep_for(milliseconds(20));
+      for (int i = 1; i <= 3; ++i) {
+        TestNode& n = job.node(static_cast<size_t>(i));
+        if (n.membership->self().rank == 2) n.transport->Shutdown();  // this worker dies
+      }
+      throw PeerLost("this worker died");
+    }
+    KVHandle h = kv.PushAsync(1, {w.view()});
+    ++pushed;
+    try {
+      h.Wait(std::chrono::seconds(15));
+      ADD_FAILURE() << "the round completed without worker 2";
+    } catch (const PeerLost& e) {
+      EXPECT_NE(std::string(e.what()).find("worker 2"), std::string::npos) << e.what();
+      ++checked;
+    }
+    EXPECT_THROW(kv.Pull(1, w.view()), PeerLost);
+    EXPECT_THROW(kv.Barrier(), PeerLost);
+    throw PeerLost("expected end");
+  });
+  EXPECT_EQ(checked.load(), 2);
+  for (size_t i = 1; i < errors.size() - 1; ++i)
+    EXPECT_TRUE(Is<PeerLost>(errors[i])) << What(errors[i]);
+}
+
+}  // namespace
+}  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// A wait that runs out names the call and the server it waited for; the
+// call still completes later.
+TEST(DistHandles, TimeoutNamesTheCallAndTheServer) {
+  KvJobOptions o;
+  o.servers = 2;
+  o.workers = 2;
+  KvJob job(o);
+  std::atomic<bool> timed_out{false};
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    Tensor w(DType::kF32, {4});
+    kv.Init(3, w.view());
+    Tensor g(DType::kF32, {4}, [&](size_t) { return double(rank + 1); });
+    if (rank == 0) {
+      KVHandle h = kv.PushAsync(3, {g.view()});
+      try {
+        h.Wait(milliseconds(50));
+        ADD_FAILURE() << "the round completed with one push";
+      } catch (const Timeout& e) {
+        const std::string what = e.what();
+        EXPECT_NE(what.find("push of key 3"), std::string::npos) << what;
+        EXPECT_NE(what.find("server " + std::to_string((3 * 9973) % 2)), std::string::npos) << what;
+        EXPECT_FALSE(h.Done());
+      }
+      timed_out = true;
+      h.Wait();
+      EXPECT_TRUE(h.Done());
+    } else {
+      while (!timed_out) std::this_thread::sleep_for(milliseconds(5));
+      kv.Push(3, g.view());
+    }
+    kv.Pull(3, w.view());
+    for (size_t i = 0; i < 4; ++i) ASSERT_EQ(w.at(i), 3.0);
+  });
+  ExpectNoErrors(errors);
+}
+
+}  // namespace
+}  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// With one request in flight at a time, waiting requests go out by priority:
+// the server (async, one thread) applies them in that order.
+TEST(DistPriorities, HigherPriorityGoesFirst) {
+  KvJobOptions o;
+  o.servers = 1;
+  o.workers = 1;
+  o.server_threads = 1;
+  o.inflight_bytes = 1;
+  o.update_log = std::make_shared<TestSgd::UpdateLog>();
+  o.update_log->slow_key = 0;  // key 0 stays in flight while the rest queue
+  KvJob job(o);
+  auto errors = job.Run("dist_async", [&](KVStore& kv, int) {
+    constexpr int kKeys = 6;
+    std::vector<Tensor> vals;
+    for (int k = 0; k < kKeys; ++k) {
+      vals.emplace_back(DType::kF32, std::vector<int64_t>{256});
+      kv.Init(k, vals.back().view());
+    }
+    kv.SetOptimizer("sgd", {{"learning_rate", "1"}});
+    std::vector<KVHandle> hs;
+    // Key 0 goes out at once and fills the window; the rest wait and leave
+    // by priority: 3 (priority 9), 5 (7), 1 (5), then 2 and 4 (both 1, in
+    // issue order).
+    const int priorities[kKeys] = {0, 5, 1, 9, 1, 7};
+    for (int k = 0; k < kKeys; ++k) hs.push_back(kv.PushAsync(k, {vals[k].view()}, priorities[k]));
+    for (auto& h : hs) h.Wait();
+  });
+  ExpectNoErrors(errors);
+  std::lock_guard lock(o.update_log->mu);
+  EXPECT_EQ(o.update_log->keys, (std::vector<uint64_t>{0, 3, 5, 1, 2, 4}));
+}
+
+}  // namespace
+}  // namespace tandem::testing

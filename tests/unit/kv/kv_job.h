@@ -12,6 +12,7 @@
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kv/dist_kvstore.h"
@@ -28,7 +29,14 @@ namespace tandem::testing {
 // real optimizers are tested in tests/unit/kv/optimizer*.
 class TestSgd final : public kv::Optimizer {
  public:
-  explicit TestSgd(double lr) : lr_(lr) {}
+  // `log`, when set, records the key of every update in order.
+  struct UpdateLog {
+    std::mutex mu;
+    std::vector<uint64_t> keys;
+    int64_t slow_key = -1;  // its updates take 100 ms longer
+  };
+  explicit TestSgd(double lr, std::shared_ptr<UpdateLog> log = nullptr)
+      : lr_(lr), log_(std::move(log)) {}
   const std::string& name() const override { return name_; }
   void Update(uint64_t key, const TensorView& w, const TensorView& g) override {
     if (w.dtype != g.dtype || w.num_elements() != g.num_elements()) {
@@ -45,8 +53,17 @@ class TestSgd final : public kv::Optimizer {
     } else {
       throw InvalidArgument(fmt::format("key {}: test sgd takes float32 and float64", key));
     }
-    std::lock_guard lock(mu_);
-    ++updates_[key];
+    {
+      std::lock_guard lock(mu_);
+      ++updates_[key];
+    }
+    if (log_ && static_cast<int64_t>(key) == log_->slow_key) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (log_) {
+      std::lock_guard lock(log_->mu);
+      log_->keys.push_back(key);
+    }
   }
   std::string SaveStates() const override {
     std::lock_guard lock(mu_);
@@ -74,24 +91,26 @@ class TestSgd final : public kv::Optimizer {
  private:
   const std::string name_ = "sgd";
   const double lr_;
+  std::shared_ptr<UpdateLog> log_;
   mutable std::mutex mu_;
   std::map<uint64_t, int> updates_;
 };
 
-inline kv::OptimizerFactory TestSgdFactory() {
-  return
-      [](const std::string& name, const kv::OptimizerParams& p) -> std::unique_ptr<kv::Optimizer> {
-        if (name != "sgd") throw InvalidArgument(fmt::format("unknown optimizer '{}'", name));
-        double lr = 0.1;
-        for (const auto& [k, v] : p) {
-          if (k == "learning_rate") {
-            lr = std::stod(v);
-          } else {
-            throw InvalidArgument(fmt::format("unknown parameter '{}'", k));
-          }
-        }
-        return std::make_unique<TestSgd>(lr);
-      };
+inline kv::OptimizerFactory TestSgdFactory(
+    std::shared_ptr<TestSgd::UpdateLog> update_log = nullptr) {
+  return [update_log](const std::string& name,
+                      const kv::OptimizerParams& p) -> std::unique_ptr<kv::Optimizer> {
+    if (name != "sgd") throw InvalidArgument(fmt::format("unknown optimizer '{}'", name));
+    double lr = 0.1;
+    for (const auto& [k, v] : p) {
+      if (k == "learning_rate") {
+        lr = std::stod(v);
+      } else {
+        throw InvalidArgument(fmt::format("unknown parameter '{}'", k));
+      }
+    }
+    return std::make_unique<TestSgd>(lr, update_log);
+  };
 }
 
 struct KvJobOptions {
@@ -100,6 +119,7 @@ struct KvJobOptions {
   int server_threads = 2;
   uint64_t big_array_bound = kv::kDefaultBigArrayBound;
   uint64_t inflight_bytes = uint64_t{64} << 20;
+  std::shared_ptr<TestSgd::UpdateLog> update_log;  // the servers' updates, in order
   Timings timings{};
 };
 
@@ -110,7 +130,7 @@ class KvJob {
     for (int i = 0; i < o.servers; ++i) {
       kv::KvServer::Options so;
       so.threads = o.server_threads;
-      so.optimizer_factory = TestSgdFactory();
+      so.optimizer_factory = TestSgdFactory(o.update_log);
       servers_.push_back(
           std::make_unique<kv::KvServer>(job_.node(static_cast<size_t>(i)).services(), so));
     }
@@ -128,6 +148,10 @@ class KvJob {
     for (int i = 0; i < o_.servers + o_.workers; ++i)
       job_.node(static_cast<size_t>(i)).transport->Shutdown();
     job_.scheduler().transport->Shutdown();
+    // Memberships stop their heartbeats before the clients they report
+    // failures to go away.
+    for (int i = 0; i < o_.servers + o_.workers; ++i)
+      job_.node(static_cast<size_t>(i)).membership.reset();
     clients_.clear();
     servers_.clear();
   }

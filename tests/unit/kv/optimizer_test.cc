@@ -574,3 +574,231 @@ TEST(OptimizerConcurrency, DifferentKeysInParallelEqualSequential) {
 
 }  // namespace
 }  // namespace tandem::kv
+
+namespace tandem::kv {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Row-sparse gradients (UpdateRows).
+// ---------------------------------------------------------------------------
+
+// A 5 x 3 float32 weight of ones; rows get gradient 1.
+struct RowsFixture {
+  std::vector<float> w = std::vector<float>(15, 1.0f);
+  void Rows(Optimizer& opt, std::vector<int64_t> rows, float g = 1.0f) {
+    std::vector<float> grad(rows.size() * 3, g);
+    opt.UpdateRows(0, TensorView{w.data(), DType::kF32, {5, 3}}, rows,
+                   TensorView{grad.data(), DType::kF32, {static_cast<int64_t>(rows.size()), 3}});
+  }
+  std::vector<float> Column0() const { return {w[0], w[3], w[6], w[9], w[12]}; }
+};
+
+TEST(OptimizerRows, SgdLazyTouchesOnlyItsRowsAndTheirMomentum) {
+  // lr 0.5, momentum 0.5, g 1: a row's first update gives 0.5, its second
+  // -0.25. Row 3 is not in the second push: lazily it keeps 0.5 (its
+  // momentum is not decayed either).
+  auto opt = Optimizer::Create("sgd", {{"learning_rate", "0.5"}, {"momentum", "0.5"}});
+  RowsFixture f;
+  f.Rows(*opt, {1, 3});
+  EXPECT_EQ(f.Column0(), (std::vector<float>{1, 0.5f, 1, 0.5f, 1}));
+  f.Rows(*opt, {0, 1});
+  EXPECT_EQ(f.Column0(), (std::vector<float>{0.5f, -0.25f, 1, 0.5f, 1}));
+}
+
+TEST(OptimizerRows, SgdStandardUpdateMovesEveryRow) {
+  // lazy_update=false: the push is a dense gradient with zero rows, so row
+  // 3's momentum (-0.5, halved to -0.25) still moves it: 0.5 - 0.25.
+  auto opt = Optimizer::Create(
+      "sgd", {{"learning_rate", "0.5"}, {"momentum", "0.5"}, {"lazy_update", "false"}});
+  RowsFixture f;
+  f.Rows(*opt, {1, 3});
+  f.Rows(*opt, {0, 1});
+  EXPECT_EQ(f.Column0(), (std::vector<float>{0.5f, -0.25f, 1, 0.25f, 1}));
+}
+
+TEST(OptimizerRows, SgdLazyWithoutMomentumIsSgdUpdate) {
+  // sgd_update: (1 - lr * wd) * w - (lr * rescale) * g = 0.75 * 1 - 0.5.
+  auto opt = Optimizer::Create("sgd", {{"learning_rate", "0.5"}, {"wd", "0.5"}});
+  RowsFixture f;
+  f.Rows(*opt, {4});
+  EXPECT_EQ(f.Column0(), (std::vector<float>{1, 1, 1, 1, 0.25f}));
+}
+
+TEST(OptimizerRows, AdaGradIsLazyAndRefusesWeightDecay) {
+  // history 9, w = 1 - (3 / 3) * 0.5.
+  auto opt = Optimizer::Create("adagrad", {{"learning_rate", "0.5"}, {"eps", "0"}});
+  RowsFixture f;
+  f.Rows(*opt, {2}, 3.0f);
+  EXPECT_EQ(f.Column0(), (std::vector<float>{1, 1, 0.5f, 1, 1}));
+
+  auto decayed = Optimizer::Create("adagrad", {{"wd", "0.1"}});
+  RowsFixture g;
+  try {
+    g.Rows(*decayed, {2});
+    ADD_FAILURE() << "accepted wd";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("wd"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(g.w, std::vector<float>(15, 1.0f));
+  EXPECT_EQ(decayed->SaveStates(), Optimizer::Create("adagrad", {{"wd", "0.1"}})->SaveStates());
+}
+
+// Lazy rows pushed every step equal a dense update of just those rows (the
+// same update count, the same rule); untouched rows never move.
+struct LazyCase {
+  std::string label;
+  std::string name;
+  OptimizerParams params;
+  DType dtype;
+};
+
+void PrintTo(const LazyCase& c, std::ostream* os) { *os << c.label; }
+
+class OptimizerLazyRows : public ::testing::TestWithParam<LazyCase> {};
+
+TEST_P(OptimizerLazyRows, EqualDenseUpdateOfThoseRows) {
+  const LazyCase& c = GetParam();
+  const std::vector<int64_t> rows = {0, 2, 5};
+  constexpr int64_t kRows = 7, kCols = 5;
+  auto lazy = Optimizer::Create(c.name, c.params);
+  auto dense = Optimizer::Create(c.name, c.params);
+  const auto w0 = Values(kRows * kCols, 3, 1.0f);
+  const size_t es = ElementSize(c.dtype);
+  const auto put = [&](std::vector<std::byte>& buf, size_t i, float v) {
+    if (c.dtype == DType::kF32) {
+      std::memcpy(buf.data() + 4 * i, &v, 4);
+    } else if (c.dtype == DType::kF64) {
+      const double d = v;
+      std::memcpy(buf.data() + 8 * i, &d, 8);
+    } else {
+      const Half h = base::FloatToHalf(v);
+      std::memcpy(buf.data() + 2 * i, &h, 2);
+    }
+  };
+  std::vector<std::byte> full(kRows * kCols * es), sub(rows.size() * kCols * es);
+  for (int64_t i = 0; i < kRows * kCols; ++i) put(full, static_cast<size_t>(i), w0[i]);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::memcpy(sub.data() + r * kCols * es, full.data() + rows[r] * kCols * es, kCols * es);
+  }
+  const std::vector<std::byte> original = full;
+  for (int step = 0; step < 3; ++step) {
+    const auto g = Values(rows.size() * kCols, 50 + static_cast<uint32_t>(step), 1.0f);
+    std::vector<std::byte> grad(g.size() * es);
+    for (size_t i = 0; i < g.size(); ++i) put(grad, i, g[i]);
+    const std::vector<int64_t> gshape = {static_cast<int64_t>(rows.size()), kCols};
+    lazy->UpdateRows(5, TensorView{full.data(), c.dtype, {kRows, kCols}}, rows,
+                     TensorView{grad.data(), c.dtype, gshape});
+    dense->Update(5, TensorView{sub.data(), c.dtype, gshape},
+                  TensorView{grad.data(), c.dtype, gshape});
+  }
+  for (int64_t r = 0, k = 0; r < kRows; ++r) {
+    const bool touched = k < static_cast<int64_t>(rows.size()) && rows[k] == r;
+    const std::byte* got = full.data() + r * kCols * es;
+    const std::byte* want =
+        touched ? sub.data() + k * kCols * es : original.data() + r * kCols * es;
+    EXPECT_EQ(std::memcmp(got, want, kCols * es), 0) << c.label << " row " << r;
+    if (touched) ++k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, OptimizerLazyRows,
+    ::testing::Values(LazyCase{"sgd_momentum_f32",
+                               "sgd",
+                               {{"momentum", "0.9"}, {"wd", "0.01"}, {"learning_rate", "0.1"}},
+                               DType::kF32},
+                      LazyCase{"sgd_momentum_clip_f64",
+                               "sgd",
+                               {{"momentum", "0.9"}, {"clip_gradient", "0.5"}},
+                               DType::kF64},
+                      LazyCase{"sgd_momentum_f16", "sgd", {{"momentum", "0.9"}}, DType::kF16},
+                      LazyCase{"adam_f32", "adam", {{"wd", "0.01"}}, DType::kF32},
+                      LazyCase{"adam_f64", "adam", {}, DType::kF64},
+                      LazyCase{"adam_f16_mp", "adam", {{"multi_precision", "true"}}, DType::kF16}),
+    [](const ::testing::TestParamInfo<LazyCase>& param_info) { return param_info.param.label; });
+
+// Where MXNet has no lazy row update, a row-sparse push is exactly a dense
+// push that is zero outside its rows.
+class OptimizerDenseRows : public ::testing::TestWithParam<LazyCase> {};
+
+TEST_P(OptimizerDenseRows, EqualDensePushWithZeroRows) {
+  const LazyCase& c = GetParam();
+  ASSERT_EQ(c.dtype, DType::kF32);
+  const std::vector<int64_t> rows = {1, 4};
+  auto by_rows = Optimizer::Create(c.name, c.params);
+  auto by_dense = Optimizer::Create(c.name, c.params);
+  std::vector<float> a = Values(6 * 4, 9, 1.0f), b = a;
+  for (int step = 0; step < 3; ++step) {
+    const auto g = Values(rows.size() * 4, 70 + static_cast<uint32_t>(step), 1.0f);
+    std::vector<float> dense(6 * 4, 0.0f);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::copy(g.begin() + static_cast<long>(r * 4), g.begin() + static_cast<long>(r * 4 + 4),
+                dense.begin() + rows[r] * 4);
+    }
+    by_rows->UpdateRows(3, TensorView{a.data(), DType::kF32, {6, 4}}, rows,
+                        TensorView{const_cast<float*>(g.data()), DType::kF32, {2, 4}});
+    by_dense->Update(3, TensorView{b.data(), DType::kF32, {6, 4}},
+                     TensorView{dense.data(), DType::kF32, {6, 4}});
+    ASSERT_EQ(a, b) << c.label << " step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, OptimizerDenseRows,
+    ::testing::Values(LazyCase{"sgd_standard",
+                               "sgd",
+                               {{"momentum", "0.9"}, {"wd", "0.1"}, {"lazy_update", "false"}},
+                               DType::kF32},
+                      LazyCase{"adam_standard", "adam", {{"lazy_update", "false"}}, DType::kF32},
+                      LazyCase{"nag", "nag", {{"momentum", "0.9"}, {"wd", "0.1"}}, DType::kF32},
+                      LazyCase{"rmsprop", "rmsprop", {{"centered", "true"}}, DType::kF32}),
+    [](const ::testing::TestParamInfo<LazyCase>& param_info) { return param_info.param.label; });
+
+TEST(OptimizerRows, SgdUnderMultiPrecisionIsDenseAsMxnetsMpKernels) {
+  // mp_sgd_mom_update has no row-sparse form; MXNet densifies the gradient.
+  const OptimizerParams p = {
+      {"learning_rate", "0.5"}, {"momentum", "0.5"}, {"multi_precision", "true"}};
+  auto by_rows = Optimizer::Create("sgd", p);
+  auto by_dense = Optimizer::Create("sgd", p);
+  const Half one = base::FloatToHalf(1), zero = base::FloatToHalf(0);
+  std::vector<Half> a(4, one), b(4, one);
+  std::vector<Half> rows_grad = {one, one};
+  std::vector<Half> dense_grad = {zero, one, zero, one};
+  for (const auto& push : {std::vector<int64_t>{1, 3}, std::vector<int64_t>{1, 3}}) {
+    by_rows->UpdateRows(2, TensorView{a.data(), DType::kF16, {4}}, push,
+                        TensorView{rows_grad.data(), DType::kF16, {2}});
+    by_dense->Update(2, TensorView{b.data(), DType::kF16, {4}},
+                     TensorView{dense_grad.data(), DType::kF16, {4}});
+  }
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(a[i].bits, b[i].bits) << i;
+  EXPECT_EQ(base::HalfToFloat(a[1]), -0.25f);
+}
+
+TEST(OptimizerRows, BadRowsAreRefusedNamingTheKey) {
+  auto opt = Optimizer::Create("sgd", {{"momentum", "0.5"}});
+  std::vector<float> w(12, 1.0f), g(6, 1.0f);
+  const auto rows_error = [&](std::vector<int64_t> rows, std::vector<int64_t> gshape,
+                              std::vector<int64_t> wshape = {4, 3}) -> std::string {
+    try {
+      opt->UpdateRows(8, TensorView{w.data(), DType::kF32, wshape}, rows,
+                      TensorView{g.data(), DType::kF32, gshape});
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(rows_error({2, 1}, {2, 3}).find("strictly increasing"), std::string::npos);
+  EXPECT_NE(rows_error({1, 1}, {2, 3}).find("strictly increasing"), std::string::npos);
+  EXPECT_NE(rows_error({0, 4}, {2, 3}).find("outside"), std::string::npos);
+  EXPECT_NE(rows_error({-1, 2}, {2, 3}).find("outside"), std::string::npos);
+  EXPECT_NE(rows_error({0, 1}, {2, 2}).find("dimension 1"), std::string::npos);
+  EXPECT_NE(rows_error({0}, {2, 3}).find("1 row ids for 2"), std::string::npos);
+  EXPECT_NE(rows_error({0}, {1}, {}).find("scalar"), std::string::npos);
+  EXPECT_NE(rows_error({0, 1}, {2, 3}, {12}).find("dimensions"), std::string::npos);
+  EXPECT_EQ(w, std::vector<float>(12, 1.0f));
+  EXPECT_NE(rows_error({0, 1}, {2, 3}).find(""), std::string::npos);  // a good push still works
+  EXPECT_EQ(w[0], 0.99f);                                             // 1 - 0.01
+}
+
+}  // namespace
+}  // namespace tandem::kv
