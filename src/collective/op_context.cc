@@ -94,7 +94,9 @@ void OpContext::Throw(PeerMesh::WaitResult r, const std::string& waiting_for) {
   if (r == PeerMesh::WaitResult::kFailed) CheckHealth();
   // Timed out: name the ranks whose pieces are missing.
   std::set<int> missing;
-  for (const auto& [peer, tag] : posted_) missing.insert(peer);
+  for (const auto& [peer, tag] : posted_) {
+    if (!mesh_.Complete(members_[static_cast<size_t>(peer)], Key(tag))) missing.insert(peer);
+  }
   {
     std::lock_guard lock(sends_->mu);
     if (missing.empty() && sends_->outstanding > 0) {
@@ -129,12 +131,19 @@ void OpContext::Cleanup() noexcept {
       mesh_.Fail(FailureKind::kProtocol,
                  fmt::format("{} was abandoned with pieces in flight", what_));
     }
-    mesh_.CloseAll();
     for (const auto& [peer, tag] : posted_)
       mesh_.Abandon(members_[static_cast<size_t>(peer)], Key(tag));
     posted_.clear();
+    // Sends end when written, or fail when their connection closes; a peer
+    // that stopped reading altogether gets every connection closed.
     std::unique_lock lock(sends_->mu);
-    sends_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return sends_->outstanding == 0; });
+    if (!sends_->cv.wait_for(lock, std::chrono::seconds(10),
+                             [&] { return sends_->outstanding == 0; })) {
+      lock.unlock();
+      mesh_.CloseAll();
+      lock.lock();
+      sends_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return sends_->outstanding == 0; });
+    }
   } catch (...) {
     // Cleanup runs while an exception propagates; nothing more can be done.
   }

@@ -10,9 +10,11 @@
 // Errors name the operation ("AllReduce of 'grad' (1000 x float32)"): a
 // wait past the deadline throws Timeout listing the ranks whose pieces were
 // still missing; a failed mesh throws its PeerLost naming the lost rank.
-// After any error the mesh is failed and closed, every posted receive
-// abandoned and every send settled, so no byte lands in the caller's memory
-// after the operation returned.
+// After any error the mesh is failed, every posted receive abandoned and
+// every send settled (PeerMesh::Abandon and Cleanup close connections that
+// would not settle), so no byte lands in the caller's memory after the
+// operation returned. The connections of live peers stay open, so that they
+// learn of a death from the dead peer itself, not from our closing.
 #pragma once
 
 #include <chrono>

@@ -34,9 +34,9 @@ PeerMesh::PeerMesh(Options options, net::Transport& transport, base::Logger& log
 PeerMesh::~PeerMesh() = default;
 
 std::string PeerMesh::Describe(int rank) const {
-  if (rank < 0 || rank >= size()) return fmt::format("rank {}", rank);
+  if (rank < 0 || rank >= size()) return fmt::format("worker rank {}", rank);
   const NodeInfo& n = workers_[static_cast<size_t>(rank)];
-  return fmt::format("rank {} ({}:{})", rank, n.host, n.port);
+  return fmt::format("worker rank {} ({}:{})", rank, n.host, n.port);
 }
 
 void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_id) {
@@ -188,12 +188,19 @@ PeerMesh::WaitResult PeerMesh::Wait(int peer, const MessageKey& key,
   }
 }
 
+bool PeerMesh::Complete(int peer, const MessageKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(SlotKey{peer, key});
+  return it != slots_.end() && it->second.state == Slot::State::kDone;
+}
+
 void PeerMesh::Abandon(int peer, const MessageKey& key) {
   std::unique_lock lock(mu_);
   const SlotKey sk{peer, key};
-  // Bounded: the caller closed the connections, so the transport stops
-  // filling soon; the bound only guards against a transport bug.
-  const auto limit = Clock::now() + std::chrono::seconds(30);
+  // A piece being filled finishes as soon as its bytes arrived; a peer that
+  // stalls in the middle of one gets its connections closed, which ends it.
+  auto close_at = Clock::now() + std::chrono::seconds(2);
+  bool closed = false;
   for (;;) {
     auto it = slots_.find(sk);
     if (it == slots_.end()) return;
@@ -201,11 +208,22 @@ void PeerMesh::Abandon(int peer, const MessageKey& key) {
       slots_.erase(it);
       return;
     }
-    if (cv_.wait_until(lock, limit) == std::cv_status::timeout) {
-      log_.Error("a receive from {} was still being filled 30 s after its connections closed",
-                 Describe(peer));
-      slots_.erase(sk);
-      return;
+    if (cv_.wait_until(lock, close_at) == std::cv_status::timeout) {
+      if (closed) {
+        log_.Error("a receive from {} was still being filled 30 s after its connections closed",
+                   Describe(peer));
+        slots_.erase(sk);
+        return;
+      }
+      std::vector<net::ConnectionId> ids;
+      for (const auto& [id, link] : links_) {
+        if (link.rank == peer && link.open) ids.push_back(id);
+      }
+      lock.unlock();
+      for (net::ConnectionId id : ids) transport_.Close(id);
+      lock.lock();
+      closed = true;
+      close_at = Clock::now() + std::chrono::seconds(30);
     }
   }
 }
@@ -386,7 +404,7 @@ void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
     link->second.open = false;
     if (!closing_) {
       FailLocked(FailureKind::kPeerLost,
-                 fmt::format("lost worker {}: {}", Describe(link->second.rank), reason));
+                 fmt::format("lost {}: {}", Describe(link->second.rank), reason));
       if (!slots_.empty()) log_.Error("{}", failure_->text);
     }
   }

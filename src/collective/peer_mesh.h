@@ -95,9 +95,13 @@ class PeerMesh final : public net::TransportHandler {
   /// peer and both sizes) when the peer sent a payload of the wrong size.
   WaitResult Wait(int peer, const MessageKey& key, std::chrono::steady_clock::time_point deadline);
 
+  /// True when the posted receive (peer, key) is complete (for errors that
+  /// name the peers not heard from).
+  bool Complete(int peer, const MessageKey& key) const;
+
   /// Forgets a posted receive that will not be waited for. If the transport
-  /// is filling it right now, waits until it stopped (the caller must have
-  /// closed the connections with CloseAll unless the peer is sending).
+  /// is filling it right now, waits until the piece is complete; after 2 s
+  /// closes the peer's connections, which ends the filling.
   void Abandon(int peer, const MessageKey& key);
 
   /// Marks the mesh failed (the first failure wins) and wakes every wait.
@@ -107,8 +111,9 @@ class PeerMesh final : public net::TransportHandler {
   /// The failure, if any.
   std::optional<MeshFailure> failure() const;
 
-  /// Closes every mesh connection (after a failure): sends in flight fail
-  /// and no more payload lands in posted buffers once OnDisconnected ran.
+  /// Closes every mesh connection (a last resort after a failure, when sends
+  /// do not complete): sends in flight fail and no more payload lands in
+  /// posted buffers once OnDisconnected ran.
   void CloseAll();
 
  private:
