@@ -1,6 +1,7 @@
 #include "collective/collective_service.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <set>
 

@@ -23,7 +23,11 @@ OpContext::~OpContext() {
 }
 
 void OpContext::CheckHealth() const {
-  if (auto f = mesh_.failure()) f->Throw(what_ + " failed: ");
+  // 200 ms lets the news of every lost peer arrive, so that the error names
+  // the dead worker even when the first news is of a worker that exited
+  // because of it.
+  if (mesh_.failure())
+    mesh_.SettledFailure(std::chrono::milliseconds(200))->Throw(what_ + " failed: ");
 }
 
 void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {

@@ -1,9 +1,11 @@
 #include "collective/peer_mesh.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 #include "tandem/error.h"
 
@@ -237,8 +239,26 @@ void PeerMesh::Fail(FailureKind kind, const std::string& text) {
 }
 
 void PeerMesh::FailLocked(FailureKind kind, const std::string& text) {
-  if (failure_) return;
-  failure_ = MeshFailure{kind, text};
+  if (!failure_) {
+    failure_ = MeshFailure{kind, text, {}, Clock::now()};
+    return;
+  }
+  if (failure_->later.size() < 8 && text != failure_->text &&
+      std::find(failure_->later.begin(), failure_->later.end(), text) == failure_->later.end()) {
+    failure_->later.push_back(text);
+  }
+}
+
+std::optional<MeshFailure> PeerMesh::SettledFailure(std::chrono::milliseconds settle) const {
+  std::unique_lock lock(mu_);
+  if (!failure_) return std::nullopt;
+  const auto until = failure_->when + settle;
+  if (Clock::now() < until) {
+    lock.unlock();
+    std::this_thread::sleep_until(until);
+    lock.lock();
+  }
+  return failure_;
 }
 
 std::optional<MeshFailure> PeerMesh::failure() const {
@@ -403,9 +423,10 @@ void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
     if (link == links_.end()) return;
     link->second.open = false;
     if (!closing_) {
+      const bool first = !failure_;
       FailLocked(FailureKind::kPeerLost,
                  fmt::format("lost {}: {}", Describe(link->second.rank), reason));
-      if (!slots_.empty()) log_.Error("{}", failure_->text);
+      if (first && !slots_.empty()) log_.Error("{}", failure_->text);
     }
   }
   cv_.notify_all();

@@ -47,7 +47,12 @@ enum class FailureKind { kPeerLost, kTimeout, kProtocol };
 struct MeshFailure {
   FailureKind kind = FailureKind::kPeerLost;
   std::string text;
-  /// Throws the exception of `kind` with `prefix` + text.
+  /// Later losses (other peers' connections, other news), in the order
+  /// learnt: when one death makes other workers exit, the first news to
+  /// arrive may be of a follower, so an error lists them all.
+  std::vector<std::string> later;
+  std::chrono::steady_clock::time_point when;
+  /// Throws the exception of `kind` with `prefix` + text (+ the later ones).
   [[noreturn]] void Throw(const std::string& prefix) const;
 };
 
@@ -110,6 +115,9 @@ class PeerMesh final : public net::TransportHandler {
   void Fail(FailureKind kind, const std::string& text);
   /// The failure, if any.
   std::optional<MeshFailure> failure() const;
+  /// The failure once news has had `settle` since the first of it to
+  /// arrive (so that an error can name every lost peer), or nothing.
+  std::optional<MeshFailure> SettledFailure(std::chrono::milliseconds settle) const;
 
   /// Closes every mesh connection (a last resort after a failure, when sends
   /// do not complete): sends in flight fail and no more payload lands in
