@@ -156,18 +156,16 @@ collective::ReduceSpec Spec(const ReduceOptions& o, DType dtype) {
   return {BaseOp(o.op), dtype, ElementSize(dtype)};
 }
 
-}  // namespace
+// An operation ready to queue or run.
+struct Prepared {
+  std::string what;
+  std::chrono::milliseconds timeout;
+  CommunicatorImpl::Body body;
+};
 
-Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
-Communicator::~Communicator() = default;
-
-int Communicator::rank() const { return impl_->rank(); }
-int Communicator::size() const { return impl_->size(); }
-const std::vector<int>& Communicator::members() const { return impl_->members(); }
-
-CollectiveHandle Communicator::AllReduceAsync(const TensorView& in, const TensorView& out,
-                                              const ReduceOptions& o) {
-  const std::string what = Describe("AllReduce", o, in, *impl_);
+Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
+                          const ReduceOptions& o) {
+  const std::string what = Describe("AllReduce", o, in, impl);
   CheckTensor(in, "input", what);
   CheckTensor(out, "output", what);
   if (in.dtype != out.dtype || in.num_elements() != out.num_elements()) {
@@ -183,67 +181,59 @@ CollectiveHandle Communicator::AllReduceAsync(const TensorView& in, const Tensor
   const DType dtype = in.dtype;
   const std::byte* src = Bytes(in);
   std::byte* dst = Bytes(out);
-  const int n = impl_->size();
+  const int n = impl.size();
   const collective::ReduceSpec spec = Spec(o, dtype);
   collective::Finalize finalize = MakeFinalize(o, dtype, n);
   const double prescale = o.prescale;
   const AllReduceAlgorithm requested = o.algorithm;
-  return impl_->Submit(what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
-    const size_t bytes = count * spec.element_size;
-    if (prescale != 1.0) {
-      if (src != dst && bytes > 0) std::memcpy(dst, src, bytes);
-      base::Scale(dtype, dst, count, prescale);
-    }
-    const std::byte* from = prescale != 1.0 ? dst : src;
-    switch (c.settings().table.Choose(bytes, n, requested)) {
-      case AllReduceAlgorithm::kRing:
-      case AllReduceAlgorithm::kAuto:
-        collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),
-                                  c.settings().segment_bytes / spec.element_size, finalize);
-        return;
-      case AllReduceAlgorithm::kHalvingDoubling:
-        if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
-        collective::HalvingDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes), finalize);
-        return;
-      case AllReduceAlgorithm::kDirect:
-        if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
-        collective::DirectAllReduce(ctx, spec, dst, count,
-                                    c.Scratch(bytes * static_cast<size_t>(n)), finalize);
-        return;
-    }
-  });
+  return Prepared{
+      what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+        const size_t bytes = count * spec.element_size;
+        if (prescale != 1.0) {
+          if (src != dst && bytes > 0) std::memcpy(dst, src, bytes);
+          base::Scale(dtype, dst, count, prescale);
+        }
+        const std::byte* from = prescale != 1.0 ? dst : src;
+        switch (c.settings().table.Choose(bytes, n, requested)) {
+          case AllReduceAlgorithm::kRing:
+          case AllReduceAlgorithm::kAuto:
+            collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),
+                                      c.settings().segment_bytes / spec.element_size, finalize);
+            return;
+          case AllReduceAlgorithm::kHalvingDoubling:
+            if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
+            collective::HalvingDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes), finalize);
+            return;
+          case AllReduceAlgorithm::kDirect:
+            if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
+            collective::DirectAllReduce(ctx, spec, dst, count,
+                                        c.Scratch(bytes * static_cast<size_t>(n)), finalize);
+            return;
+        }
+      }};
 }
 
-void Communicator::AllReduce(const TensorView& in, const TensorView& out, const ReduceOptions& o) {
-  AllReduceAsync(in, out, o).Wait();
-}
-
-CollectiveHandle Communicator::BroadcastAsync(const TensorView& data, int root,
-                                              const CollectiveOptions& o) {
+Prepared PrepareBroadcast(CommunicatorImpl& impl, const TensorView& data, int root,
+                          const CollectiveOptions& o) {
   const std::string what =
-      Describe("Broadcast", o, data, *impl_) + fmt::format(" from root {}", root);
+      Describe("Broadcast", o, data, impl) + fmt::format(" from root {}", root);
   CheckTensor(data, "tensor", what);
-  if (root < 0 || root >= impl_->size()) {
+  if (root < 0 || root >= impl.size()) {
     throw InvalidArgument(
-        fmt::format("{}: root {} is outside the group of {}", what, root, impl_->size()));
+        fmt::format("{}: root {} is outside the group of {}", what, root, impl.size()));
   }
   std::span<std::byte> bytes(Bytes(data), data.num_bytes());
-  return impl_->Submit(what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
-    collective::TreeBroadcast(ctx, bytes, root, c.settings().segment_bytes);
-  });
+  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+                    collective::TreeBroadcast(ctx, bytes, root, c.settings().segment_bytes);
+                  }};
 }
 
-void Communicator::Broadcast(const TensorView& data, int root, const CollectiveOptions& o) {
-  BroadcastAsync(data, root, o).Wait();
-}
-
-CollectiveHandle Communicator::AllGatherVAsync(const TensorView& in, const TensorView& out,
-                                               const std::vector<int64_t>& counts,
-                                               const CollectiveOptions& o) {
-  const std::string what = Describe("AllGather", o, in, *impl_);
+Prepared PrepareAllGatherV(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
+                           const std::vector<int64_t>& counts, const CollectiveOptions& o) {
+  const std::string what = Describe("AllGather", o, in, impl);
   CheckTensor(in, "input", what);
   CheckTensor(out, "output", what);
-  const int n = impl_->size();
+  const int n = impl.size();
   if (counts.size() != static_cast<size_t>(n)) {
     throw InvalidArgument(
         fmt::format("{}: {} counts given for a group of {}", what, counts.size(), n));
@@ -255,7 +245,7 @@ CollectiveHandle Communicator::AllGatherVAsync(const TensorView& in, const Tenso
     sizes.push_back(static_cast<size_t>(c));
     total += c;
   }
-  const int r = impl_->rank();
+  const int r = impl.rank();
   if (in.dtype != out.dtype || out.num_elements() != total ||
       in.num_elements() != counts[static_cast<size_t>(r)]) {
     throw InvalidArgument(fmt::format(
@@ -272,38 +262,22 @@ CollectiveHandle Communicator::AllGatherVAsync(const TensorView& in, const Tenso
   if (src != own && Overlap(in, out)) {
     throw InvalidArgument(what + ": input overlaps output other than at this rank's block");
   }
-  return impl_->Submit(what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
-    const size_t seg = c.settings().segment_bytes / es;
-    collective::RingAllGatherPost(ctx, dst, blocks, 0, es, seg);
-    const size_t own_bytes = blocks.count[static_cast<size_t>(ctx.rank())] * es;
-    if (src != own && own_bytes > 0) std::memcpy(own, src, own_bytes);
-    collective::RingAllGatherRun(ctx, dst, blocks, 0, es, seg);
-    ctx.Finish();
-  });
+  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+                    const size_t seg = c.settings().segment_bytes / es;
+                    collective::RingAllGatherPost(ctx, dst, blocks, 0, es, seg);
+                    const size_t own_bytes = blocks.count[static_cast<size_t>(ctx.rank())] * es;
+                    if (src != own && own_bytes > 0) std::memcpy(own, src, own_bytes);
+                    collective::RingAllGatherRun(ctx, dst, blocks, 0, es, seg);
+                    ctx.Finish();
+                  }};
 }
 
-void Communicator::AllGatherV(const TensorView& in, const TensorView& out,
-                              const std::vector<int64_t>& counts, const CollectiveOptions& o) {
-  AllGatherVAsync(in, out, counts, o).Wait();
-}
-
-CollectiveHandle Communicator::AllGatherAsync(const TensorView& in, const TensorView& out,
-                                              const CollectiveOptions& o) {
-  std::vector<int64_t> counts(static_cast<size_t>(impl_->size()), in.num_elements());
-  return AllGatherVAsync(in, out, counts, o);
-}
-
-void Communicator::AllGather(const TensorView& in, const TensorView& out,
-                             const CollectiveOptions& o) {
-  AllGatherAsync(in, out, o).Wait();
-}
-
-CollectiveHandle Communicator::ReduceScatterAsync(const TensorView& in, const TensorView& out,
-                                                  const ReduceOptions& o) {
-  const std::string what = Describe("ReduceScatter", o, in, *impl_);
+Prepared PrepareReduceScatter(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
+                              const ReduceOptions& o) {
+  const std::string what = Describe("ReduceScatter", o, in, impl);
   CheckTensor(in, "input", what);
   CheckTensor(out, "output", what);
-  const int n = impl_->size();
+  const int n = impl.size();
   if (in.dtype != out.dtype || in.num_elements() != out.num_elements() * n) {
     throw InvalidArgument(fmt::format(
         "{}: output is {} x {}; expected {} x {} (the input's count over the group size {})", what,
@@ -319,39 +293,36 @@ CollectiveHandle Communicator::ReduceScatterAsync(const TensorView& in, const Te
   const double prescale = o.prescale;
   const std::byte* src = Bytes(in);
   std::byte* dst = Bytes(out);
-  return impl_->Submit(what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
-    const size_t es = spec.element_size;
-    const size_t total = count * static_cast<size_t>(n) * es;
-    auto scratch = c.Scratch(2 * total);
-    std::byte* work = scratch.data();
-    const std::byte* from = src;
-    if (prescale != 1.0) {
-      if (total > 0) std::memcpy(work, src, total);
-      base::Scale(dtype, work, count * static_cast<size_t>(n), prescale);
-      from = work;
-    }
-    const collective::Blocks blocks = collective::Blocks::Even(count * static_cast<size_t>(n), n);
-    collective::RingReduceScatter(ctx, spec, from, work, blocks, -1, scratch.subspan(total),
-                                  c.settings().segment_bytes / es);
-    const size_t own = blocks.offset[static_cast<size_t>(ctx.rank())] * es;
-    const std::byte* result = n == 1 ? from : work + own;
-    if (count > 0) std::memcpy(dst, result, count * es);
-    if (finalize) finalize(dst, count);
-    ctx.Finish();
-  });
+  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+                    const size_t es = spec.element_size;
+                    const size_t total = count * static_cast<size_t>(n) * es;
+                    auto scratch = c.Scratch(2 * total);
+                    std::byte* work = scratch.data();
+                    const std::byte* from = src;
+                    if (prescale != 1.0) {
+                      if (total > 0) std::memcpy(work, src, total);
+                      base::Scale(dtype, work, count * static_cast<size_t>(n), prescale);
+                      from = work;
+                    }
+                    const collective::Blocks blocks =
+                        collective::Blocks::Even(count * static_cast<size_t>(n), n);
+                    collective::RingReduceScatter(ctx, spec, from, work, blocks, -1,
+                                                  scratch.subspan(total),
+                                                  c.settings().segment_bytes / es);
+                    const size_t own = blocks.offset[static_cast<size_t>(ctx.rank())] * es;
+                    const std::byte* result = n == 1 ? from : work + own;
+                    if (count > 0) std::memcpy(dst, result, count * es);
+                    if (finalize) finalize(dst, count);
+                    ctx.Finish();
+                  }};
 }
 
-void Communicator::ReduceScatter(const TensorView& in, const TensorView& out,
-                                 const ReduceOptions& o) {
-  ReduceScatterAsync(in, out, o).Wait();
-}
-
-CollectiveHandle Communicator::AllToAllAsync(const TensorView& in, const TensorView& out,
-                                             const CollectiveOptions& o) {
-  const std::string what = Describe("AllToAll", o, in, *impl_);
+Prepared PrepareAllToAll(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
+                         const CollectiveOptions& o) {
+  const std::string what = Describe("AllToAll", o, in, impl);
   CheckTensor(in, "input", what);
   CheckTensor(out, "output", what);
-  const int n = impl_->size();
+  const int n = impl.size();
   if (in.dtype != out.dtype || in.num_elements() != out.num_elements() ||
       in.num_elements() % n != 0) {
     throw InvalidArgument(fmt::format(
@@ -363,25 +334,107 @@ CollectiveHandle Communicator::AllToAllAsync(const TensorView& in, const TensorV
   const size_t block = in.num_bytes() / static_cast<size_t>(n);
   const std::byte* src = Bytes(in);
   std::byte* dst = Bytes(out);
-  return impl_->Submit(what, o.timeout, [=](OpContext& ctx, CommunicatorImpl&) {
-    collective::PairwiseAllToAll(ctx, src, dst, block);
-  });
+  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl&) {
+                    collective::PairwiseAllToAll(ctx, src, dst, block);
+                  }};
+}
+
+Prepared PrepareBarrier(CommunicatorImpl& impl, const CollectiveOptions& o) {
+  std::string what =
+      fmt::format("Barrier{} (group rank {} of {})", o.name.empty() ? "" : " '" + o.name + "'",
+                  impl.rank(), impl.size());
+  return Prepared{what, o.timeout,
+                  [](OpContext& ctx, CommunicatorImpl&) { collective::DisseminationBarrier(ctx); }};
+}
+
+}  // namespace
+
+Communicator::Communicator(std::unique_ptr<CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank(); }
+int Communicator::size() const { return impl_->size(); }
+const std::vector<int>& Communicator::members() const { return impl_->members(); }
+
+CollectiveHandle Communicator::AllGatherAsync(const TensorView& in, const TensorView& out,
+                                              const CollectiveOptions& o) {
+  std::vector<int64_t> counts(static_cast<size_t>(impl_->size()), in.num_elements());
+  return AllGatherVAsync(in, out, counts, o);
+}
+
+void Communicator::AllGather(const TensorView& in, const TensorView& out,
+                             const CollectiveOptions& o) {
+  std::vector<int64_t> counts(static_cast<size_t>(impl_->size()), in.num_elements());
+  AllGatherV(in, out, counts, o);
+}
+
+CollectiveHandle Communicator::AllReduceAsync(const TensorView& in, const TensorView& out,
+                                              const ReduceOptions& o) {
+  Prepared p = PrepareAllReduce(*impl_, in, out, o);
+  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+void Communicator::AllReduce(const TensorView& in, const TensorView& out, const ReduceOptions& o) {
+  Prepared p = PrepareAllReduce(*impl_, in, out, o);
+  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+CollectiveHandle Communicator::BroadcastAsync(const TensorView& data, int root,
+                                              const CollectiveOptions& o) {
+  Prepared p = PrepareBroadcast(*impl_, data, root, o);
+  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+void Communicator::Broadcast(const TensorView& data, int root, const CollectiveOptions& o) {
+  Prepared p = PrepareBroadcast(*impl_, data, root, o);
+  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+CollectiveHandle Communicator::AllGatherVAsync(const TensorView& in, const TensorView& out,
+                                               const std::vector<int64_t>& counts,
+                                               const CollectiveOptions& o) {
+  Prepared p = PrepareAllGatherV(*impl_, in, out, counts, o);
+  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+void Communicator::AllGatherV(const TensorView& in, const TensorView& out,
+                              const std::vector<int64_t>& counts, const CollectiveOptions& o) {
+  Prepared p = PrepareAllGatherV(*impl_, in, out, counts, o);
+  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+CollectiveHandle Communicator::ReduceScatterAsync(const TensorView& in, const TensorView& out,
+                                                  const ReduceOptions& o) {
+  Prepared p = PrepareReduceScatter(*impl_, in, out, o);
+  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+void Communicator::ReduceScatter(const TensorView& in, const TensorView& out,
+                                 const ReduceOptions& o) {
+  Prepared p = PrepareReduceScatter(*impl_, in, out, o);
+  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+}
+
+CollectiveHandle Communicator::AllToAllAsync(const TensorView& in, const TensorView& out,
+                                             const CollectiveOptions& o) {
+  Prepared p = PrepareAllToAll(*impl_, in, out, o);
+  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
 }
 
 void Communicator::AllToAll(const TensorView& in, const TensorView& out,
                             const CollectiveOptions& o) {
-  AllToAllAsync(in, out, o).Wait();
+  Prepared p = PrepareAllToAll(*impl_, in, out, o);
+  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
 }
 
 CollectiveHandle Communicator::BarrierAsync(const CollectiveOptions& o) {
-  std::string what =
-      fmt::format("Barrier{} (group rank {} of {})", o.name.empty() ? "" : " '" + o.name + "'",
-                  impl_->rank(), impl_->size());
-  return impl_->Submit(what, o.timeout, [](OpContext& ctx, CommunicatorImpl&) {
-    collective::DisseminationBarrier(ctx);
-  });
+  Prepared p = PrepareBarrier(*impl_, o);
+  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
 }
 
-void Communicator::Barrier(const CollectiveOptions& o) { BarrierAsync(o).Wait(); }
+void Communicator::Barrier(const CollectiveOptions& o) {
+  Prepared p = PrepareBarrier(*impl_, o);
+  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+}
 
 }  // namespace tandem

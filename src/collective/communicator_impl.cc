@@ -21,7 +21,7 @@ CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int>
     throw InvalidArgument(
         fmt::format("worker {} is not a member of the group it creates", mesh.rank()));
   }
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] { Loop(); });
 }
 
 CommunicatorImpl::~CommunicatorImpl() {
@@ -50,31 +50,62 @@ std::span<std::byte> CommunicatorImpl::Scratch(size_t bytes) {
   return {scratch_.data(), bytes};
 }
 
-void CommunicatorImpl::Run() {
+void CommunicatorImpl::Run(std::string what, std::chrono::milliseconds timeout, Body body) {
+  {
+    std::unique_lock lock(mu_);
+    if (busy_ || !queue_.empty()) {
+      lock.unlock();
+      Submit(std::move(what), timeout, std::move(body)).Wait();
+      return;
+    }
+    busy_ = true;
+  }
+  std::exception_ptr error = Execute(what, timeout.count() > 0 ? timeout : settings_.timeout, body);
+  {
+    std::lock_guard lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  if (error) std::rethrow_exception(error);
+}
+
+std::exception_ptr CommunicatorImpl::Execute(const std::string& what,
+                                             std::chrono::milliseconds timeout, const Body& body) {
+  std::exception_ptr error;
+  try {
+    OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout);
+    ctx.CheckHealth();
+    body(ctx, *this);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      log_.V1("{}", e.what());
+    }
+  }
+  return error;
+}
+
+void CommunicatorImpl::Loop() {
   for (;;) {
     Task task;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [&] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
-    std::exception_ptr error;
-    try {
-      OpContext ctx(mesh_, id_, sequence_++, members_, rank_, task.what, task.timeout);
-      ctx.CheckHealth();
-      task.body(ctx, *this);
-    } catch (...) {
-      error = std::current_exception();
+    std::exception_ptr error = Execute(task.what, task.timeout, task.body);
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
     }
-    if (error) {
-      try {
-        std::rethrow_exception(error);
-      } catch (const std::exception& e) {
-        log_.V1("{}", e.what());
-      }
-    }
+    cv_.notify_all();
     {
       std::lock_guard lock(task.state->mu);
       task.state->done = true;

@@ -38,9 +38,10 @@ struct CommunicatorSettings {
   AlgorithmTable table;                       ///< TANDEM_ALLREDUCE_ALGORITHM
 };
 
-/// Thread-safety: Submit may be called from any thread; the queue is
-/// guarded by `mu_`. Operations, the sequence counter and the scratch
-/// buffer belong to the communicator's own thread.
+/// Thread-safety: Submit and Run may be called from any thread; the queue
+/// and `busy_` are guarded by `mu_`. One operation runs at a time, on the
+/// communicator's thread or (Run) on a caller's; the sequence counter and
+/// the scratch buffer belong to whichever thread holds `busy_`.
 class CommunicatorImpl {
  public:
   /// An operation's body: runs on the communicator's thread with the
@@ -64,6 +65,11 @@ class CommunicatorImpl {
   /// carries them.
   CollectiveHandle Submit(std::string what, std::chrono::milliseconds timeout, Body body);
 
+  /// As Submit followed by Wait, but when nothing is queued or running the
+  /// operation runs on the calling thread (no hop to the communicator's
+  /// thread and back). Throws what the operation threw.
+  void Run(std::string what, std::chrono::milliseconds timeout, Body body);
+
   /// A scratch buffer of at least `bytes`, valid until the next call; only
   /// on the communicator's thread.
   std::span<std::byte> Scratch(size_t bytes);
@@ -75,7 +81,10 @@ class CommunicatorImpl {
     Body body;
     std::shared_ptr<OpState> state;
   };
-  void Run();
+  void Loop();
+  // Runs one operation; requires busy_ set by the caller.
+  std::exception_ptr Execute(const std::string& what, std::chrono::milliseconds timeout,
+                             const Body& body);
 
   PeerMesh& mesh_;
   const uint32_t id_;
@@ -88,9 +97,10 @@ class CommunicatorImpl {
   std::condition_variable cv_;
   std::deque<Task> queue_;  // guarded by mu_
   bool stopping_ = false;   // guarded by mu_
+  bool busy_ = false;       // guarded by mu_: an operation is running
 
-  uint64_t sequence_ = 0;           // communicator thread
-  std::vector<std::byte> scratch_;  // communicator thread
+  uint64_t sequence_ = 0;           // the thread holding busy_
+  std::vector<std::byte> scratch_;  // the thread holding busy_
   std::thread thread_;
 };
 

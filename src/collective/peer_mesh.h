@@ -85,8 +85,14 @@ class PeerMesh final : public net::TransportHandler {
   /// "rank 3 (10.0.0.5:41234)", for messages.
   std::string Describe(int rank) const;
 
+  /// Pieces up to this size are copied into the message and written from
+  /// the calling thread; larger ones are sent zero-copy from the caller's
+  /// memory by the transport's thread.
+  static constexpr size_t kCopySendBytes = 32 << 10;
+
   /// Queues `bytes` (borrowed until `on_sent` ran) for worker `peer`.
-  /// `on_sent` always runs, with the error if the send failed.
+  /// `on_sent` always runs, with the error if the send failed (a small
+  /// piece's loss shows as the connection's loss instead).
   void Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
             std::function<void(std::exception_ptr)> on_sent);
 
