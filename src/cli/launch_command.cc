@@ -30,6 +30,7 @@ struct LaunchArguments {
   std::vector<std::string> env;
   double teardown_grace_seconds = 10.0;
   bool command_runs_all_roles = false;
+  bool no_scheduler = false;
   std::string job_id;
   std::vector<std::string> command;
 };
@@ -38,7 +39,10 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
   launch::LocalJobOptions options;
   options.num_workers = args.num_workers;
   // As MXNet's launch.py: without -s, one server per worker.
-  options.num_servers = servers_given ? args.num_servers : args.num_workers;
+  // A collectives-only job (--no-scheduler) has no servers unless told.
+  options.num_servers =
+      servers_given ? args.num_servers : (args.no_scheduler ? 0 : args.num_workers);
+  options.rendezvous_in_worker = args.no_scheduler;
   options.command = args.command;
   for (const auto& assignment : args.env) {
     options.env.push_back(launch::ParseEnvAssignment(assignment));
@@ -130,6 +134,9 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
   cmd->add_flag("--command-runs-all-roles", args->command_runs_all_roles,
                 "Run COMMAND as the scheduler and the servers too (the program hands those roles "
                 "to tandem), instead of the built-in `tandem scheduler` and `tandem server`");
+  cmd->add_flag("--no-scheduler", args->no_scheduler,
+                "Collectives-only job: start only the workers (no servers); worker 0 hosts the "
+                "rendezvous in-process (TANDEM_RENDEZVOUS_IN_PROCESS=1, docs/collectives.md)");
   cmd->add_option("--job-id", args->job_id,
                   "The job's id (TANDEM_JOB_ID); default: a fresh random one");
   cmd->add_option("command", args->command, "The workers' command and its arguments, after '--'");

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
+#include <thread>
 
 #include "base/clock.h"
 #include "base/config.h"
@@ -34,6 +36,12 @@ struct Cluster::Impl {
   std::unique_ptr<cluster::Scheduler> scheduler;
   std::unique_ptr<cluster::Membership> membership;
   bool finalized = false;
+  // Collectives-only jobs (TANDEM_RENDEZVOUS_IN_PROCESS=1): worker 0 runs
+  // the scheduler node too, with its own transport, on `rendezvous_thread`
+  // (docs/collectives.md, "Jobs without a scheduler process").
+  std::unique_ptr<Impl> rendezvous;
+  std::thread rendezvous_thread;
+  std::exception_ptr rendezvous_error;  // written by rendezvous_thread before it ends
 
   explicit Impl(base::Environment e)
       : env(std::move(e)),
@@ -51,7 +59,11 @@ struct Cluster::Impl {
     return cluster::ParseDmlcContract(env);
   }
 
-  void Start(const cluster::ServiceSetup& setup) {
+  void Start(const cluster::ServiceSetup& setup, bool join = true) {
+    if (desc.role == Role::kWorker && desc.requested_rank == 0 &&
+        env.GetBool("TANDEM_RENDEZVOUS_IN_PROCESS", false)) {
+      StartRendezvous();
+    }
     log.V1("start-up contract: {} (role {}, scheduler {}:{}, {} servers, {} workers)",
            desc.contract, RoleName(desc.role), desc.scheduler_host, desc.scheduler_port,
            desc.num_servers, desc.num_workers);
@@ -106,7 +118,48 @@ struct Cluster::Impl {
       cluster::NodeServices services = Services();
       setup(services);
     }
-    membership->Join();
+    if (join) membership->Join();
+  }
+
+  // The scheduler node of a collectives-only job, hosted by worker 0: it
+  // listens at the scheduler address before this worker registers, then
+  // joins and finalizes on its own thread, as a scheduler process would.
+  void StartRendezvous() {
+    auto vars = env.vars();
+    vars["DMLC_ROLE"] = "scheduler";
+    vars.erase("DMLC_WORKER_ID");
+    vars.erase("TANDEM_RENDEZVOUS_IN_PROCESS");
+    rendezvous = std::make_unique<Impl>(base::Environment(vars));
+    rendezvous->Start(nullptr, /*join=*/false);
+    log.Info("worker 0 hosts the rendezvous in-process at {}:{}", desc.scheduler_host,
+             desc.scheduler_port);
+    rendezvous_thread = std::thread([this] {
+      try {
+        rendezvous->membership->Join();
+        rendezvous->Finalize();
+      } catch (...) {
+        rendezvous_error = std::current_exception();
+      }
+    });
+  }
+
+  // Cluster::Finalize for this node (and for the hosted rendezvous).
+  void Finalize() {
+    membership->Finalize();
+    finalized = true;
+    if (scheduler) {
+      auto limit = config.heartbeat_timeout + std::chrono::seconds(10);
+      if (!scheduler->WaitUntilAllLeft(limit)) {
+        if (auto failure = scheduler->failure()) throw PeerLost(*failure);
+        throw Timeout(
+            fmt::format("not every node left within {} ms after the final barrier", limit.count()));
+      }
+      log.Info("every node left; the job is complete");
+    }
+    if (rendezvous_thread.joinable()) {
+      rendezvous_thread.join();
+      if (rendezvous_error) std::rethrow_exception(rendezvous_error);
+    }
   }
 
   cluster::NodeServices Services() {
@@ -114,6 +167,13 @@ struct Cluster::Impl {
   }
 
   ~Impl() {
+    if (rendezvous_thread.joinable()) {
+      // This worker leaves without finalizing: stop the hosted scheduler,
+      // which wakes its thread with the loss of its connections.
+      if (membership && !finalized) membership->Close();
+      if (rendezvous->transport) rendezvous->transport->Shutdown();
+      rendezvous_thread.join();
+    }
     if (membership && !finalized) membership->Close();
     if (scheduler && scheduler->failure()) {
       // Let the lost-node notices reach every node before this process goes.
@@ -162,19 +222,7 @@ const std::vector<NodeInfo>& Cluster::nodes() const { return impl_->membership->
 void Cluster::Barrier(int groups) { impl_->membership->Barrier(groups); }
 void Cluster::CheckHealth() const { impl_->membership->CheckHealth(); }
 
-void Cluster::Finalize() {
-  impl_->membership->Finalize();
-  impl_->finalized = true;
-  if (impl_->scheduler) {
-    auto limit = impl_->config.heartbeat_timeout + std::chrono::seconds(10);
-    if (!impl_->scheduler->WaitUntilAllLeft(limit)) {
-      if (auto failure = impl_->scheduler->failure()) throw PeerLost(*failure);
-      throw Timeout(
-          fmt::format("not every node left within {} ms after the final barrier", limit.count()));
-    }
-    impl_->log.Info("every node left; the job is complete");
-  }
-}
+void Cluster::Finalize() { impl_->Finalize(); }
 
 // ServeAssignedRole() is defined in src/kv/serve_role.cc: a server runs the
 // parameter server, which this layer does not know.

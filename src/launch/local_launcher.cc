@@ -45,6 +45,7 @@ std::map<std::string, std::string> RoleEnvironment(
   env["TANDEM_SECRET"] = identity.secret;
   env["TANDEM_JOB_ID"] = identity.job_id;
   if (role == "worker") env["DMLC_WORKER_ID"] = std::to_string(rank);
+  if (options.rendezvous_in_worker) env["TANDEM_RENDEZVOUS_IN_PROCESS"] = "1";
   if (role == "server") env["DMLC_SERVER_ID"] = std::to_string(rank);
   for (const auto& [key, value] : options.env) env[key] = value;
   return env;
@@ -79,6 +80,11 @@ void ValidateLocalJobOptions(const LocalJobOptions& options) {
     throw InvalidArgument(
         fmt::format("-n/--num-workers is {}; a job needs at least 1 worker", options.num_workers));
   }
+  if (options.rendezvous_in_worker && options.num_servers != 0) {
+    throw InvalidArgument(fmt::format(
+        "--no-scheduler starts a collectives-only job; -s/--num-servers must be 0, got {}",
+        options.num_servers));
+  }
   if (options.num_servers < 0) {
     throw InvalidArgument(
         fmt::format("-s/--num-servers is {}; it must be 0 or more", options.num_servers));
@@ -103,8 +109,10 @@ std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
                                        const std::map<std::string, std::string>& launcher_env) {
   std::vector<ProcessSpec> specs;
   specs.reserve(1 + options.num_servers + options.num_workers);
-  specs.push_back({"scheduler", BuiltInRole(options, "scheduler"),
-                   RoleEnvironment(options, identity, launcher_env, "scheduler", 0)});
+  if (!options.rendezvous_in_worker) {
+    specs.push_back({"scheduler", BuiltInRole(options, "scheduler"),
+                     RoleEnvironment(options, identity, launcher_env, "scheduler", 0)});
+  }
   for (int i = 0; i < options.num_servers; ++i) {
     specs.push_back({fmt::format("server {}", i), BuiltInRole(options, "server"),
                      RoleEnvironment(options, identity, launcher_env, "server", i)});
@@ -163,8 +171,9 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
 
   ProcessSupervisor supervisor(supervisor_options);
   OutputSink(supervisor_options.stderr_fd)
-      .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{}, {} server{}, {} worker{}\n",
+      .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{}{}, {} server{}, {} worker{}\n",
                              identity.job_id, kLoopback, identity.scheduler_port,
+                             options.rendezvous_in_worker ? " (in worker 0)" : "",
                              options.num_servers, options.num_servers == 1 ? "" : "s",
                              options.num_workers, options.num_workers == 1 ? "" : "s"));
   for (const auto& spec : specs) supervisor.Start(spec);

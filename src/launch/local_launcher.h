@@ -37,6 +37,10 @@ struct LocalJobOptions {
   /// The scheduler and servers run `command` too (the program hands those
   /// roles to tandem, e.g. with tandem::ServeAssignedRole()).
   bool command_runs_all_roles = false;
+  /// Collectives-only job (--no-scheduler): start only the workers; worker 0
+  /// hosts the rendezvous (the scheduler service) in-process at the
+  /// scheduler address every worker is given. Requires num_servers == 0.
+  bool rendezvous_in_worker = false;
   /// The binary whose `scheduler` and `server` subcommands run those roles;
   /// empty: this process's own executable (CurrentExecutablePath).
   std::string tandem_binary;
@@ -57,13 +61,15 @@ struct LocalJobIdentity {
 std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text);
 
 /// Throws InvalidArgument, naming the option, for a worker count below 1, a
-/// server count below 0, an empty command, an --env name that
+/// server count below 0, servers with rendezvous_in_worker, an empty command, an --env name that
 /// ParseEnvAssignment would refuse, or a job id longer than the handshake
 /// allows. Any thread.
 void ValidateLocalJobOptions(const LocalJobOptions& options);
 
 /// The processes of the job in start order: the scheduler, servers 0..S-1,
-/// workers 0..W-1, labelled "scheduler", "server <i>", "worker <i>".
+/// workers 0..W-1, labelled "scheduler", "server <i>", "worker <i>"; with
+/// rendezvous_in_worker only the workers, each also given
+/// TANDEM_RENDEZVOUS_IN_PROCESS=1.
 ///
 /// Each environment is `launcher_env` without DMLC_WORKER_ID and
 /// DMLC_SERVER_ID (a per-process id of the launcher's own would be wrong

@@ -1,0 +1,214 @@
+// Collectives: allreduce and friends among a job's workers, as equal peers
+// (no servers). docs/collectives.md describes the semantics, the algorithms
+// and the environment variables; docs/protocol-collective.md the messages.
+//
+// A process joins with Collectives::Join(), which joins the job (as
+// Cluster::Join does), then connects every worker to every other one. The
+// world communicator spans all workers (communicator rank = worker rank);
+// NewGroup() makes a communicator over a subset (a "process set").
+//
+// Every operation exists in a blocking form and an asynchronous one that
+// returns a CollectiveHandle. The operations of one communicator run one at a
+// time, in the order they were submitted, and every member must submit the
+// same operations in the same order (as with MPI); tensors must stay alive
+// and untouched until the operation completes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/cluster.h"
+#include "tandem/tensor.h"
+
+namespace tandem {
+
+namespace collective {
+class CommunicatorImpl;
+class CollectiveService;
+struct OpState;
+}  // namespace collective
+
+/// How AllReduce and ReduceScatter combine the ranks' elements.
+enum class Reduction : uint8_t {
+  kSum = 0,
+  kAvg = 1,  ///< the sum divided by the group size (integers: truncated toward zero)
+  kMin = 2,  ///< NaN propagates
+  kMax = 3,  ///< NaN propagates
+  kProd = 4,
+};
+
+/// "sum", "avg", "min", "max", "prod".
+std::string ReductionName(Reduction op);
+
+/// AllReduce algorithms (docs/collectives.md). kAuto picks by message and
+/// group size from the algorithm table, unless TANDEM_ALLREDUCE_ALGORITHM
+/// names one.
+enum class AllReduceAlgorithm : uint8_t {
+  kAuto = 0,
+  kRing = 1,             ///< reduce-scatter + allgather around a ring, pipelined
+  kHalvingDoubling = 2,  ///< Rabenseifner: recursive halving, then doubling
+  kDirect = 3,           ///< one round: every rank sends its vector to every other
+};
+
+/// "auto", "ring", "halving_doubling", "direct".
+std::string AllReduceAlgorithmName(AllReduceAlgorithm a);
+
+/// What every operation accepts.
+struct CollectiveOptions {
+  /// Names the tensor in error messages ("layer3.weight.grad").
+  std::string name;
+  /// The longest the operation may take; zero means the communicator's
+  /// default (TANDEM_COLLECTIVE_TIMEOUT, 300 s).
+  std::chrono::milliseconds timeout{0};
+};
+
+/// AllReduce's and ReduceScatter's options.
+struct ReduceOptions : CollectiveOptions {
+  Reduction op = Reduction::kSum;
+  /// Multiplies every input element before the reduction (floating point
+  /// only; 1 leaves the input untouched).
+  double prescale = 1.0;
+  /// Multiplies the result (floating point only), after the division of kAvg.
+  double postscale = 1.0;
+  /// AllReduce only.
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+};
+
+/// The completion of an asynchronous operation.
+///
+/// Thread-safety: a copyable value; Wait and Done may be called from any
+/// thread, concurrently.
+class CollectiveHandle {
+ public:
+  CollectiveHandle() = default;
+  /// Blocks until the operation finished. Throws what the operation threw:
+  /// InvalidArgument, PeerLost (a member died; names its rank), Timeout
+  /// (names the operation, the tensor and the ranks not heard from),
+  /// ProtocolError. Requires a handle returned by an operation.
+  void Wait() const;
+  /// True once the operation finished (successfully or not).
+  bool Done() const;
+
+ private:
+  friend class collective::CommunicatorImpl;
+  explicit CollectiveHandle(std::shared_ptr<collective::OpState> state)
+      : state_(std::move(state)) {}
+  std::shared_ptr<collective::OpState> state_;
+};
+
+/// A group of ranks that run collectives together.
+///
+/// Thread-safety: every method may be called from any thread; operations
+/// are queued in call order and run one at a time on the communicator's own
+/// thread. Destroying a communicator waits for its queued operations.
+///
+/// Shapes: only element counts and dtypes matter (a shape is a view); every
+/// tensor must be contiguous. Input and output may be the same memory
+/// ("in place") where an operation says so.
+class Communicator {
+ public:
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  /// This process's rank in the group (0..size-1) and the group's size.
+  int rank() const;
+  int size() const;
+  /// The worker ranks of the members, in group-rank order.
+  const std::vector<int>& members() const;
+
+  /// out = op over every rank's `in`, element-wise, on every rank. `in` and
+  /// `out` have the same dtype and element count; `out` may be `in` (in
+  /// place). Throws InvalidArgument (mismatched sizes or dtypes, scaling or
+  /// avg of an unsupported dtype); then the errors of CollectiveHandle::Wait.
+  void AllReduce(const TensorView& in, const TensorView& out, const ReduceOptions& options = {});
+  CollectiveHandle AllReduceAsync(const TensorView& in, const TensorView& out,
+                                  const ReduceOptions& options = {});
+
+  /// Copies `data` of rank `root` into `data` of every other rank (binomial
+  /// tree, pipelined). Throws InvalidArgument for a root outside the group.
+  void Broadcast(const TensorView& data, int root, const CollectiveOptions& options = {});
+  CollectiveHandle BroadcastAsync(const TensorView& data, int root,
+                                  const CollectiveOptions& options = {});
+
+  /// `out` holds size() blocks of `in`'s element count, block r being rank
+  /// r's `in`. `in` may alias `out`'s block rank() (in place).
+  void AllGather(const TensorView& in, const TensorView& out,
+                 const CollectiveOptions& options = {});
+  CollectiveHandle AllGatherAsync(const TensorView& in, const TensorView& out,
+                                  const CollectiveOptions& options = {});
+
+  /// As AllGather with rank r contributing counts[r] elements; every rank
+  /// passes the same `counts` (a caller who does not know them first
+  /// all-gathers its own count). `out` holds their sum, blocks in rank order.
+  void AllGatherV(const TensorView& in, const TensorView& out, const std::vector<int64_t>& counts,
+                  const CollectiveOptions& options = {});
+  CollectiveHandle AllGatherVAsync(const TensorView& in, const TensorView& out,
+                                   const std::vector<int64_t>& counts,
+                                   const CollectiveOptions& options = {});
+
+  /// `in` holds size() blocks of `out`'s element count; `out` receives the
+  /// reduction of every rank's block rank(). `out` must not overlap `in`.
+  void ReduceScatter(const TensorView& in, const TensorView& out,
+                     const ReduceOptions& options = {});
+  CollectiveHandle ReduceScatterAsync(const TensorView& in, const TensorView& out,
+                                      const ReduceOptions& options = {});
+
+  /// `in` and `out` hold size() equal blocks; block j of `in` goes to rank
+  /// j, where it lands in block rank() of `out`. `out` must not overlap `in`.
+  void AllToAll(const TensorView& in, const TensorView& out, const CollectiveOptions& options = {});
+  CollectiveHandle AllToAllAsync(const TensorView& in, const TensorView& out,
+                                 const CollectiveOptions& options = {});
+
+  /// Returns once every member has entered the barrier.
+  void Barrier(const CollectiveOptions& options = {});
+  CollectiveHandle BarrierAsync(const CollectiveOptions& options = {});
+
+ private:
+  friend class collective::CollectiveService;
+  explicit Communicator(std::unique_ptr<collective::CommunicatorImpl> impl);
+  std::unique_ptr<collective::CommunicatorImpl> impl_;
+};
+
+/// A worker's collectives: its membership in the job plus the mesh of
+/// connections to the other workers.
+///
+/// Thread-safety: every method may be called from any thread.
+class Collectives {
+ public:
+  /// Joins the job that the environment describes (Cluster::Join's
+  /// contracts, and TANDEM_RENDEZVOUS_IN_PROCESS: see docs/collectives.md)
+  /// as a worker, then connects to every other worker. Throws what
+  /// Cluster::Join throws; ConfigError when this process is not a worker;
+  /// Timeout (names the workers that did not connect).
+  static std::unique_ptr<Collectives> Join();
+  static std::unique_ptr<Collectives> Join(const std::map<std::string, std::string>& env);
+
+  ~Collectives();
+  Collectives(const Collectives&) = delete;
+  Collectives& operator=(const Collectives&) = delete;
+
+  /// The job membership (rank, barriers, Finalize).
+  Cluster& cluster();
+  /// The communicator over every worker.
+  Communicator& world();
+  /// A communicator over the workers `world_ranks` (distinct, ascending or
+  /// not; group rank i is world_ranks[i]). Only those workers call it, and
+  /// they create their groups in the same order. Requires this worker to be
+  /// a member. Throws InvalidArgument.
+  std::unique_ptr<Communicator> NewGroup(const std::vector<int>& world_ranks);
+
+  /// Waits for the world's queued operations, then Cluster::Finalize().
+  void Finalize();
+
+ private:
+  struct Impl;
+  explicit Collectives(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

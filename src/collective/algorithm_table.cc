@@ -1,0 +1,71 @@
+// The allreduce selection table. Each row covers groups of up to
+// `max_group` ranks and messages of up to `max_bytes`; the first row that
+// covers a call decides. The rows were filled from bench/collective_bench
+// runs (4 ranks on loopback; docs/benchmarks.md has the tables and the
+// command): see docs/collectives.md for the reasoning.
+#include "collective/algorithm_table.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "tandem/error.h"
+
+namespace tandem::collective {
+
+namespace {
+
+struct Row {
+  int max_group;
+  size_t max_bytes;
+  AllReduceAlgorithm algorithm;
+};
+
+constexpr size_t kAny = std::numeric_limits<size_t>::max();
+
+constexpr Row kTable[] = {
+    {1, kAny, AllReduceAlgorithm::kDirect},  // nothing to exchange
+    // 4 ranks on loopback (docs/benchmarks.md, "Collectives"): direct is
+    // fastest to 16 KiB, halving-doubling to 1 MiB, the ring above.
+    {8, 16 << 10, AllReduceAlgorithm::kDirect},
+    {8, 1 << 20, AllReduceAlgorithm::kHalvingDoubling},
+    {8, kAny, AllReduceAlgorithm::kRing},
+    // Larger groups (not measured on this machine): halving-doubling's
+    // log2 steps win over the ring's n-1 for longer.
+    {std::numeric_limits<int>::max(), 4 << 10, AllReduceAlgorithm::kDirect},
+    {std::numeric_limits<int>::max(), 4 << 20, AllReduceAlgorithm::kHalvingDoubling},
+    {std::numeric_limits<int>::max(), kAny, AllReduceAlgorithm::kRing},
+};
+
+}  // namespace
+
+AllReduceAlgorithm AlgorithmTable::Parse(std::string_view name) {
+  if (name == "auto") return AllReduceAlgorithm::kAuto;
+  if (name == "ring") return AllReduceAlgorithm::kRing;
+  if (name == "halving_doubling") return AllReduceAlgorithm::kHalvingDoubling;
+  if (name == "direct") return AllReduceAlgorithm::kDirect;
+  throw ConfigError(
+      fmt::format("TANDEM_ALLREDUCE_ALGORITHM='{}' is not an algorithm (expected auto, ring, "
+                  "halving_doubling or direct)",
+                  name));
+}
+
+AlgorithmTable AlgorithmTable::FromEnvironment(const base::Environment& env) {
+  AlgorithmTable t;
+  AllReduceAlgorithm a = Parse(env.GetString("TANDEM_ALLREDUCE_ALGORITHM", "auto"));
+  if (a != AllReduceAlgorithm::kAuto) t.forced_ = a;
+  return t;
+}
+
+AllReduceAlgorithm AlgorithmTable::Choose(size_t bytes, int group_size,
+                                          AllReduceAlgorithm requested) const {
+  if (requested != AllReduceAlgorithm::kAuto) return requested;
+  if (forced_) return *forced_;
+  for (const Row& row : kTable) {
+    if (group_size <= row.max_group && bytes <= row.max_bytes) return row.algorithm;
+  }
+  return AllReduceAlgorithm::kRing;
+}
+
+}  // namespace tandem::collective

@@ -1,0 +1,96 @@
+#include "collective/collective_service.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "collective/collective_messages.h"
+#include "tandem/error.h"
+
+namespace tandem::collective {
+
+CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& env,
+                                                       const base::Config& config) {
+  CollectiveSettings s;
+  s.mesh.connections_per_peer =
+      static_cast<int>(env.GetInt("TANDEM_COLLECTIVE_CONNECTIONS", 1, 1, 16));
+  s.mesh.connect_timeout = config.connect_timeout;
+  s.communicator.timeout = env.GetSeconds("TANDEM_COLLECTIVE_TIMEOUT", std::chrono::seconds(300));
+  if (s.communicator.timeout.count() <= 0) {
+    throw ConfigError("TANDEM_COLLECTIVE_TIMEOUT must be positive");
+  }
+  s.communicator.segment_bytes = static_cast<size_t>(
+      env.GetInt("TANDEM_COLLECTIVE_SEGMENT_BYTES", 1 << 20, 4096, int64_t{1} << 30));
+  s.communicator.table = AlgorithmTable::FromEnvironment(env);
+  return s;
+}
+
+CollectiveService::CollectiveService(const cluster::NodeServices& services,
+                                     CollectiveSettings settings)
+    : membership_(services.membership),
+      log_(services.log),
+      settings_(std::move(settings)),
+      mesh_(settings_.mesh, services.transport, services.log) {
+  services.dispatcher.Register(msg::kHello, msg::kLast, &mesh_);
+  PeerMesh* mesh = &mesh_;
+  membership_.AddFailureListener(
+      [mesh](const std::string& text) { mesh->Fail(FailureKind::kPeerLost, text); });
+}
+
+CollectiveService::~CollectiveService() { StopWorld(); }
+
+void CollectiveService::Start() {
+  const NodeInfo& self = membership_.self();
+  if (self.role != Role::kWorker) {
+    throw ConfigError(
+        fmt::format("collectives run among workers; this process is {}", self.ToString()));
+  }
+  mesh_.Connect(membership_.table(), self.rank, self.id);
+  std::vector<int> all;
+  for (int r = 0; r < mesh_.size(); ++r) all.push_back(r);
+  world_.reset(new Communicator(
+      std::make_unique<CommunicatorImpl>(mesh_, 0, all, settings_.communicator, log_)));
+}
+
+Communicator& CollectiveService::World() {
+  if (!world_) throw InvalidArgument("the collectives have not started (Start not called)");
+  return *world_;
+}
+
+void CollectiveService::StopWorld() { world_.reset(); }
+
+std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>& world_ranks) {
+  std::set<int> seen;
+  for (int r : world_ranks) {
+    if (r < 0 || r >= mesh_.size() || !seen.insert(r).second) {
+      throw InvalidArgument(fmt::format("group [{}]: worker rank {} is outside 0..{} or repeated",
+                                        fmt::join(world_ranks, ", "), r, mesh_.size() - 1));
+    }
+  }
+  if (!seen.count(mesh_.rank())) {
+    throw InvalidArgument(fmt::format("group [{}] does not contain this worker (rank {})",
+                                      fmt::join(world_ranks, ", "), mesh_.rank()));
+  }
+  // The id must be the same on every member without a message: FNV-1a over
+  // the member list and how many groups of that list this process made.
+  uint32_t nth = 0;
+  {
+    std::lock_guard lock(groups_mu_);
+    nth = groups_made_[world_ranks]++;
+  }
+  uint32_t id = 2166136261u;
+  auto mix = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) {
+      id ^= (v >> (8 * i)) & 0xFF;
+      id *= 16777619u;
+    }
+  };
+  for (int r : world_ranks) mix(static_cast<uint32_t>(r));
+  mix(nth);
+  if (id == 0) id = 1;  // 0 is the world's
+  return std::unique_ptr<Communicator>(new Communicator(
+      std::make_unique<CommunicatorImpl>(mesh_, id, world_ranks, settings_.communicator, log_)));
+}
+
+}  // namespace tandem::collective

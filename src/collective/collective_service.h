@@ -1,0 +1,65 @@
+// A process's collectives on top of its NodeServices: the peer mesh (whose
+// handlers must be registered before the node registers with the scheduler)
+// and the communicators over it.
+//
+// Life: construct in JoinWithServices' setup hook (or, in tests, before the
+// node joins); Start() once the node joined; make groups; destroy the
+// communicators, then stop the transport, then destroy the service.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "cluster/node_services.h"
+#include "collective/communicator_impl.h"
+#include "collective/peer_mesh.h"
+#include "tandem/collective.h"
+
+namespace tandem::collective {
+
+/// Settings from the environment (docs/collectives.md, "Environment").
+struct CollectiveSettings {
+  PeerMesh::Options mesh;
+  CommunicatorSettings communicator;
+  /// Reads TANDEM_COLLECTIVE_CONNECTIONS, TANDEM_COLLECTIVE_TIMEOUT,
+  /// TANDEM_COLLECTIVE_SEGMENT_BYTES, TANDEM_ALLREDUCE_ALGORITHM, and the
+  /// connect time-out of `config`. Throws ConfigError.
+  static CollectiveSettings FromEnvironment(const base::Environment& env,
+                                            const base::Config& config);
+};
+
+/// Thread-safety: Start() once, from one thread, before anything else but
+/// the constructor; then World() and NewGroup() from any thread.
+class CollectiveService {
+ public:
+  /// Registers the mesh with `services.dispatcher` and the membership's
+  /// failure news. `services`' objects are borrowed and must outlive this.
+  CollectiveService(const cluster::NodeServices& services, CollectiveSettings settings);
+  ~CollectiveService();
+
+  /// Requires the node to have joined as a worker. Forms the mesh and the
+  /// world communicator. Throws ConfigError (not a worker), and what
+  /// PeerMesh::Connect throws.
+  void Start();
+
+  Communicator& World();
+  /// See Collectives::NewGroup.
+  std::unique_ptr<Communicator> NewGroup(const std::vector<int>& world_ranks);
+
+  /// Destroys the world communicator (waiting for its queued operations).
+  void StopWorld();
+
+  PeerMesh& mesh() { return mesh_; }
+
+ private:
+  cluster::Membership& membership_;
+  base::Logger& log_;
+  CollectiveSettings settings_;
+  PeerMesh mesh_;
+  std::unique_ptr<Communicator> world_;
+  std::mutex groups_mu_;
+  std::map<std::vector<int>, uint32_t> groups_made_;  // guarded by groups_mu_
+};
+
+}  // namespace tandem::collective

@@ -1,0 +1,118 @@
+#include "collective/communicator_impl.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tandem/error.h"
+
+namespace tandem::collective {
+
+CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int> members,
+                                   CommunicatorSettings settings, base::Logger& log)
+    : mesh_(mesh),
+      id_(id),
+      members_(std::move(members)),
+      rank_(static_cast<int>(std::find(members_.begin(), members_.end(), mesh.rank()) -
+                             members_.begin())),
+      settings_(std::move(settings)),
+      log_(log) {
+  if (rank_ >= size()) {
+    throw InvalidArgument(
+        fmt::format("worker {} is not a member of the group it creates", mesh.rank()));
+  }
+  thread_ = std::thread([this] { Loop(); });
+}
+
+CommunicatorImpl::~CommunicatorImpl() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+CollectiveHandle CommunicatorImpl::Submit(std::string what, std::chrono::milliseconds timeout,
+                                          Body body) {
+  auto state = std::make_shared<OpState>();
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(Task{std::move(what), timeout.count() > 0 ? timeout : settings_.timeout,
+                          std::move(body), state});
+  }
+  cv_.notify_all();
+  return CollectiveHandle(state);
+}
+
+std::span<std::byte> CommunicatorImpl::Scratch(size_t bytes) {
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  return {scratch_.data(), bytes};
+}
+
+void CommunicatorImpl::Run(std::string what, std::chrono::milliseconds timeout, Body body) {
+  {
+    std::unique_lock lock(mu_);
+    if (busy_ || !queue_.empty()) {
+      lock.unlock();
+      Submit(std::move(what), timeout, std::move(body)).Wait();
+      return;
+    }
+    busy_ = true;
+  }
+  std::exception_ptr error = Execute(what, timeout.count() > 0 ? timeout : settings_.timeout, body);
+  {
+    std::lock_guard lock(mu_);
+    busy_ = false;
+  }
+  cv_.notify_all();
+  if (error) std::rethrow_exception(error);
+}
+
+std::exception_ptr CommunicatorImpl::Execute(const std::string& what,
+                                             std::chrono::milliseconds timeout, const Body& body) {
+  std::exception_ptr error;
+  try {
+    OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout);
+    ctx.CheckHealth();
+    body(ctx, *this);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (error) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      log_.V1("{}", e.what());
+    }
+  }
+  return error;
+}
+
+void CommunicatorImpl::Loop() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return (stopping_ && !busy_) || (!queue_.empty() && !busy_); });
+      if (queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+    }
+    std::exception_ptr error = Execute(task.what, task.timeout, task.body);
+    {
+      std::lock_guard lock(mu_);
+      busy_ = false;
+    }
+    cv_.notify_all();
+    {
+      std::lock_guard lock(task.state->mu);
+      task.state->done = true;
+      task.state->error = error;
+    }
+    task.state->cv.notify_all();
+  }
+}
+
+}  // namespace tandem::collective

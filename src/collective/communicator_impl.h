@@ -1,0 +1,107 @@
+// The state behind tandem::Communicator: a group over the process's peer
+// mesh, its queue of operations and the thread that runs them in order.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/logger.h"
+#include "collective/algorithm_table.h"
+#include "collective/op_context.h"
+#include "collective/peer_mesh.h"
+#include "tandem/collective.h"
+
+namespace tandem::collective {
+
+/// The completion state a CollectiveHandle shares with its operation.
+struct OpState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+/// Settings every communicator of a process shares (docs/collectives.md,
+/// "Environment").
+struct CommunicatorSettings {
+  std::chrono::milliseconds timeout{300000};  ///< TANDEM_COLLECTIVE_TIMEOUT
+  size_t segment_bytes = 1 << 20;             ///< TANDEM_COLLECTIVE_SEGMENT_BYTES
+  AlgorithmTable table;                       ///< TANDEM_ALLREDUCE_ALGORITHM
+};
+
+/// Thread-safety: Submit and Run may be called from any thread; the queue
+/// and `busy_` are guarded by `mu_`. One operation runs at a time, on the
+/// communicator's thread or (Run) on a caller's; the sequence counter and
+/// the scratch buffer belong to whichever thread holds `busy_`.
+class CommunicatorImpl {
+ public:
+  /// An operation's body: runs on the communicator's thread with the
+  /// operation's context and a scratch allocator.
+  using Body = std::function<void(OpContext&, CommunicatorImpl&)>;
+
+  /// `members` maps group rank to worker rank; this process is worker
+  /// `mesh.rank()`, which must be among them. `mesh` and `log` are borrowed.
+  CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int> members,
+                   CommunicatorSettings settings, base::Logger& log);
+  /// Runs what is queued, then stops the thread.
+  ~CommunicatorImpl();
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  const std::vector<int>& members() const { return members_; }
+  const CommunicatorSettings& settings() const { return settings_; }
+
+  /// Queues an operation named `what` (for errors) with `timeout` (zero:
+  /// the default). Never throws for the operation's own errors: the handle
+  /// carries them.
+  CollectiveHandle Submit(std::string what, std::chrono::milliseconds timeout, Body body);
+
+  /// As Submit followed by Wait, but when nothing is queued or running the
+  /// operation runs on the calling thread (no hop to the communicator's
+  /// thread and back). Throws what the operation threw.
+  void Run(std::string what, std::chrono::milliseconds timeout, Body body);
+
+  /// A scratch buffer of at least `bytes`, valid until the next call; only
+  /// on the communicator's thread.
+  std::span<std::byte> Scratch(size_t bytes);
+
+ private:
+  struct Task {
+    std::string what;
+    std::chrono::milliseconds timeout;
+    Body body;
+    std::shared_ptr<OpState> state;
+  };
+  void Loop();
+  // Runs one operation; requires busy_ set by the caller.
+  std::exception_ptr Execute(const std::string& what, std::chrono::milliseconds timeout,
+                             const Body& body);
+
+  PeerMesh& mesh_;
+  const uint32_t id_;
+  const std::vector<int> members_;
+  const int rank_;
+  const CommunicatorSettings settings_;
+  base::Logger& log_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;  // guarded by mu_
+  bool stopping_ = false;   // guarded by mu_
+  bool busy_ = false;       // guarded by mu_: an operation is running
+
+  uint64_t sequence_ = 0;           // the thread holding busy_
+  std::vector<std::byte> scratch_;  // the thread holding busy_
+  std::thread thread_;
+};
+
+}  // namespace tandem::collective

@@ -1,0 +1,156 @@
+#include "collective/op_context.h"
+
+#include <fmt/format.h>
+
+#include "tandem/error.h"
+
+namespace tandem::collective {
+
+OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
+                     const std::vector<int>& members, int rank, std::string what,
+                     std::chrono::milliseconds timeout)
+    : mesh_(mesh),
+      communicator_(communicator),
+      sequence_(sequence),
+      members_(members),
+      rank_(rank),
+      what_(std::move(what)),
+      timeout_(timeout),
+      deadline_(std::chrono::steady_clock::now() + timeout) {}
+
+OpContext::~OpContext() {
+  if (!finished_) Cleanup();
+}
+
+void OpContext::CheckHealth() const {
+  // 200 ms lets the news of every lost peer arrive, so that the error names
+  // the dead worker even when the first news is of a worker that exited
+  // because of it.
+  if (mesh_.failure())
+    mesh_.SettledFailure(std::chrono::milliseconds(200))->Throw(what_ + " failed: ");
+}
+
+void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
+  {
+    std::lock_guard lock(sends_->mu);
+    ++sends_->outstanding;
+  }
+  std::shared_ptr<Sends> sends = sends_;
+  mesh_.Send(members_[static_cast<size_t>(peer)], Key(tag), bytes,
+             [sends, peer](std::exception_ptr e) {
+               {
+                 std::lock_guard lock(sends->mu);
+                 --sends->outstanding;
+                 if (e) {
+                   if (!sends->error) sends->error = e;
+                   sends->failed_peers.insert(peer);
+                 }
+               }
+               sends->cv.notify_all();
+             });
+}
+
+void OpContext::Post(int peer, uint64_t tag, std::span<std::byte> dest) {
+  mesh_.Post(members_[static_cast<size_t>(peer)], Key(tag), dest);
+  posted_.emplace(peer, tag);
+}
+
+void OpContext::Wait(int peer, uint64_t tag) {
+  auto r = mesh_.Wait(members_[static_cast<size_t>(peer)], Key(tag), deadline_);
+  if (r == PeerMesh::WaitResult::kDone) {
+    posted_.erase({peer, tag});
+    return;
+  }
+  Throw(r, "");
+}
+
+void OpContext::Finish() {
+  {
+    std::unique_lock lock(sends_->mu);
+    bool in_time = sends_->cv.wait_until(
+        lock, deadline_, [&] { return sends_->outstanding == 0 || sends_->error != nullptr; });
+    if (in_time && !sends_->error) {
+      finished_ = true;
+      return;
+    }
+    if (!in_time) {
+      lock.unlock();
+      Throw(PeerMesh::WaitResult::kTimedOut, " (sends to them not completed)");
+    }
+  }
+  // A send failed: its connection is gone, which is the peer's loss.
+  CheckHealth();
+  std::string peers;
+  for (int p : sends_->failed_peers) peers += (peers.empty() ? "" : ", ") + std::to_string(p);
+  std::string text;
+  try {
+    std::rethrow_exception(sends_->error);
+  } catch (const std::exception& e) {
+    text = e.what();
+  }
+  mesh_.Fail(FailureKind::kPeerLost,
+             fmt::format("sending to group rank(s) {} failed: {}", peers, text));
+  CheckHealth();
+  throw PeerLost(what_ + " failed: " + text);
+}
+
+void OpContext::Throw(PeerMesh::WaitResult r, const std::string& waiting_for) {
+  if (r == PeerMesh::WaitResult::kFailed) CheckHealth();
+  // Timed out: name the ranks whose pieces are missing.
+  std::set<int> missing;
+  for (const auto& [peer, tag] : posted_) {
+    if (!mesh_.Complete(members_[static_cast<size_t>(peer)], Key(tag))) missing.insert(peer);
+  }
+  {
+    std::lock_guard lock(sends_->mu);
+    if (missing.empty() && sends_->outstanding > 0) {
+      for (int p = 0; p < size(); ++p) {
+        if (p != rank_) missing.insert(p);
+      }
+    }
+  }
+  std::string ranks;
+  for (int p : missing) {
+    ranks += (ranks.empty() ? "" : ", ") +
+             fmt::format("{} (worker {})", p, members_[static_cast<size_t>(p)]);
+  }
+  std::string text = fmt::format(
+      "{} timed out after {} ms (TANDEM_COLLECTIVE_TIMEOUT or the operation's timeout); "
+      "not heard from group rank(s) {}{}",
+      what_, timeout_.count(), ranks.empty() ? "?" : ranks, waiting_for);
+  // Late pieces could land in memory the caller reuses: the mesh is done.
+  mesh_.Fail(FailureKind::kTimeout, text);
+  throw Timeout(text);
+}
+
+void OpContext::Cleanup() noexcept {
+  try {
+    bool pending = !posted_.empty();
+    {
+      std::lock_guard lock(sends_->mu);
+      pending = pending || sends_->outstanding > 0;
+    }
+    if (!pending) return;
+    if (!mesh_.failure()) {
+      mesh_.Fail(FailureKind::kProtocol,
+                 fmt::format("{} was abandoned with pieces in flight", what_));
+    }
+    for (const auto& [peer, tag] : posted_)
+      mesh_.Abandon(members_[static_cast<size_t>(peer)], Key(tag));
+    posted_.clear();
+    // Sends end when written, or fail when their connection closes; a peer
+    // that stopped reading altogether gets every connection closed.
+    std::unique_lock lock(sends_->mu);
+    if (!sends_->cv.wait_for(lock, std::chrono::seconds(10),
+                             [&] { return sends_->outstanding == 0; })) {
+      lock.unlock();
+      mesh_.CloseAll();
+      lock.lock();
+      sends_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return sends_->outstanding == 0; });
+    }
+  } catch (...) {
+    // Cleanup runs while an exception propagates; nothing more can be done.
+  }
+}
+
+}  // namespace tandem::collective

@@ -1,0 +1,445 @@
+#include "collective/peer_mesh.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "tandem/error.h"
+
+namespace tandem::collective {
+
+using Clock = std::chrono::steady_clock;
+
+void MeshFailure::Throw(const std::string& prefix) const {
+  switch (kind) {
+    case FailureKind::kPeerLost:
+      throw PeerLost(prefix + text);
+    case FailureKind::kTimeout:
+      throw Timeout(prefix + text);
+    case FailureKind::kProtocol:
+      throw ProtocolError(prefix + text);
+  }
+  throw Error(prefix + text);
+}
+
+PeerMesh::PeerMesh(Options options, net::Transport& transport, base::Logger& log)
+    : options_(options), transport_(transport), log_(log) {
+  if (options_.connections_per_peer < 1) {
+    throw InvalidArgument(fmt::format("connections per peer must be at least 1, got {}",
+                                      options_.connections_per_peer));
+  }
+}
+
+PeerMesh::~PeerMesh() = default;
+
+std::string PeerMesh::Describe(int rank) const {
+  if (rank < 0 || rank >= size()) return fmt::format("worker rank {}", rank);
+  const NodeInfo& n = workers_[static_cast<size_t>(rank)];
+  return fmt::format("worker rank {} ({}:{})", rank, n.host, n.port);
+}
+
+void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_id) {
+  std::vector<NodeInfo> workers(static_cast<size_t>(table.num_workers));
+  for (const NodeInfo& n : table.nodes) {
+    if (n.role == Role::kWorker) workers[static_cast<size_t>(n.rank)] = n;
+  }
+  const int k_count = options_.connections_per_peer;
+  {
+    std::lock_guard lock(mu_);
+    workers_ = std::move(workers);
+    self_rank_ = self_rank;
+    self_id_ = self_id;
+    outgoing_.assign(workers_.size(), {});
+  }
+  std::vector<net::ConnectionId> to_ack;
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& [id, hello] : early_hellos_) {
+      if (AcceptHelloLocked(id, hello)) to_ack.push_back(id);
+    }
+    early_hellos_.clear();
+  }
+  for (net::ConnectionId id : to_ack) SendAck(id);
+  const auto deadline = Clock::now() + options_.connect_timeout;
+  // Lower ranks: we connect. Higher ranks connect to us.
+  for (int peer = 0; peer < self_rank; ++peer) {
+    const NodeInfo& n = workers_[static_cast<size_t>(peer)];
+    for (int k = 0; k < k_count; ++k) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      net::ConnectionId id =
+          transport_.Connect({n.host, n.port}, std::max(left, std::chrono::milliseconds(1)));
+      {
+        std::lock_guard lock(mu_);
+        links_[id] = Link{peer, true, false};
+        outgoing_[static_cast<size_t>(peer)].push_back(id);
+      }
+      net::OutgoingMessage m;
+      m.header.type = msg::kHello;
+      m.header.sender = self_id_;
+      m.header.recipient = n.id;
+      m.meta = Hello{self_rank, static_cast<uint32_t>(k), static_cast<uint32_t>(k_count)}.Encode();
+      transport_.Send(id, std::move(m));
+    }
+  }
+  std::unique_lock lock(mu_);
+  auto missing = [&] {
+    std::vector<int> out;
+    for (int peer = 0; peer < size(); ++peer) {
+      if (peer == self_rank) continue;
+      const auto& conns = outgoing_[static_cast<size_t>(peer)];
+      bool complete = static_cast<int>(conns.size()) == k_count;
+      if (peer < self_rank) {
+        for (net::ConnectionId id : conns) complete = complete && links_[id].acked;
+      }
+      if (!complete) out.push_back(peer);
+    }
+    return out;
+  };
+  while (!failure_ && !missing().empty()) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
+  if (failure_) failure_->Throw("forming the collective mesh failed: ");
+  auto absent = missing();
+  if (!absent.empty()) {
+    std::string names;
+    for (int r : absent) names += (names.empty() ? "" : ", ") + Describe(r);
+    throw Timeout(
+        fmt::format("forming the collective mesh: worker rank {} did not hear from {} within {} ms "
+                    "(TANDEM_CONNECT_TIMEOUT)",
+                    self_rank, names, options_.connect_timeout.count()));
+  }
+  log_.V1("collective mesh formed: {} workers, {} connection(s) per pair", size(), k_count);
+}
+
+void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
+                    std::function<void(std::exception_ptr)> on_sent) {
+  const auto& conns = outgoing_[static_cast<size_t>(peer)];
+  // Spread an operation's pieces over the pair's connections; all pieces
+  // of one (sequence, tag) use the same one.
+  net::ConnectionId id = conns[(key.tag + key.sequence) % conns.size()];
+  net::OutgoingMessage m;
+  m.header.type = msg::kData;
+  m.header.sender = self_id_;
+  m.header.recipient = workers_[static_cast<size_t>(peer)].id;
+  m.meta = key.Encode();
+  if (bytes.size() <= kCopySendBytes) {
+    // Small: copy, and send without on_sent, which the transport writes at
+    // once from this thread instead of waking its own (docs/transport.md);
+    // the copy costs less than the thread hop. The caller's span is free now.
+    m.owned_storage.assign(bytes.begin(), bytes.end());
+    if (!bytes.empty()) m.payload.emplace_back(m.owned_storage.data(), m.owned_storage.size());
+    transport_.Send(id, std::move(m));
+    on_sent(nullptr);
+    return;
+  }
+  m.payload.push_back(bytes);
+  m.on_sent = std::move(on_sent);
+  transport_.Send(id, std::move(m));
+}
+
+void PeerMesh::Post(int peer, const MessageKey& key, std::span<std::byte> dest) {
+  std::unique_ptr<std::byte[]> early;
+  size_t early_size = 0;
+  {
+    std::lock_guard lock(mu_);
+    auto [it, inserted] = slots_.try_emplace(SlotKey{peer, key});
+    Slot& s = it->second;
+    if (inserted) {
+      s.dest = dest;
+      return;
+    }
+    if (s.state != Slot::State::kArrived) {
+      throw InvalidArgument(fmt::format(
+          "collective receive from rank {} (communicator {}, operation {}, tag {:#x}) is "
+          "already posted",
+          peer, key.communicator, key.sequence, key.tag));
+    }
+    // The peer was ahead of us: copy what it sent, outside the lock.
+    early = std::move(s.arrived);
+    early_size = s.arrived_size;
+    s.state = Slot::State::kFilling;
+    s.dest = dest;
+  }
+  std::string error;
+  if (early_size != dest.size()) {
+    error = fmt::format("{} sent {} bytes for a piece of {} bytes", Describe(peer), early_size,
+                        dest.size());
+  } else if (early_size > 0) {
+    std::memcpy(dest.data(), early.get(), early_size);
+  }
+  {
+    std::lock_guard lock(mu_);
+    Slot& s = slots_[SlotKey{peer, key}];
+    s.state = Slot::State::kDone;
+    s.error = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+PeerMesh::WaitResult PeerMesh::Wait(int peer, const MessageKey& key,
+                                    std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  const SlotKey sk{peer, key};
+  for (;;) {
+    auto it = slots_.find(sk);
+    if (it != slots_.end() && it->second.state == Slot::State::kDone) {
+      std::string error = std::move(it->second.error);
+      slots_.erase(it);
+      if (!error.empty()) throw ProtocolError(error);
+      return WaitResult::kDone;
+    }
+    if (failure_) return WaitResult::kFailed;
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      it = slots_.find(sk);
+      if (it != slots_.end() && it->second.state == Slot::State::kDone) continue;
+      return failure_ ? WaitResult::kFailed : WaitResult::kTimedOut;
+    }
+  }
+}
+
+bool PeerMesh::Complete(int peer, const MessageKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(SlotKey{peer, key});
+  return it != slots_.end() && it->second.state == Slot::State::kDone;
+}
+
+void PeerMesh::Abandon(int peer, const MessageKey& key) {
+  std::unique_lock lock(mu_);
+  const SlotKey sk{peer, key};
+  // A piece being filled finishes as soon as its bytes arrived; a peer that
+  // stalls in the middle of one gets its connections closed, which ends it.
+  auto close_at = Clock::now() + std::chrono::seconds(2);
+  bool closed = false;
+  for (;;) {
+    auto it = slots_.find(sk);
+    if (it == slots_.end()) return;
+    if (it->second.state != Slot::State::kFilling || OpenLinksLocked(peer) == 0) {
+      slots_.erase(it);
+      return;
+    }
+    if (cv_.wait_until(lock, close_at) == std::cv_status::timeout) {
+      if (closed) {
+        log_.Error("a receive from {} was still being filled 30 s after its connections closed",
+                   Describe(peer));
+        slots_.erase(sk);
+        return;
+      }
+      std::vector<net::ConnectionId> ids;
+      for (const auto& [id, link] : links_) {
+        if (link.rank == peer && link.open) ids.push_back(id);
+      }
+      lock.unlock();
+      for (net::ConnectionId id : ids) transport_.Close(id);
+      lock.lock();
+      closed = true;
+      close_at = Clock::now() + std::chrono::seconds(30);
+    }
+  }
+}
+
+void PeerMesh::Fail(FailureKind kind, const std::string& text) {
+  {
+    std::lock_guard lock(mu_);
+    FailLocked(kind, text);
+  }
+  cv_.notify_all();
+}
+
+void PeerMesh::FailLocked(FailureKind kind, const std::string& text) {
+  if (!failure_) {
+    failure_ = MeshFailure{kind, text, {}, Clock::now()};
+    return;
+  }
+  if (failure_->later.size() < 8 && text != failure_->text &&
+      std::find(failure_->later.begin(), failure_->later.end(), text) == failure_->later.end()) {
+    failure_->later.push_back(text);
+  }
+}
+
+std::optional<MeshFailure> PeerMesh::SettledFailure(std::chrono::milliseconds settle) const {
+  std::unique_lock lock(mu_);
+  if (!failure_) return std::nullopt;
+  const auto until = failure_->when + settle;
+  if (Clock::now() < until) {
+    lock.unlock();
+    std::this_thread::sleep_until(until);
+    lock.lock();
+  }
+  return failure_;
+}
+
+std::optional<MeshFailure> PeerMesh::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+void PeerMesh::CloseAll() {
+  std::vector<net::ConnectionId> ids;
+  {
+    std::lock_guard lock(mu_);
+    if (closing_) return;
+    closing_ = true;
+    for (const auto& [id, link] : links_) {
+      if (link.open) ids.push_back(id);
+    }
+  }
+  for (net::ConnectionId id : ids) transport_.Close(id);
+}
+
+int PeerMesh::OpenLinksLocked(int peer) const {
+  int n = 0;
+  for (const auto& [id, link] : links_) n += (link.rank == peer && link.open) ? 1 : 0;
+  return n;
+}
+
+void PeerMesh::OnConnected(net::ConnectionId id, const net::PeerInfo& peer) {
+  (void)id, (void)peer;  // an inbound connection is a mesh link once its hello arrived
+}
+
+std::span<std::byte> PeerMesh::PayloadDestination(net::ConnectionId id, const net::Header& h,
+                                                  const std::string& meta) {
+  if (h.type != msg::kData || h.payload_length == 0) return {};
+  MessageKey key;
+  try {
+    key = MessageKey::Decode(meta);
+  } catch (const Error&) {
+    return {};  // OnMessage reports it
+  }
+  std::lock_guard lock(mu_);
+  auto link = links_.find(id);
+  if (link == links_.end()) return {};
+  auto it = slots_.find(SlotKey{link->second.rank, key});
+  if (it == slots_.end() || it->second.state != Slot::State::kPosted ||
+      it->second.dest.size() != h.payload_length) {
+    return {};
+  }
+  it->second.state = Slot::State::kFilling;
+  return it->second.dest;
+}
+
+void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
+  try {
+    if (m.header.type == msg::kHello) {
+      Hello hello = Hello::Decode(m.meta);
+      bool ack = false;
+      {
+        std::lock_guard lock(mu_);
+        if (self_rank_ < 0) {
+          early_hellos_.emplace_back(id, hello);
+          return;
+        }
+        ack = AcceptHelloLocked(id, hello);
+      }
+      if (ack) SendAck(id);
+      cv_.notify_all();
+      return;
+    }
+    if (m.header.type == msg::kHelloAck) {
+      {
+        std::lock_guard lock(mu_);
+        auto link = links_.find(id);
+        if (link == links_.end()) throw ProtocolError("a hello acknowledgement for no hello");
+        link->second.acked = true;
+      }
+      cv_.notify_all();
+      return;
+    }
+    if (m.header.type != msg::kData) {
+      throw ProtocolError(fmt::format("unexpected {}", net::MessageTypeName(m.header.type)));
+    }
+    MessageKey key = MessageKey::Decode(m.meta);
+    {
+      std::lock_guard lock(mu_);
+      auto link = links_.find(id);
+      if (link == links_.end()) {
+        throw ProtocolError("collective data on a connection that sent no hello");
+      }
+      const int peer = link->second.rank;
+      auto [it, inserted] = slots_.try_emplace(SlotKey{peer, key});
+      Slot& s = it->second;
+      if (inserted) {
+        s.state = Slot::State::kArrived;
+        s.arrived_size = m.payload.bytes.size();
+        if (m.payload.owned) {
+          s.arrived = std::move(m.payload.owned);
+        } else if (s.arrived_size > 0) {
+          s.arrived = std::make_unique<std::byte[]>(s.arrived_size);
+          std::memcpy(s.arrived.get(), m.payload.bytes.data(), s.arrived_size);
+        }
+      } else if (s.state == Slot::State::kFilling && m.payload.in_posted_buffer()) {
+        s.state = Slot::State::kDone;
+      } else if (s.state == Slot::State::kPosted) {
+        // Zero bytes, or a size other than the posted one.
+        if (m.payload.bytes.size() == s.dest.size()) {
+          if (!s.dest.empty()) {
+            std::memcpy(s.dest.data(), m.payload.bytes.data(), s.dest.size());
+          }
+        } else {
+          s.error = fmt::format(
+              "{} sent {} bytes for a piece of {} bytes (communicator {}, operation {}, tag "
+              "{:#x})",
+              Describe(peer), m.payload.bytes.size(), s.dest.size(), key.communicator, key.sequence,
+              key.tag);
+        }
+        s.state = Slot::State::kDone;
+      } else {
+        throw ProtocolError(
+            fmt::format("{} sent the piece (communicator {}, operation {}, tag {:#x}) twice",
+                        Describe(peer), key.communicator, key.sequence, key.tag));
+      }
+    }
+    cv_.notify_all();
+  } catch (const Error& e) {
+    log_.Error("collective connection from {}: {}; closing it",
+               transport_.Peer(id).address.ToString(), e.what());
+    Fail(FailureKind::kProtocol, e.what());
+    transport_.Close(id);
+  }
+}
+
+void PeerMesh::SendAck(net::ConnectionId id) {
+  net::OutgoingMessage m;
+  m.header.type = msg::kHelloAck;
+  m.header.sender = self_id_;
+  transport_.Send(id, std::move(m));
+}
+
+bool PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hello& hello) {
+  if (hello.rank <= self_rank_ || hello.rank >= size() ||
+      hello.connections != static_cast<uint32_t>(options_.connections_per_peer) ||
+      hello.connection >= hello.connections) {
+    std::string text = fmt::format(
+        "collective hello from {} claims rank {}, connection {} of {}; this worker is rank {} "
+        "of {} with {} connection(s) per pair (TANDEM_COLLECTIVE_CONNECTIONS must match on "
+        "every worker)",
+        transport_.Peer(id).address.ToString(), hello.rank, hello.connection, hello.connections,
+        self_rank_, size(), options_.connections_per_peer);
+    log_.Error("{}", text);
+    FailLocked(FailureKind::kProtocol, text);
+    return false;
+  }
+  links_[id] = Link{hello.rank, true, true};
+  outgoing_[static_cast<size_t>(hello.rank)].push_back(id);
+  return true;
+}
+
+void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
+  {
+    std::lock_guard lock(mu_);
+    auto link = links_.find(id);
+    if (link == links_.end()) return;
+    link->second.open = false;
+    if (!closing_) {
+      const bool first = !failure_;
+      FailLocked(FailureKind::kPeerLost,
+                 fmt::format("lost {}: {}", Describe(link->second.rank), reason));
+      if (first && !slots_.empty()) log_.Error("{}", failure_->text);
+    }
+  }
+  cv_.notify_all();
+}
+
+}  // namespace tandem::collective

@@ -1,0 +1,183 @@
+// The connections between a job's workers that every communicator of this
+// process uses, and the matching of arriving pieces to posted receives.
+//
+// Mesh formation (docs/protocol-collective.md): worker rank i opens
+// `connections_per_peer` (K) connections to every worker j < i (so rank 0
+// only accepts) and sends kHello{i, k, K} first on connection k; j answers
+// kHelloAck once it knows the link. A worker's mesh is complete once every
+// connection it opened was acknowledged and it heard a hello on K
+// connections from every higher rank; data flows only on complete links.
+//
+// Data: a kData message carries a MessageKey (communicator, sequence, tag).
+// An operation posts a receive for (peer, key) with its destination; when
+// the header of the matching message arrives the transport reads the
+// payload straight into it (PayloadDestination). A message that arrives
+// before its receive is posted is kept (the transport allocated it) and
+// copied when the receive is posted.
+//
+// Failure: a mesh connection lost without our Close, or the membership's
+// news of a lost node, fails the mesh; every wait then returns kFailed at
+// once and every later operation fails with the same text.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/logger.h"
+#include "cluster/cluster_messages.h"
+#include "collective/collective_messages.h"
+#include "net/transport.h"
+
+namespace tandem::collective {
+
+/// Why the mesh is unusable.
+enum class FailureKind { kPeerLost, kTimeout, kProtocol };
+
+struct MeshFailure {
+  FailureKind kind = FailureKind::kPeerLost;
+  std::string text;
+  /// Later losses (other peers' connections, other news), in the order
+  /// learnt: when one death makes other workers exit, the first news to
+  /// arrive may be of a follower, so an error lists them all.
+  std::vector<std::string> later;
+  std::chrono::steady_clock::time_point when;
+  /// Throws the exception of `kind` with `prefix` + text (+ the later ones).
+  [[noreturn]] void Throw(const std::string& prefix) const;
+};
+
+/// Thread-safety: transport callbacks run on the transport's thread; every
+/// other method may be called from any thread. All state is guarded by
+/// `mu_`; nothing is sent and no payload is copied while it is held. The
+/// connection tables are written only during Connect() and read-only after.
+class PeerMesh final : public net::TransportHandler {
+ public:
+  struct Options {
+    int connections_per_peer = 1;
+    std::chrono::milliseconds connect_timeout{120000};
+  };
+
+  /// `transport` and `log` are borrowed and must outlive the mesh. The
+  /// caller registers the mesh with its dispatcher for msg::kHello..kLast
+  /// before this node becomes known to its peers.
+  PeerMesh(Options options, net::Transport& transport, base::Logger& log);
+  ~PeerMesh() override;
+
+  /// Forms the mesh over the workers of `table`, this node being worker
+  /// `self_rank` with node id `self_id`. Blocks until complete. Throws
+  /// Timeout (naming the ranks missing), PeerLost, IoError, AuthFailed.
+  /// Call once, from one thread.
+  void Connect(const cluster::NodeTable& table, int self_rank, int self_id);
+
+  /// Worker count and this node's worker rank; valid after Connect().
+  int size() const { return static_cast<int>(workers_.size()); }
+  int rank() const { return self_rank_; }
+  /// "rank 3 (10.0.0.5:41234)", for messages.
+  std::string Describe(int rank) const;
+
+  /// Pieces up to this size are copied into the message and written from
+  /// the calling thread; larger ones are sent zero-copy from the caller's
+  /// memory by the transport's thread.
+  static constexpr size_t kCopySendBytes = 32 << 10;
+
+  /// Queues `bytes` (borrowed until `on_sent` ran) for worker `peer`.
+  /// `on_sent` always runs, with the error if the send failed (a small
+  /// piece's loss shows as the connection's loss instead).
+  void Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
+            std::function<void(std::exception_ptr)> on_sent);
+
+  /// Posts the receive of (peer, key) into `dest` (borrowed until Wait or
+  /// Abandon returned). Throws InvalidArgument if it is already posted.
+  void Post(int peer, const MessageKey& key, std::span<std::byte> dest);
+
+  enum class WaitResult { kDone, kTimedOut, kFailed };
+  /// Waits until the receive (peer, key) is complete, the mesh failed, or
+  /// `deadline`. kDone forgets the receive; throws ProtocolError (naming the
+  /// peer and both sizes) when the peer sent a payload of the wrong size.
+  WaitResult Wait(int peer, const MessageKey& key, std::chrono::steady_clock::time_point deadline);
+
+  /// True when the posted receive (peer, key) is complete (for errors that
+  /// name the peers not heard from).
+  bool Complete(int peer, const MessageKey& key) const;
+
+  /// Forgets a posted receive that will not be waited for. If the transport
+  /// is filling it right now, waits until the piece is complete; after 2 s
+  /// closes the peer's connections, which ends the filling.
+  void Abandon(int peer, const MessageKey& key);
+
+  /// Marks the mesh failed (the first failure wins) and wakes every wait.
+  /// Cheap and callable from any thread, also inside another component's
+  /// callback: it sends nothing and closes nothing.
+  void Fail(FailureKind kind, const std::string& text);
+  /// The failure, if any.
+  std::optional<MeshFailure> failure() const;
+  /// The failure once news has had `settle` since the first of it to
+  /// arrive (so that an error can name every lost peer), or nothing.
+  std::optional<MeshFailure> SettledFailure(std::chrono::milliseconds settle) const;
+
+  /// Closes every mesh connection (a last resort after a failure, when sends
+  /// do not complete): sends in flight fail and no more payload lands in
+  /// posted buffers once OnDisconnected ran.
+  void CloseAll();
+
+ private:
+  struct SlotKey {
+    int peer;
+    MessageKey key;
+    auto operator<=>(const SlotKey&) const = default;
+  };
+  struct Slot {
+    enum class State { kPosted, kFilling, kArrived, kDone } state = State::kPosted;
+    std::span<std::byte> dest;             // kPosted, kFilling, kDone
+    std::unique_ptr<std::byte[]> arrived;  // kArrived
+    size_t arrived_size = 0;               // kArrived
+    std::string error;                     // kDone with a bad payload
+  };
+  struct Link {
+    int rank = -1;
+    bool open = true;
+    bool acked = false;  // outgoing links: the peer's kHelloAck arrived
+  };
+
+  void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
+  std::span<std::byte> PayloadDestination(net::ConnectionId id, const net::Header& h,
+                                          const std::string& meta) override;
+  void OnMessage(net::ConnectionId id, net::Message&& msg) override;
+  void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
+  void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
+  int OpenLinksLocked(int peer) const;                         // requires mu_
+  // Records the link; returns false (and fails the mesh) for a bad hello.
+  bool AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // requires mu_
+  void SendAck(net::ConnectionId id);
+
+  const Options options_;
+  net::Transport& transport_;
+  base::Logger& log_;
+
+  // Written in Connect() before any operation; read-only afterwards.
+  std::vector<NodeInfo> workers_;                         // by rank
+  std::vector<std::vector<net::ConnectionId>> outgoing_;  // [peer][k]
+  int self_rank_ = -1;
+  int self_id_ = -1;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<net::ConnectionId, Link> links_;  // every mesh connection, both directions
+  std::map<SlotKey, Slot> slots_;
+  // Hellos that arrived before Connect() knew the node table.
+  std::vector<std::pair<net::ConnectionId, Hello>> early_hellos_;
+  std::optional<MeshFailure> failure_;
+  bool closing_ = false;
+};
+
+}  // namespace tandem::collective

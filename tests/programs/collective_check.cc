@@ -1,0 +1,208 @@
+// A job process for tests/system/test_collective_launch.py: joins with
+// tandem::Collectives and checks every operation's result exactly.
+//
+//   collective_check                 every op x dtype x algorithm on a few
+//                                    sizes; prints "collective_check: ok
+//                                    rank=R size=N checks=K" and exits 0
+//   collective_check --die-rank R    after two good allreduces, worker R
+//                                    sends itself SIGKILL; the others keep
+//                                    calling AllReduce and must get PeerLost:
+//                                    they print "collective_check: PeerLost:
+//                                    <text>" and exit 3
+// Any wrong element prints what was expected and got and exits 1.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "tandem/collective.h"
+#include "tandem/error.h"
+
+namespace {
+
+using tandem::DType;
+
+struct Tensor {
+  DType dtype;
+  std::vector<std::byte> bytes;
+  int64_t count;
+  Tensor(DType d, int64_t n)
+      : dtype(d), bytes(static_cast<size_t>(n) * tandem::ElementSize(d)), count(n) {}
+  tandem::TensorView view() { return {bytes.empty() ? nullptr : bytes.data(), dtype, {count}}; }
+  double Get(int64_t i) const {
+    return tandem::base::VisitDType(dtype, [&](auto type) -> double {
+      using T = typename decltype(type)::type;
+      T v;
+      std::memcpy(&v, bytes.data() + static_cast<size_t>(i) * sizeof(T), sizeof(T));
+      if constexpr (std::is_same_v<T, tandem::base::Half>)
+        return tandem::base::HalfToFloat(v);
+      else if constexpr (std::is_same_v<T, tandem::base::BFloat16>)
+        return tandem::base::BFloat16ToFloat(v);
+      else
+        return static_cast<double>(v);
+    });
+  }
+  void Set(int64_t i, double x) {
+    tandem::base::VisitDType(dtype, [&](auto type) {
+      using T = typename decltype(type)::type;
+      T v;
+      if constexpr (std::is_same_v<T, tandem::base::Half>)
+        v = tandem::base::FloatToHalf(static_cast<float>(x));
+      else if constexpr (std::is_same_v<T, tandem::base::BFloat16>)
+        v = tandem::base::FloatToBFloat16(static_cast<float>(x));
+      else
+        v = static_cast<T>(x);
+      std::memcpy(bytes.data() + static_cast<size_t>(i) * sizeof(T), &v, sizeof(T));
+    });
+  }
+};
+
+int checks = 0;
+
+void Expect(bool ok, const std::string& what) {
+  ++checks;
+  if (!ok) {
+    std::fprintf(stderr, "collective_check: WRONG: %s\n", what.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+}
+
+void CheckAll(tandem::Communicator& world) {
+  const int n = world.size();
+  const int r = world.rank();
+  const DType dtypes[] = {DType::kF32,  DType::kF64, DType::kF16,
+                          DType::kBF16, DType::kI32, DType::kI64};
+  const tandem::AllReduceAlgorithm algorithms[] = {
+      tandem::AllReduceAlgorithm::kRing, tandem::AllReduceAlgorithm::kHalvingDoubling,
+      tandem::AllReduceAlgorithm::kDirect, tandem::AllReduceAlgorithm::kAuto};
+  for (DType dtype : dtypes) {
+    const std::string dn(tandem::base::DTypeName(dtype));
+    for (auto algorithm : algorithms) {
+      for (int64_t count : {int64_t{0}, int64_t{1}, int64_t{1031}, int64_t{300007}}) {
+        // sum: integers 0..99 times rank+1 are exact in every dtype but
+        // the 16-bit floats; those get 0..9 (sums below 256).
+        const int64_t mod = (dtype == DType::kF16 || dtype == DType::kBF16) ? 10 : 100;
+        Tensor t(dtype, count);
+        for (int64_t i = 0; i < count; ++i) t.Set(i, static_cast<double>((i % mod) * (r + 1)));
+        tandem::ReduceOptions o;
+        o.algorithm = algorithm;
+        o.name = fmt::format("sum/{}/{}/{}", dn, AllReduceAlgorithmName(algorithm), count);
+        world.AllReduce(t.view(), t.view(), o);
+        for (int64_t i = 0; i < count; ++i) {
+          const double want = static_cast<double>((i % mod) * n * (n + 1) / 2);
+          if (t.Get(i) != want)
+            Expect(false, fmt::format("{} [{}]: got {} want {}", o.name, i, t.Get(i), want));
+        }
+        Expect(true, o.name);
+        // max and min, out of place.
+        Tensor out(dtype, count);
+        for (int64_t i = 0; i < count; ++i) t.Set(i, static_cast<double>((i + r) % 50));
+        o.op = tandem::Reduction::kMax;
+        o.name = "max/" + o.name;
+        world.AllReduce(t.view(), out.view(), o);
+        for (int64_t i = 0; i < count; ++i) {
+          double want = 0;
+          for (int k = 0; k < n; ++k) want = std::max(want, static_cast<double>((i + k) % 50));
+          if (out.Get(i) != want)
+            Expect(false, fmt::format("{} [{}]: got {} want {}", o.name, i, out.Get(i), want));
+        }
+        Expect(true, o.name);
+      }
+    }
+    // Broadcast from every root.
+    for (int root = 0; root < n; ++root) {
+      Tensor t(dtype, 70001);
+      for (int64_t i = 0; i < t.count; ++i)
+        t.Set(i, r == root ? static_cast<double>(i % 200) : -1.0);
+      world.Broadcast(t.view(), root, {"bcast/" + dn, {}});
+      for (int64_t i = 0; i < t.count; ++i) {
+        if (t.Get(i) != static_cast<double>(i % 200))
+          Expect(false, fmt::format("broadcast {} root {} [{}]", dn, root, i));
+      }
+      Expect(true, "broadcast");
+    }
+    // AllGather, ReduceScatter, AllToAll.
+    const int64_t block = 5003;
+    Tensor in(dtype, block), all(dtype, block * n);
+    for (int64_t i = 0; i < block; ++i) in.Set(i, static_cast<double>((i + 7 * r) % 100));
+    world.AllGather(in.view(), all.view(), {"allgather/" + dn, {}});
+    for (int k = 0; k < n; ++k) {
+      for (int64_t i = 0; i < block; ++i) {
+        if (all.Get(k * block + i) != static_cast<double>((i + 7 * k) % 100))
+          Expect(false, fmt::format("allgather {} block {} [{}]", dn, k, i));
+      }
+    }
+    Expect(true, "allgather");
+    Tensor big(dtype, block * n), part(dtype, block);
+    for (int64_t i = 0; i < block * n; ++i) big.Set(i, static_cast<double>(i % 20 + r));
+    tandem::ReduceOptions rs;
+    rs.name = "reduce_scatter/" + dn;
+    world.ReduceScatter(big.view(), part.view(), rs);
+    for (int64_t i = 0; i < block; ++i) {
+      const double want = static_cast<double>(n * ((r * block + i) % 20) + n * (n - 1) / 2);
+      if (part.Get(i) != want)
+        Expect(false,
+               fmt::format("reduce_scatter {} [{}]: got {} want {}", dn, i, part.Get(i), want));
+    }
+    Expect(true, "reduce_scatter");
+    Tensor a2a(dtype, block * n);
+    for (int k = 0; k < n; ++k) {
+      for (int64_t i = 0; i < block; ++i) big.Set(k * block + i, static_cast<double>(10 * r + k));
+    }
+    world.AllToAll(big.view(), a2a.view(), {"alltoall/" + dn, {}});
+    for (int k = 0; k < n; ++k) {
+      if (a2a.Get(k * block + block - 1) != static_cast<double>(10 * k + r))
+        Expect(false, fmt::format("alltoall {} block {}", dn, k));
+    }
+    Expect(true, "alltoall");
+  }
+  world.Barrier({"end of checks", {}});
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int die_rank = -1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--die-rank" && i + 1 < argc) die_rank = std::stoi(argv[++i]);
+  }
+  std::unique_ptr<tandem::Collectives> c;
+  try {
+    c = tandem::Collectives::Join();
+    tandem::Communicator& world = c->world();
+    std::printf("collective_check: pid=%d rank=%d size=%d\n", getpid(), world.rank(), world.size());
+    std::fflush(stdout);
+    if (die_rank >= 0) {
+      Tensor t(DType::kF32, 1 << 16);
+      for (int k = 0; k < 2; ++k) world.AllReduce(t.view(), t.view());
+      if (world.rank() == die_rank) {
+        std::printf("collective_check: rank %d dies now\n", world.rank());
+        std::fflush(stdout);
+        std::raise(SIGKILL);
+      }
+      for (;;) {
+        tandem::ReduceOptions o;
+        o.name = "after-death";
+        world.AllReduce(t.view(), t.view(), o);
+      }
+    }
+    CheckAll(world);
+    std::printf("collective_check: ok rank=%d size=%d checks=%d\n", world.rank(), world.size(),
+                checks);
+    std::fflush(stdout);
+    c->Finalize();
+    return 0;
+  } catch (const tandem::PeerLost& e) {
+    std::fprintf(stderr, "collective_check: PeerLost: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "collective_check: error: %s\n", e.what());
+    return 2;
+  }
+}

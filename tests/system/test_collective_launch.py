@@ -1,0 +1,73 @@
+"""Collectives through `tandem launch` over TCP on loopback: 2 to 5 worker
+processes check every operation's result exactly (tests/programs/
+collective_check.cc), with worker 0 hosting the rendezvous (--no-scheduler)
+or with a scheduler process; kill -9 of one worker makes every other one
+raise PeerLost naming it and exit non-zero, and nothing is left behind."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+OK = re.compile(r"\[worker (\d+)\] collective_check: ok rank=(\d+) size=(\d+) checks=(\d+)")
+
+
+def check_ok(output: str, workers: int) -> None:
+    found = OK.findall(output)
+    assert sorted(int(g[1]) for g in found) == list(range(workers)), found
+    for label, rank, size, checks in found:
+        assert label == rank and int(size) == workers, (label, rank, size)
+        assert int(checks) > 200, checks
+    assert len({g[3] for g in found}) == 1, f"ranks ran different checks: {found}"
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4, 5])
+def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, workers):
+    result = launch(workers, 0, [tandem_bin_dir / "collective_check"],
+                    extra_args=["--no-scheduler"], timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    check_ok(result.output, workers)
+    # Worker 0 hosted the rendezvous; no scheduler process was started.
+    assert "worker 0 hosts the rendezvous in-process" in result.output
+    assert "[scheduler]" not in result.output
+    assert "every node left; the job is complete" in result.output
+
+
+def test_exact_results_with_a_scheduler_process(launch, tandem_bin_dir):
+    result = launch(3, 0, [tandem_bin_dir / "collective_check"], timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    check_ok(result.output, 3)
+    assert "hosts the rendezvous" not in result.output
+
+
+def test_no_scheduler_refuses_servers(launch, tandem_bin_dir):
+    result = launch(2, 1, [tandem_bin_dir / "collective_check"],
+                    extra_args=["--no-scheduler"], timeout=60)
+    assert result.returncode != 0
+    assert "--no-scheduler starts a collectives-only job" in result.output, result.output
+
+
+@pytest.mark.parametrize("workers,victim,no_scheduler",
+                         [(2, 1, True), (4, 2, True), (5, 4, False), (3, 0, False)])
+def test_kill_9_raises_peer_lost_naming_the_rank(launch, tandem_bin_dir, workers, victim,
+                                                 no_scheduler):
+    started = time.monotonic()
+    result = launch(workers, 0, [tandem_bin_dir / "collective_check", "--die-rank", str(victim)],
+                    extra_args=["--no-scheduler"] if no_scheduler else [],
+                    env={"TANDEM_COLLECTIVE_TIMEOUT": "30"}, timeout=90)
+    elapsed = time.monotonic() - started
+    assert result.returncode != 0, result.job.describe()
+    assert elapsed < 30, f"took {elapsed:.1f} s\n{result.job.describe()}"
+    out = result.output
+    assert re.search(rf"\[worker {victim}\] collective_check: rank {victim} dies now", out), out
+    for rank in range(workers):
+        if rank == victim:
+            continue
+        # The mesh names "worker rank V (host:port)"; the scheduler's notice
+        # "worker V (node N, ...)": either names the dead worker.
+        pattern = (rf"\[worker {rank}\] collective_check: PeerLost: .*'after-death'.*"
+                   rf"lost worker (rank )?{victim} \(")
+        assert re.search(pattern, out), f"worker {rank} did not name worker {victim}\n{out}"
+    assert f"worker {victim} (pid" in out and "killed by signal 9" in out, out

@@ -1,0 +1,232 @@
+// AllReduce over groups of 1..8 worker threads on the in-process transport,
+// for every algorithm x dtype x reduction x size (0, 1, odd counts, and a
+// 3 MiB vector), in place and out of place.
+//
+// Expected values: integers, min, max and prod use inputs whose results are
+// exact in every dtype, and must match exactly. Floating-point sum and avg
+// use pseudo-random inputs in [-2, 2) and are compared with a reference
+// summed in double in rank order 0..n-1. Any order of n-1 additions, each
+// rounded to the dtype, differs from that exact sum by at most
+// (n-1) u sum|x| (u: the dtype's unit roundoff, 2^-24 for float32, 2^-53
+// float64, 2^-11 float16, 2^-8 bfloat16); the division of avg and a final
+// rounding add at most 2u|result|. The tests allow (n+2) u sum|x| (divided
+// by n for avg).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "collective_job.h"
+
+namespace tandem::collective {
+namespace {
+
+using testing::Buffer;
+using testing::CollectiveJob;
+using testing::UnitRoundoff;
+
+constexpr DType kDTypes[] = {DType::kF32,  DType::kF64, DType::kF16,
+                             DType::kBF16, DType::kI32, DType::kI64};
+constexpr Reduction kOps[] = {Reduction::kSum, Reduction::kAvg, Reduction::kMin, Reduction::kMax,
+                              Reduction::kProd};
+constexpr int64_t kCounts[] = {0, 1, 3, 17, 1031, 40001};
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+// Rank r's element i for `op` on `dtype` (before rounding to the dtype).
+double Input(Reduction op, DType dtype, int r, int64_t i) {
+  const auto u = static_cast<uint64_t>(i);
+  const auto ur = static_cast<uint64_t>(r);
+  switch (op) {
+    case Reduction::kSum:
+    case Reduction::kAvg:
+      if (base::IsFloatingPoint(dtype)) {
+        return static_cast<double>(Mix(u * 131 + ur) % 65536) / 16384.0 - 2.0;
+      }
+      return static_cast<double>((u * 7 + ur * 13) % 201) - 100.0;
+    case Reduction::kMin:
+    case Reduction::kMax:
+      return static_cast<double>((u * 31 + ur * 17) % 97) - 48.0;
+    case Reduction::kProd: {
+      const double vals[] = {1.0, -1.0, 2.0, base::IsFloatingPoint(dtype) ? 0.5 : 1.0};
+      return vals[(u + ur * 3) % 4];
+    }
+  }
+  return 0;
+}
+
+struct Expect {
+  double value;
+  double tolerance;
+};
+
+Expect Reference(Reduction op, DType dtype, const std::vector<Buffer>& inputs, int64_t i) {
+  const int n = static_cast<int>(inputs.size());
+  double acc = inputs[0].Get(i);
+  double magnitude = std::fabs(acc);
+  for (int r = 1; r < n; ++r) {
+    const double x = inputs[static_cast<size_t>(r)].Get(i);
+    magnitude += std::fabs(x);
+    switch (op) {
+      case Reduction::kSum:
+      case Reduction::kAvg:
+        acc += x;
+        break;
+      case Reduction::kMin:
+        acc = std::min(acc, x);
+        break;
+      case Reduction::kMax:
+        acc = std::max(acc, x);
+        break;
+      case Reduction::kProd:
+        acc *= x;
+        break;
+    }
+  }
+  double tol = 0;
+  if (op == Reduction::kSum || op == Reduction::kAvg) {
+    tol = (n + 2) * UnitRoundoff(dtype) * magnitude;
+  }
+  if (op == Reduction::kAvg) {
+    if (base::IsFloatingPoint(dtype)) {
+      acc /= n;
+      tol /= n;
+    } else {
+      acc = static_cast<double>(static_cast<int64_t>(acc) / n);
+    }
+  }
+  return {acc, tol};
+}
+
+class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
+
+TEST_P(AllReduceTest, EveryDTypeOpAndSizeMatchesTheReference) {
+  const auto [n, algorithm] = GetParam();
+  CollectiveJob job(n);
+  job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
+    Communicator& world = s.World();
+    ASSERT_EQ(world.rank(), rank);
+    ASSERT_EQ(world.size(), n);
+    int round = 0;
+    for (DType dtype : kDTypes) {
+      for (Reduction op : kOps) {
+        for (int64_t count : kCounts) {
+          std::vector<Buffer> inputs;
+          for (int r = 0; r < n; ++r) {
+            inputs.emplace_back(dtype, count);
+            for (int64_t i = 0; i < count; ++i) inputs.back().Set(i, Input(op, dtype, r, i));
+          }
+          Buffer in = inputs[static_cast<size_t>(rank)];
+          Buffer out(dtype, count);
+          const bool in_place = (round++ % 2) == 0;
+          ReduceOptions o;
+          o.op = op;
+          o.algorithm = algorithm;
+          o.name = fmt::format("{}/{}/{}", base::DTypeName(dtype), ReductionName(op), count);
+          world.AllReduce(in.view(), in_place ? in.view() : out.view(), o);
+          const Buffer& got = in_place ? in : out;
+          for (int64_t i = 0; i < count; ++i) {
+            Expect e = Reference(op, dtype, inputs, i);
+            const double g = got.Get(i);
+            if (std::fabs(g - e.value) > e.tolerance) {
+              ADD_FAILURE() << o.name << (in_place ? " in place" : " out of place") << " rank "
+                            << rank << " element " << i << ": got " << g << ", expected " << e.value
+                            << " within " << e.tolerance;
+              break;
+            }
+          }
+          if (!in_place) {
+            // Out of place leaves the input alone.
+            ASSERT_EQ(in.bytes, inputs[static_cast<size_t>(rank)].bytes) << o.name;
+          }
+        }
+      }
+    }
+  });
+}
+
+TEST_P(AllReduceTest, ThreeMebibytesOfFloat32AndInt64) {
+  const auto [n, algorithm] = GetParam();
+  CollectiveJob job(n);
+  job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
+    for (DType dtype : {DType::kF32, DType::kI64}) {
+      const int64_t count = static_cast<int64_t>((3 << 20) / ElementSize(dtype)) + 1;
+      Buffer b(dtype, count);
+      // Integer-valued, so the float sums are exact too.
+      for (int64_t i = 0; i < count; ++i) b.Set(i, static_cast<double>((i % 1000) * (rank + 1)));
+      ReduceOptions o;
+      o.algorithm = algorithm;
+      s.World().AllReduce(b.view(), b.view(), o);
+      const double ranks = n * (n + 1) / 2.0;
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(b.Get(i), static_cast<double>(i % 1000) * ranks) << "element " << i;
+      }
+    }
+  });
+}
+
+TEST_P(AllReduceTest, PreAndPostScaling) {
+  const auto [n, algorithm] = GetParam();
+  CollectiveJob job(n);
+  job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
+    for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+      Buffer b(dtype, 101);
+      for (int64_t i = 0; i < 101; ++i) b.Set(i, static_cast<double>(i % 8 + rank));
+      ReduceOptions o;
+      o.op = Reduction::kAvg;
+      o.prescale = 4.0;
+      o.postscale = 0.5;
+      o.algorithm = algorithm;
+      s.World().AllReduce(b.view(), b.view(), o);
+      // avg(4 x) / 2 = 2 (i % 8 + (n-1)/2): exact in every dtype here.
+      for (int64_t i = 0; i < 101; ++i) {
+        ASSERT_EQ(b.Get(i), 2.0 * (static_cast<double>(i % 8) + (n - 1) / 2.0))
+            << base::DTypeName(dtype) << " element " << i;
+      }
+    }
+  });
+}
+
+std::string Name(const ::testing::TestParamInfo<AllReduceTest::ParamType>& info) {
+  return fmt::format("n{}_{}", std::get<0>(info.param),
+                     AllReduceAlgorithmName(std::get<1>(info.param)));
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupsAndAlgorithms, AllReduceTest,
+                         ::testing::Combine(::testing::Range(1, 9),
+                                            ::testing::Values(AllReduceAlgorithm::kRing,
+                                                              AllReduceAlgorithm::kHalvingDoubling,
+                                                              AllReduceAlgorithm::kDirect,
+                                                              AllReduceAlgorithm::kAuto)),
+                         Name);
+
+TEST(AllReduceArguments, MismatchedOutputAndIntegerScalingAreRefused) {
+  CollectiveJob job(2);
+  job.RunOk([&](int, CollectiveService& s) {
+    Buffer a(DType::kF32, 10), b(DType::kF32, 9), c(DType::kI32, 10);
+    EXPECT_THROW(s.World().AllReduce(a.view(), b.view()), InvalidArgument);
+    ReduceOptions o;
+    o.prescale = 2.0;
+    try {
+      s.World().AllReduce(c.view(), c.view(), o);
+      ADD_FAILURE() << "scaling int32 was accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("int32"), std::string::npos) << e.what();
+    }
+    // The communicator is still in step: a real operation succeeds.
+    a.Set(0, 1.0);
+    s.World().AllReduce(a.view(), a.view());
+    EXPECT_EQ(a.Get(0), 2.0);
+  });
+}
+
+}  // namespace
+}  // namespace tandem::collective

@@ -1,0 +1,118 @@
+// Failures: a worker that dies (its transport shuts down) makes the pending
+// operation and every later one fail with PeerLost naming its rank on every
+// other worker, within the time-out; a worker that never shows up makes the
+// operation fail with Timeout naming the operation, the tensor and the
+// missing rank; nothing hangs.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "collective_job.h"
+
+namespace tandem::collective {
+namespace {
+
+using testing::Buffer;
+using testing::CollectiveJob;
+using testing::Is;
+using testing::What;
+using Clock = std::chrono::steady_clock;
+
+class PeerDeath : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
+
+TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
+  const auto [n, algorithm] = GetParam();
+  const int victim = n - 1;
+  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20)));
+  auto errors = job.Run([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
+    Buffer b(DType::kF32, 100000);
+    ReduceOptions o;
+    o.algorithm = algorithm;
+    o.name = "grad";
+    s.World().AllReduce(b.view(), b.view(), o);  // all alive: works
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      job.node(rank).transport->Shutdown();  // as if the process died
+      return;
+    }
+    const auto start = Clock::now();
+    try {
+      s.World().AllReduce(b.view(), b.view(), o);
+      ADD_FAILURE() << "rank " << rank << ": the allreduce succeeded without rank " << victim;
+    } catch (const PeerLost& e) {
+      const std::string what = e.what();
+      // From the mesh ("worker rank 2 (...)") or the scheduler ("worker 2 (node 3, ...)").
+      EXPECT_TRUE(what.find("worker rank " + std::to_string(victim) + " ") != std::string::npos ||
+                  what.find("worker " + std::to_string(victim) + " ") != std::string::npos)
+          << what;
+      EXPECT_NE(what.find("grad"), std::string::npos) << what;
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+    // Later operations fail at once, also other kinds.
+    EXPECT_THROW(s.World().Barrier(), PeerLost);
+    EXPECT_THROW(s.World().Broadcast(b.view(), 0), PeerLost);
+  });
+  for (int r = 0; r < n; ++r) {
+    EXPECT_EQ(errors[static_cast<size_t>(r)], nullptr)
+        << "rank " << r << ": " << What(errors[static_cast<size_t>(r)]);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GroupsAndAlgorithms, PeerDeath,
+                         ::testing::Combine(::testing::Values(2, 3, 5),
+                                            ::testing::Values(AllReduceAlgorithm::kRing,
+                                                              AllReduceAlgorithm::kHalvingDoubling,
+                                                              AllReduceAlgorithm::kDirect)),
+                         [](const auto& info) {
+                           return fmt::format("n{}_{}", std::get<0>(info.param),
+                                              AllReduceAlgorithmName(std::get<1>(info.param)));
+                         });
+
+TEST(CollectiveTimeout, AnAbsentRankIsNamedWithTheOperationAndTensor) {
+  CollectiveJob job(3);
+  job.RunOk([&](int rank, CollectiveService& s) {
+    if (rank == 2) {
+      // Never joins the operation; waits until the others gave up.
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      return;
+    }
+    Buffer b(DType::kI64, 1000);
+    ReduceOptions o;
+    o.name = "layer7.bias";
+    o.timeout = std::chrono::milliseconds(300);
+    o.algorithm = AllReduceAlgorithm::kDirect;
+    const auto start = Clock::now();
+    try {
+      s.World().AllReduce(b.view(), b.view(), o);
+      ADD_FAILURE() << "no timeout";
+    } catch (const Timeout& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("AllReduce"), std::string::npos) << what;
+      EXPECT_NE(what.find("layer7.bias"), std::string::npos) << what;
+      EXPECT_NE(what.find("group rank(s) 2"), std::string::npos) << what;
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  });
+}
+
+TEST(CollectiveMismatch, APeerSendingAnotherSizeIsAProtocolErrorNotACorruption) {
+  CollectiveJob job(2);
+  auto errors = job.Run([&](int rank, CollectiveService& s) {
+    Buffer b(DType::kI32, rank == 0 ? 10 : 11);
+    ReduceOptions o;
+    o.algorithm = AllReduceAlgorithm::kDirect;
+    o.timeout = std::chrono::milliseconds(3000);
+    s.World().AllReduce(b.view(), b.view(), o);
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(errors[static_cast<size_t>(r)], nullptr);
+    EXPECT_TRUE(Is<ProtocolError>(errors[static_cast<size_t>(r)]) ||
+                Is<PeerLost>(errors[static_cast<size_t>(r)]))
+        << What(errors[static_cast<size_t>(r)]);
+  }
+  EXPECT_NE(What(errors[0]).find("sent 44 bytes for a piece of 40 bytes"), std::string::npos)
+      << What(errors[0]);
+}
+
+}  // namespace
+}  // namespace tandem::collective

@@ -1,0 +1,139 @@
+// A job of N workers as threads over the in-process transport, each with a
+// CollectiveService started, for the collective tests; and the element
+// helpers the tests use to fill and read tensors of any dtype as doubles.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "base/dtype.h"
+#include "collective/collective_service.h"
+#include "support/inproc_job.h"
+#include "tandem/collective.h"
+
+namespace tandem::collective::testing {
+
+using tandem::testing::Is;
+using tandem::testing::TestJob;
+using tandem::testing::TestNode;
+using tandem::testing::Timings;
+using tandem::testing::What;
+
+inline CollectiveSettings TestSettings(std::chrono::milliseconds timeout = std::chrono::seconds(20),
+                                       int connections = 1, size_t segment_bytes = 64 << 10) {
+  CollectiveSettings s;
+  s.mesh.connections_per_peer = connections;
+  s.mesh.connect_timeout = std::chrono::seconds(10);
+  s.communicator.timeout = timeout;
+  s.communicator.segment_bytes = segment_bytes;
+  return s;
+}
+
+/// Workers 0..n-1 (node i is worker rank i), each with its service.
+class CollectiveJob {
+ public:
+  explicit CollectiveJob(int n, CollectiveSettings settings = TestSettings(), Timings t = {})
+      : n_(n) {
+    job_ = std::make_unique<TestJob>(0, n, t);
+    for (int i = 0; i < n; ++i) {
+      TestNode* node = job_->Add(Role::kWorker, i);
+      services_.push_back(std::make_unique<CollectiveService>(node->services(), settings));
+    }
+  }
+  ~CollectiveJob() {
+    for (auto& s : services_) s->StopWorld();
+    job_.reset();
+    services_.clear();
+  }
+
+  /// Joins every node, starts every service, then runs body(rank, service)
+  /// on each worker's thread. Returns each worker's exception (by rank).
+  std::vector<std::exception_ptr> Run(const std::function<void(int, CollectiveService&)>& body) {
+    auto all = job_->RunAll([&](cluster::Membership& m) {
+      if (m.self().role != Role::kWorker) return;
+      CollectiveService& s = *services_[static_cast<size_t>(m.self().rank)];
+      s.Start();
+      body(m.self().rank, s);
+    });
+    all.pop_back();  // the scheduler's
+    return all;
+  }
+
+  /// Runs and expects no worker to fail.
+  void RunOk(const std::function<void(int, CollectiveService&)>& body) {
+    auto errors = Run(body);
+    for (size_t i = 0; i < errors.size(); ++i) {
+      EXPECT_EQ(errors[i], nullptr) << "worker " << i << ": " << What(errors[i]);
+    }
+  }
+
+  TestNode& node(int rank) { return job_->node(static_cast<size_t>(rank)); }
+  CollectiveService& service(int rank) { return *services_[static_cast<size_t>(rank)]; }
+  int size() const { return n_; }
+
+ private:
+  int n_;
+  std::vector<std::unique_ptr<CollectiveService>> services_;  // outlive job_'s transports
+  std::unique_ptr<TestJob> job_;
+};
+
+/// A tensor of `count` elements of `dtype`, owned.
+struct Buffer {
+  DType dtype = DType::kF32;
+  std::vector<std::byte> bytes;
+  int64_t count = 0;
+
+  Buffer(DType d, int64_t n) : dtype(d), bytes(static_cast<size_t>(n) * ElementSize(d)), count(n) {}
+  TensorView view() { return TensorView{bytes.empty() ? nullptr : bytes.data(), dtype, {count}}; }
+
+  double Get(int64_t i) const {
+    return base::VisitDType(dtype, [&](auto type) -> double {
+      using T = typename decltype(type)::type;
+      T v;
+      std::memcpy(&v, bytes.data() + static_cast<size_t>(i) * sizeof(T), sizeof(T));
+      if constexpr (std::is_same_v<T, base::Half>)
+        return base::HalfToFloat(v);
+      else if constexpr (std::is_same_v<T, base::BFloat16>)
+        return base::BFloat16ToFloat(v);
+      else
+        return static_cast<double>(v);
+    });
+  }
+  void Set(int64_t i, double x) {
+    base::VisitDType(dtype, [&](auto type) {
+      using T = typename decltype(type)::type;
+      T v;
+      if constexpr (std::is_same_v<T, base::Half>)
+        v = base::FloatToHalf(static_cast<float>(x));
+      else if constexpr (std::is_same_v<T, base::BFloat16>)
+        v = base::FloatToBFloat16(static_cast<float>(x));
+      else
+        v = static_cast<T>(x);
+      std::memcpy(bytes.data() + static_cast<size_t>(i) * sizeof(T), &v, sizeof(T));
+    });
+  }
+};
+
+/// The unit roundoff of a floating-point dtype (half an ulp of 1); 0 for
+/// integers.
+inline double UnitRoundoff(DType d) {
+  switch (d) {
+    case DType::kF32:
+      return 0x1p-24;
+    case DType::kF64:
+      return 0x1p-53;
+    case DType::kF16:
+      return 0x1p-11;
+    case DType::kBF16:
+      return 0x1p-8;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace tandem::collective::testing
