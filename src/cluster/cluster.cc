@@ -14,10 +14,11 @@
 #include "base/logger.h"
 #include "cluster/dmlc_contract.h"
 #include "cluster/membership.h"
-#include "cluster/node_services.h"
 #include "cluster/node_address.h"
+#include "cluster/node_services.h"
 #include "cluster/scheduler.h"
 #include "net/message_dispatcher.h"
+#include "net/reliable_transport.h"
 #include "net/tcp_transport.h"
 #include "tandem/error.h"
 
@@ -61,7 +62,17 @@ struct Cluster::Impl {
     topts.limits.max_meta_bytes = config.max_meta_bytes;
     topts.limits.max_payload_bytes = config.max_payload_bytes;
     topts.handshake_timeout = config.handshake_timeout;
-    transport = std::make_unique<net::TcpTransport>(topts, &dispatcher, log);
+    auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
+      return std::make_unique<net::TcpTransport>(topts, handler, log);
+    };
+    if (config.resend) {
+      // PS_RESEND=1: every message of this process, cluster ones included,
+      // goes through acks and resend (docs/protocol-resend.md).
+      transport = std::make_unique<net::ReliableTransport>(net::ReliableOptions::FromConfig(config),
+                                                           &dispatcher, log, make_tcp);
+    } else {
+      transport = make_tcp(&dispatcher);
+    }
     dispatcher.SetTransport(transport.get());
 
     cluster::Membership::Options m;
@@ -169,8 +180,8 @@ void Cluster::Finalize() {
     auto limit = impl_->config.heartbeat_timeout + std::chrono::seconds(10);
     if (!impl_->scheduler->WaitUntilAllLeft(limit)) {
       if (auto failure = impl_->scheduler->failure()) throw PeerLost(*failure);
-      throw Timeout(fmt::format("not every node left within {} ms after the final barrier",
-                                limit.count()));
+      throw Timeout(
+          fmt::format("not every node left within {} ms after the final barrier", limit.count()));
     }
     impl_->log.Info("every node left; the job is complete");
   }
