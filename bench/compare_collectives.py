@@ -208,14 +208,14 @@ def main() -> int:
         row = [human(size)]
         for label in labels:
             v = median(label, size, "busbw")
-            row.append("—" if v is None else f"{v:.3f}")
+            row.append("—" if v is None else f"{v:.3g}")
         if "tandem" in labels and tcp_peers:
             peer_values = [(median(l, size, "busbw"), l) for l in tcp_peers]
             peer_values = [(v, l) for v, l in peer_values if v is not None]
             t = median("tandem", size, "busbw")
             if peer_values and t is not None:
                 best, best_label = max(peer_values)
-                row += [f"{best:.3f} ({best_label})", f"{t / best:.2f}" if best > 0 else "—"]
+                row += [f"{best:.3g} ({best_label})", f"{t / best:.2f}" if best > 0 else "—"]
             else:
                 row += ["—", "—"]
         print("| " + " | ".join(row) + " |")

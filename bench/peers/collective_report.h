@@ -122,7 +122,7 @@ inline void PrintJson(std::FILE* out, const SizeResult& r) {
   std::fprintf(out,
                "{\"impl\":\"%s\",\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,"
                "\"dtype\":\"float32\",\"redop\":\"%s\",\"time_us\":%.3f,\"time_p90_us\":%.3f,"
-               "\"algbw\":%.6f,\"busbw\":%.6f,\"wrong\":%llu}\n",
+               "\"algbw\":%.9g,\"busbw\":%.9g,\"wrong\":%llu}\n",
                r.impl.c_str(), r.op.c_str(), r.ranks, r.bytes, r.count, r.redop.c_str(), r.time_us,
                r.time_p90_us, r.algbw, r.busbw, static_cast<unsigned long long>(r.wrong));
 }

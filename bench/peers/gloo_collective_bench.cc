@@ -205,7 +205,13 @@ int RunRank(const Options& o, int rank) {
   }
   std::string text = record.str();
   prefix.set("result/" + std::to_string(rank), std::vector<char>(text.begin(), text.end()));
-  if (rank != 0) return 0;
+  if (rank != 0) {
+    // Stay until rank 0 is past its last operation: a rank that exits closes
+    // its pairs, and Gloo fails a peer whose pair sees that close while it
+    // still waits on it, even if every byte it needed had arrived.
+    prefix.wait({"done"}, std::chrono::seconds(o.timeout_s));
+    return 0;
+  }
 
   // Rank 0: gather every rank's record and print.
   std::vector<std::string> keys;
@@ -230,6 +236,7 @@ int RunRank(const Options& o, int rank) {
       for (int i = 0; i < o.iters; ++i) in >> seconds[s][q][i];
     }
   }
+  prefix.set("done", std::vector<char>{'1'});
   const std::string impl = "gloo_" + o.algo;
   if (!o.json) tandem::bench::PrintHeader(stdout, impl, "allreduce", o.ranks);
   uint64_t total_wrong = 0;
