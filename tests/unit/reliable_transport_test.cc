@@ -291,8 +291,8 @@ INSTANTIATE_TEST_SUITE_P(Windows, ReliableWindow, ::testing::Values(16u, 1024u))
 TEST(ReliableTransportTest, RetryBudgetExhaustedFailsWithAClearError) {
   ReliableOptions oa = Options(0, 1);
   oa.max_retries = 3;
-  Pair p(oa, Options(100, 2), 16);  // b loses everything
-  std::vector<std::byte> buf(16, std::byte{7});
+  std::vector<std::byte> buf(16, std::byte{7});  // outlives the transports
+  Pair p(oa, Options(100, 2), 16);               // b loses everything
   std::promise<std::exception_ptr> result;
   OutgoingMessage m;
   m.header.type = kDataType;
@@ -337,8 +337,8 @@ TEST(ReliableTransportTest, RetryBudgetExhaustedFailsWithAClearError) {
 TEST(ReliableTransportTest, PayloadStaysBorrowedUntilAcknowledged) {
   ReliableOptions oa = Options(0, 1);
   oa.max_retries = 8;
+  std::vector<std::byte> buf(16, std::byte{7});  // outlives the transports
   Pair p(oa, Options(100, 2), 16);
-  std::vector<std::byte> buf(16, std::byte{7});
   std::atomic<bool> sent{false};
   OutgoingMessage m;
   m.header.type = kDataType;
