@@ -31,6 +31,9 @@ PACKAGES=(
   nftables            # packet loss on the bed's bridge
   ethtool             # offloads off on the bed's veths
   procps              # ps and sysctl, to inspect a bed and a job
+  libgloo-dev         # bench/peers: Gloo's allreduce, the collectives' peer
+  libopenmpi-dev      # bench/peers: MPI_Allreduce and friends, the other peer
+  openmpi-bin         # mpirun, to run the MPI peer
 )
 
 missing=()

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+
 #include "tandem/error.h"
 
 namespace tandem::base {
@@ -16,9 +18,9 @@ Config Config::FromEnvironment(const Environment& env) {
   if (c.heartbeat_interval.count() == 0) c.heartbeat_interval = std::chrono::seconds(1);
   if (c.heartbeat_timeout.count() == 0) c.heartbeat_timeout = std::chrono::seconds(10);
   if (c.heartbeat_timeout <= c.heartbeat_interval) {
-    throw ConfigError(fmt::format(
-        "PS_HEARTBEAT_TIMEOUT ({} ms) must exceed PS_HEARTBEAT_INTERVAL ({} ms)",
-        c.heartbeat_timeout.count(), c.heartbeat_interval.count()));
+    throw ConfigError(
+        fmt::format("PS_HEARTBEAT_TIMEOUT ({} ms) must exceed PS_HEARTBEAT_INTERVAL ({} ms)",
+                    c.heartbeat_timeout.count(), c.heartbeat_interval.count()));
   }
   c.secret = env.GetString("TANDEM_SECRET", c.secret);
   c.job_id = env.GetString("TANDEM_JOB_ID", c.job_id);
@@ -30,6 +32,21 @@ Config Config::FromEnvironment(const Environment& env) {
       env.GetInt("TANDEM_MAX_META_BYTES", c.max_meta_bytes, 1024, int64_t{1} << 30));
   c.max_payload_bytes = static_cast<uint64_t>(env.GetInt(
       "TANDEM_MAX_PAYLOAD_BYTES", static_cast<int64_t>(c.max_payload_bytes), 0, int64_t{1} << 40));
+  c.resend = env.GetBool("PS_RESEND", c.resend);
+  c.resend_timeout = std::chrono::milliseconds(
+      env.GetInt("PS_RESEND_TIMEOUT", c.resend_timeout.count(), 1, int64_t{1} << 31));
+  c.resend_retries =
+      static_cast<int>(env.GetInt("TANDEM_RESEND_RETRIES", c.resend_retries, 0, 1000000));
+  c.resend_window =
+      static_cast<uint32_t>(env.GetInt("TANDEM_RESEND_WINDOW", c.resend_window, 1, 1 << 20));
+  c.drop_percent = static_cast<int>(env.GetInt("PS_DROP_MSG", c.drop_percent, 0, 100));
+  c.drop_seed = static_cast<uint64_t>(
+      env.GetInt("TANDEM_DROP_SEED", static_cast<int64_t>(c.drop_seed), 0, INT64_MAX));
+  if (c.drop_percent > 0 && !c.resend) {
+    throw ConfigError(fmt::format(
+        "PS_DROP_MSG={} needs PS_RESEND=1: without resend a dropped message is lost for good",
+        c.drop_percent));
+  }
   return c;
 }
 

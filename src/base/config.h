@@ -48,6 +48,24 @@ struct Config {
   /// TANDEM_MAX_PAYLOAD_BYTES: the largest payload a peer may send.
   uint64_t max_payload_bytes = uint64_t{16} << 30;
 
+  /// PS_RESEND: 1 wraps every connection in reliable delivery (acks, resend,
+  /// dedup; docs/protocol-resend.md). Must be equal on every process.
+  bool resend = false;
+  /// PS_RESEND_TIMEOUT (milliseconds): wait for an ack this long before
+  /// sending a message again.
+  std::chrono::milliseconds resend_timeout{1000};
+  /// TANDEM_RESEND_RETRIES: resends of one message before its connection is
+  /// given up with an error naming the peer, the message type and its id.
+  int resend_retries = 10;
+  /// TANDEM_RESEND_WINDOW: most unacknowledged messages per connection and
+  /// direction (bounds the receiver's dedup state).
+  uint32_t resend_window = 1024;
+  /// PS_DROP_MSG (tests only): percentage of received messages the reliable
+  /// layer discards as if lost. Only with PS_RESEND=1.
+  int drop_percent = 0;
+  /// TANDEM_DROP_SEED: seed of PS_DROP_MSG's decisions (0: random).
+  uint64_t drop_seed = 0;
+
   /// Parses every field from `env`; unset variables keep the defaults above.
   /// Throws ConfigError naming the variable when a value is unusable.
   static Config FromEnvironment(const Environment& env);

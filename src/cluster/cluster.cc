@@ -20,6 +20,7 @@
 #include "cluster/node_services.h"
 #include "cluster/scheduler.h"
 #include "net/message_dispatcher.h"
+#include "net/reliable_transport.h"
 #include "net/tcp_transport.h"
 #include "tandem/error.h"
 
@@ -73,7 +74,17 @@ struct Cluster::Impl {
     topts.limits.max_meta_bytes = config.max_meta_bytes;
     topts.limits.max_payload_bytes = config.max_payload_bytes;
     topts.handshake_timeout = config.handshake_timeout;
-    transport = std::make_unique<net::TcpTransport>(topts, &dispatcher, log);
+    auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
+      return std::make_unique<net::TcpTransport>(topts, handler, log);
+    };
+    if (config.resend) {
+      // PS_RESEND=1: every message of this process, cluster ones included,
+      // goes through acks and resend (docs/protocol-resend.md).
+      transport = std::make_unique<net::ReliableTransport>(net::ReliableOptions::FromConfig(config),
+                                                           &dispatcher, log, make_tcp);
+    } else {
+      transport = make_tcp(&dispatcher);
+    }
     dispatcher.SetTransport(transport.get());
 
     cluster::Membership::Options m;

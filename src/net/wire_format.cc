@@ -132,6 +132,8 @@ std::string MessageTypeName(uint16_t type) {
       return "handshake proof";
     case msgtype::kHandshakeWelcome:
       return "handshake welcome";
+    case msgtype::kReliableAck:
+      return "resend ack";
     default:
       break;
   }

@@ -26,6 +26,8 @@ inline constexpr uint16_t kHandshakeHello = 1;
 inline constexpr uint16_t kHandshakeChallenge = 2;
 inline constexpr uint16_t kHandshakeProof = 3;
 inline constexpr uint16_t kHandshakeWelcome = 4;
+/// Acknowledgement of the reliable-delivery layer (docs/protocol-resend.md).
+inline constexpr uint16_t kReliableAck = 5;
 inline constexpr uint16_t kClusterFirst = 64;      ///< src/cluster: 64..127
 inline constexpr uint16_t kKvFirst = 128;          ///< src/kv: 128..191
 inline constexpr uint16_t kCollectiveFirst = 192;  ///< src/collective: 192..255

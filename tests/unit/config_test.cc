@@ -139,3 +139,49 @@ INSTANTIATE_TEST_SUITE_P(Values, ConfigBadValueTest,
 
 }  // namespace
 }  // namespace tandem::base
+
+namespace tandem::base {
+namespace {
+
+TEST(ConfigResendTest, DefaultsMatchPsLiteAndDocs) {
+  const Config c = Parse({});
+  EXPECT_FALSE(c.resend);
+  EXPECT_EQ(c.resend_timeout, std::chrono::milliseconds(1000));
+  EXPECT_EQ(c.resend_retries, 10);
+  EXPECT_EQ(c.resend_window, 1024u);
+  EXPECT_EQ(c.drop_percent, 0);
+  EXPECT_EQ(c.drop_seed, 0u);
+}
+
+TEST(ConfigResendTest, ParsesTheResendVariables) {
+  const Config c = Parse({{"PS_RESEND", "1"},
+                          {"PS_RESEND_TIMEOUT", "250"},
+                          {"TANDEM_RESEND_RETRIES", "3"},
+                          {"TANDEM_RESEND_WINDOW", "64"},
+                          {"PS_DROP_MSG", "5"},
+                          {"TANDEM_DROP_SEED", "42"}});
+  EXPECT_TRUE(c.resend);
+  EXPECT_EQ(c.resend_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(c.resend_retries, 3);
+  EXPECT_EQ(c.resend_window, 64u);
+  EXPECT_EQ(c.drop_percent, 5);
+  EXPECT_EQ(c.drop_seed, 42u);
+}
+
+TEST(ConfigResendTest, DropWithoutResendIsRefused) {
+  try {
+    Parse({{"PS_DROP_MSG", "5"}});
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("PS_DROP_MSG=5 needs PS_RESEND=1"));
+  }
+}
+
+TEST(ConfigResendTest, OutOfRangeValuesAreRefused) {
+  EXPECT_THROW(Parse({{"PS_RESEND", "1"}, {"PS_DROP_MSG", "101"}}), ConfigError);
+  EXPECT_THROW(Parse({{"PS_RESEND_TIMEOUT", "0"}}), ConfigError);
+  EXPECT_THROW(Parse({{"TANDEM_RESEND_WINDOW", "0"}}), ConfigError);
+}
+
+}  // namespace
+}  // namespace tandem::base
