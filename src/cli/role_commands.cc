@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "base/environment.h"
+#include "base/exit_code.h"
 #include "cli/commands.h"
 #include "tandem/cluster.h"
 #include "tandem/error.h"
@@ -30,7 +31,7 @@ int RunRole(const char* role) {
     return 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", role, getpid(), e.what());
-    return 1;
+    return base::ExitCodeFor(e);
   }
 }
 
@@ -40,8 +41,8 @@ void RegisterRoleCommands(CLI::App& app, CommandBody* body) {
   auto* scheduler = app.add_subcommand(
       "scheduler", "Run the job's scheduler (reads DMLC_PS_ROOT_URI/PORT, DMLC_NUM_*)");
   scheduler->callback([body] { *body = [] { return RunRole("scheduler"); }; });
-  auto* server = app.add_subcommand(
-      "server", "Run a parameter server of the job (reads the DMLC_* contract)");
+  auto* server =
+      app.add_subcommand("server", "Run a parameter server of the job (reads the DMLC_* contract)");
   server->callback([body] { *body = [] { return RunRole("server"); }; });
 }
 

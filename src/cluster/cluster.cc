@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/environment.h"
+#include "base/exit_code.h"
 #include "base/logger.h"
 #include "cluster/dmlc_contract.h"
 #include "cluster/membership.h"
@@ -186,7 +187,7 @@ std::optional<int> ServeAssignedRole() {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", role.c_str(), getpid(), e.what());
-    return 1;
+    return base::ExitCodeFor(e);
   }
 }
 
