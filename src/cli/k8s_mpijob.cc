@@ -83,9 +83,11 @@ std::vector<json> RenderMPIJob(const JobDescription& d) {
                     // sshd holds no state: a restarted one serves mpirun's next attempt.
                     {"restartPolicy", "OnFailure"},
                     {"template", PodTemplate(d, Role::kWorker, worker_spec)}}}}}}}};
-  // The launcher pod is labelled as the job's coordinating pod.
-  job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]["labels"]["tandem.io/role"] =
-      "launcher";
+  // The launcher pod runs mpirun, not a rank: its own role label, and no
+  // metrics annotations (it serves no endpoint).
+  json& launcher_meta = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"];
+  launcher_meta["labels"]["tandem.io/role"] = "launcher";
+  launcher_meta.erase("annotations");
   return {job};
 }
 

@@ -34,9 +34,15 @@ std::optional<Kind> ParseKind(const std::string& name);
 std::vector<nlohmann::json> Render(const JobDescription& d, Kind kind,
                                    const std::string& secret_value);
 
-/// The objects as a multi-document YAML stream: each object in JSON syntax
-/// (a subset of YAML that kubectl reads), preceded by a `---` line.
+/// The objects as a multi-document YAML stream, each preceded by a `---`
+/// line: block mappings and sequences, strings always double-quoted (JSON's
+/// escapes are YAML's), numbers, booleans and null plain; keys plain when
+/// they are simple names (letters, digits, '_', '.', '/', '-', not a YAML
+/// boolean or null), else quoted.
 std::string ToYamlStream(const std::vector<nlohmann::json>& objects);
+
+/// One value as the YAML block above, each line indented by `indent` spaces.
+std::string ToYaml(const nlohmann::json& value, int indent = 0);
 
 // One renderer per kind (k8s_<kind>.cc); Render() adds the Secret.
 std::vector<nlohmann::json> RenderMXJob(const JobDescription& d);

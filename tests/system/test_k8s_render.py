@@ -52,6 +52,10 @@ COLLECTIVES_JOB = {
 JOBS = {"ps": PS_JOB, "collectives": COLLECTIVES_JOB}
 
 
+def supported(strategy: str, kind: str) -> bool:
+    return kind in (PS_KINDS if strategy == "ps" else COLLECTIVE_KINDS)
+
+
 def render(bin_dir: Path, tmp_path: Path, job: dict, kind: str) -> subprocess.CompletedProcess:
     description = tmp_path / "job.json"
     description.write_text(json.dumps(job))
@@ -84,10 +88,6 @@ def env_of(container: dict) -> dict:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def supported(strategy: str, kind: str) -> bool:
-    return kind in (PS_KINDS if strategy == "ps" else COLLECTIVE_KINDS)
-
-
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("strategy", ["ps", "collectives"])
 def test_every_object_validates_strictly(tandem_bin_dir, tmp_path, strategy, kind):
@@ -103,11 +103,9 @@ def test_every_object_validates_strictly(tandem_bin_dir, tmp_path, strategy, kin
         assert errors == [], f"{obj['kind']} {obj['metadata']['name']}:\n" + "\n".join(errors)
 
 
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("strategy", ["ps", "collectives"])
+@pytest.mark.parametrize("strategy,kind", [
+    (s, k) for s in ("ps", "collectives") for k in KINDS if supported(s, k)])
 def test_every_pod_gets_the_secret_and_job_id(tandem_bin_dir, tmp_path, strategy, kind):
-    if not supported(strategy, kind):
-        pytest.skip(f"{kind} does not run {strategy} jobs (checked above)")
     job = JOBS[strategy]
     objects = rendered(tandem_bin_dir, tmp_path, job, kind)
     secrets = [o for o in objects if o["kind"] == "Secret"]
@@ -296,3 +294,25 @@ def test_validator_rejects_unnamed_fields(tandem_bin_dir, tmp_path, index):
     assert k8s_schema.manifest_errors(target) == []
     mutate(target)
     assert k8s_schema.manifest_errors(target) != []
+
+
+def test_docs_examples_are_current(tandem_bin_dir):
+    """docs/deploy.md pastes the tool's output; it must match today's."""
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        ["/usr/bin/python3", str(root / "scripts" / "render-deploy-examples.py"), "--check",
+         str(tandem_bin_dir / "tandem")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    doc = (root / "docs" / "deploy.md").read_text()
+    blocks = doc.count("<!-- k8s-render ")
+    assert blocks == 7 and doc.count("```yaml\n---\n") == blocks
+
+
+@pytest.mark.parametrize("description", ["ps-job.json", "collectives-job.json", "full-job.json"])
+def test_shipped_examples_validate(tandem_bin_dir, tmp_path, description):
+    root = Path(__file__).resolve().parents[2]
+    job = json.loads((root / "deploy" / "examples" / description).read_text())
+    kinds = PS_KINDS if job.get("strategy") == "parameter-server" else COLLECTIVE_KINDS
+    for kind in sorted(kinds):
+        for obj in rendered(tandem_bin_dir, tmp_path, job, kind):
+            assert k8s_schema.manifest_errors(obj) == [], (kind, obj["kind"])
