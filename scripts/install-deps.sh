@@ -27,6 +27,9 @@ PACKAGES=(
   clang-format        # scripts/lint.sh
   clang-tidy          # scripts/lint.sh
   python3-pytest      # system tests, run by Debian's /usr/bin/python3
+  python3-jsonschema  # tests/system/test_k8s_render.py: manifests against the CRD schemas
+  python3-kubernetes  # tests/system/test_k8s_render.py: core objects against the API types
+  python3-yaml        # tests/system/test_k8s_render.py: reading CRDs and rendered YAML
   iproute2            # ip netns / tc for the multi-host bed
   nftables            # packet loss on the bed's bridge
   ethtool             # offloads off on the bed's veths

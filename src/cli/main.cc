@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "base/exit_code.h"
 #include "cli/commands.h"
 #include "tandem/error.h"
 
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   tandem::cli::CommandBody body;
   tandem::cli::RegisterLaunchCommand(app, &body);
   tandem::cli::RegisterRoleCommands(app, &body);
+  tandem::cli::RegisterK8sCommand(app, &body);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -21,6 +23,6 @@ int main(int argc, char** argv) {
     return body ? body() : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem: error: %s\n", e.what());
-    return 1;
+    return tandem::base::ExitCodeFor(e);  // docs/deploy.md: exit codes and restarts
   }
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "base/environment.h"
+#include "base/exit_code.h"
 #include "cli/commands.h"
 #include "kv/serve_role.h"
 #include "tandem/cluster.h"

@@ -13,6 +13,7 @@
 #include "base/clock.h"
 #include "base/config.h"
 #include "base/environment.h"
+#include "base/exit_code.h"
 #include "base/logger.h"
 #include "cluster/dmlc_contract.h"
 #include "cluster/membership.h"

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "base/environment.h"
+#include "base/exit_code.h"
 #include "cluster/node_services.h"
 #include "kv/kv_server.h"
 #include "tandem/error.h"
@@ -53,7 +54,7 @@ int RunRole(Role role, std::map<std::string, std::string> env) {
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", name.c_str(), getpid(), e.what());
-    return 1;
+    return base::ExitCodeFor(e);
   }
 }
 

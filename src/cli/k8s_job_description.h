@@ -1,0 +1,80 @@
+// The short description of a training job that `tandem k8s render` turns
+// into Kubernetes manifests (docs/deploy.md, "The job description" lists
+// every field, its default and its meaning).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem::cli::k8s {
+
+/// How the job exchanges gradients: a parameter server (a scheduler, servers
+/// and workers, the DMLC contract) or collectives among peer workers.
+enum class Strategy { kParameterServer, kCollectives };
+
+/// What Kubernetes does when a pod fails (docs/deploy.md, "Exit codes and
+/// restarts"): kExitCode restarts on tandem's retryable exit codes only.
+enum class RestartPolicy { kExitCode, kOnFailure, kNever };
+
+/// CPU, memory and GPUs of one replica, as Kubernetes quantities.
+struct Resources {
+  std::string cpu;     ///< e.g. "4" or "500m"; empty: not set
+  std::string memory;  ///< e.g. "8Gi"; empty: not set
+  int gpus = 0;        ///< GPUs of `gpu_resource` per replica
+};
+
+/// The job description. Thread-safety: a value type.
+struct JobDescription {
+  std::string name;  ///< DNS-1035 label, at most 40 characters
+  std::string namespace_ = "default";
+  std::string image;
+  std::vector<std::string> command;  ///< the workers' argv
+  Strategy strategy = Strategy::kCollectives;
+  int workers = 1;
+  int servers = 0;  ///< parameter server only
+  bool command_runs_all_roles = false;
+  int port = 0;  ///< the rendezvous port (0 until defaulted)
+  Resources worker_resources;
+  Resources server_resources;  ///< servers and the scheduler
+  std::string gpu_resource = "nvidia.com/gpu";
+  std::string shm_size = "1Gi";  ///< /dev/shm size; empty: no memory-backed /dev/shm
+  bool host_network = false;
+  std::string checkpoint_claim;  ///< a PersistentVolumeClaim; empty: none
+  std::string checkpoint_mount_path = "/checkpoints";
+  int metrics_port = 0;  ///< 0: no metrics endpoint
+  RestartPolicy restart_policy = RestartPolicy::kExitCode;
+  int backoff_limit = 3;
+  std::string secret_name;  ///< the Secret holding TANDEM_SECRET
+  std::string secret_key = "TANDEM_SECRET";
+  bool generate_secret = true;                ///< render the Secret with a fresh value
+  bool gang_volcano = false;                  ///< gang scheduling through Volcano
+  std::string queue;                          ///< Volcano queue; empty: the scheduler's default
+  std::string priority_class;                 ///< empty: none
+  std::map<std::string, std::string> env;     ///< extra variables for every pod
+  std::map<std::string, std::string> labels;  ///< extra labels on every object
+
+  /// Total pods of a parameter-server job (scheduler, servers, workers) or
+  /// of a collectives job (workers).
+  int TotalPods() const;
+};
+
+/// Parses and checks a description. Requires: `doc` is a JSON object.
+/// Fills the defaults (the port: 9091 for a parameter server, 29500 for
+/// collectives; the Secret's name: NAME-tandem-secret). Throws
+/// InvalidArgument naming the field, what it must be and what it was, e.g.
+/// "workers must be >= 1, got 0", or an unknown field.
+JobDescription ParseJobDescription(const nlohmann::json& doc);
+
+/// Reads a description from a JSON file (a YAML file written in JSON's
+/// syntax works as well). Throws IoError when the file cannot be read and
+/// InvalidArgument when it is not valid JSON or not a valid description.
+JobDescription LoadJobDescription(const std::string& path);
+
+/// "parameter-server" or "collectives".
+const char* StrategyName(Strategy strategy);
+
+}  // namespace tandem::cli::k8s

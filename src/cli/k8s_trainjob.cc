@@ -1,0 +1,55 @@
+// TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2) with its
+// ClusterTrainingRuntime tandem-NAME. The runtime's template is a JobSet
+// spec with the replicated Job "node" (container "node"); the torch policy
+// makes the trainer inject PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR,
+// PET_MASTER_PORT and PET_NPROC_PER_NODE, which tandem reads as the TrainJob
+// contract (docs/contracts.md) with one process per node.
+#include <fmt/format.h>
+
+#include "cli/k8s_pod_template.h"
+#include "cli/k8s_render.h"
+#include "tandem/error.h"
+
+namespace tandem::cli::k8s {
+
+std::vector<json> RenderTrainJob(const JobDescription& d) {
+  if (d.strategy != Strategy::kCollectives) {
+    throw InvalidArgument(
+        "kind trainjob runs collectives jobs only (a TrainJob's trainer is one set of equal "
+        "nodes); render strategy 'parameter-server' as mxjob, jobset, indexed-job or volcano-job");
+  }
+  const std::string runtime_name = "tandem-" + d.name;
+  ContainerOptions c;
+  c.name = "node";
+  json spec = PodSpec(d, json::array({Container(d, c)}), BatchPodRestartPolicy(d));
+  json job_template = {
+      {"metadata", {{"labels", {{"trainer.kubeflow.org/trainjob-ancestor-step", "trainer"}}}}},
+      {"spec", IndexedJobSpec(d, d.workers, PodTemplate(d, Role::kWorker, spec), c.name, true)}};
+  json runtime_spec = {
+      {"mlPolicy", {{"numNodes", d.workers}, {"torch", json::object()}}},
+      {"template",
+       {{"spec",
+         {{"network", {{"publishNotReadyAddresses", true}}},
+          {"failurePolicy", JobSetFailurePolicy(d)},
+          {"replicatedJobs",
+           json::array({{{"name", "node"}, {"replicas", 1}, {"template", job_template}}})}}}}}};
+  if (d.gang_volcano) runtime_spec["podGroupPolicy"] = {{"volcano", json::object()}};
+  json runtime_labels = Labels(d, "");
+  runtime_labels["trainer.kubeflow.org/framework"] = "torch";
+  json runtime = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
+                  {"kind", "ClusterTrainingRuntime"},
+                  {"metadata", {{"name", runtime_name}, {"labels", runtime_labels}}},
+                  {"spec", runtime_spec}};
+  json trainjob = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
+                   {"kind", "TrainJob"},
+                   {"metadata", ObjectMetadata(d, d.name, "")},
+                   {"spec",
+                    {{"runtimeRef",
+                      {{"apiGroup", "trainer.kubeflow.org"},
+                       {"kind", "ClusterTrainingRuntime"},
+                       {"name", runtime_name}}},
+                     {"trainer", {{"numNodes", d.workers}, {"numProcPerNode", 1}}}}}};
+  return {runtime, trainjob};
+}
+
+}  // namespace tandem::cli::k8s

@@ -1,0 +1,458 @@
+// `tandem k8s render`: the job description's parser (every bad field is
+// named) and the properties each kind's manifests must have for tandem's
+// contract readers (docs/contracts.md). Schema validation of the same
+// manifests is in tests/system/test_k8s_render.py.
+#include "cli/k8s_render.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cli/k8s_job_description.h"
+#include "tandem/error.h"
+
+namespace tandem::cli::k8s {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json PsJob() {
+  return json::parse(R"({
+    "name": "mnist", "namespace": "ml", "image": "tandem:1",
+    "command": ["python3", "train.py"], "strategy": "parameter-server",
+    "workers": 3, "servers": 2,
+    "resources": {"cpu": "4", "memory": "8Gi", "gpus": 1},
+    "checkpoint": {"claim": "ckpt"}, "metrics_port": 9100})");
+}
+
+json CollectivesJob() {
+  return json::parse(R"({"name": "resnet", "image": "tandem:1", "command": ["./train"],
+                         "workers": 4})");
+}
+
+std::string ParseError(const json& doc) {
+  try {
+    ParseJobDescription(doc);
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InvalidArgument for " << doc.dump();
+  return "";
+}
+
+// ---- the description ------------------------------------------------------------
+
+TEST(K8sJobDescription, DefaultsForCollectives) {
+  JobDescription d = ParseJobDescription(CollectivesJob());
+  EXPECT_EQ(d.namespace_, "default");
+  EXPECT_EQ(d.strategy, Strategy::kCollectives);
+  EXPECT_EQ(d.servers, 0);
+  EXPECT_EQ(d.port, 29500);
+  EXPECT_EQ(d.shm_size, "1Gi");
+  EXPECT_EQ(d.restart_policy, RestartPolicy::kExitCode);
+  EXPECT_EQ(d.backoff_limit, 3);
+  EXPECT_EQ(d.secret_name, "resnet-tandem-secret");
+  EXPECT_EQ(d.secret_key, "TANDEM_SECRET");
+  EXPECT_TRUE(d.generate_secret);
+  EXPECT_FALSE(d.gang_volcano);
+  EXPECT_EQ(d.TotalPods(), 4);
+}
+
+TEST(K8sJobDescription, DefaultsForParameterServer) {
+  json doc = PsJob();
+  doc.erase("servers");
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_EQ(d.servers, 1);
+  EXPECT_EQ(d.port, 9091);
+  EXPECT_EQ(d.TotalPods(), 1 + 1 + 3);
+  // Servers get the workers' CPU and memory but no GPU unless asked.
+  EXPECT_EQ(d.server_resources.cpu, "4");
+  EXPECT_EQ(d.server_resources.memory, "8Gi");
+  EXPECT_EQ(d.server_resources.gpus, 0);
+  EXPECT_EQ(d.checkpoint_mount_path, "/checkpoints");
+}
+
+TEST(K8sJobDescription, NamingASecretReferencesIt) {
+  json doc = CollectivesJob();
+  doc["secret"] = {{"name", "team-secret"}};
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_FALSE(d.generate_secret);
+  EXPECT_EQ(d.secret_name, "team-secret");
+  doc["secret"]["generate"] = true;
+  EXPECT_TRUE(ParseJobDescription(doc).generate_secret);
+}
+
+struct BadField {
+  const char* name;
+  const char* patch;  // merged into the base description (JSON merge patch)
+  bool ps;            // base: PsJob() or CollectivesJob()
+  const char* message;
+};
+
+class K8sBadField : public ::testing::TestWithParam<BadField> {};
+
+TEST_P(K8sBadField, NamesTheField) {
+  const BadField& c = GetParam();
+  json doc = c.ps ? PsJob() : CollectivesJob();
+  doc.merge_patch(json::parse(c.patch));
+  EXPECT_THAT(ParseError(doc), HasSubstr(c.message)) << c.patch;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Fields, K8sBadField,
+    ::testing::Values(
+        BadField{"NoName", R"({"name": null})", false, "name is required"},
+        BadField{"NameUpper", R"({"name": "Net"})", false,
+                 "name must be lower-case letters, digits and '-' only, got 'Net'"},
+        BadField{"NameDigitFirst", R"({"name": "1net"})", false,
+                 "name must be starting with a letter, got '1net'"},
+        BadField{"NameTooLong", R"({"name": "abcdefghijabcdefghijabcdefghijabcdefghijx"})", false,
+                 "name must be at most 40 characters"},
+        BadField{"NameNumber", R"({"name": 3})", false, "name must be a string, got 3"},
+        BadField{"Namespace", R"({"namespace": "ML"})", false, "namespace must be"},
+        BadField{"NoImage", R"({"image": null})", false, "image is required"},
+        BadField{"ImageSpace", R"({"image": "a b"})", false, "image must be a non-empty image"},
+        BadField{"NoCommand", R"({"command": null})", false, "command is required"},
+        BadField{"EmptyCommand", R"({"command": []})", false, "command must be a non-empty array"},
+        BadField{"CommandNumber", R"({"command": ["a", 2]})", false,
+                 "command[1] must be a string, got 2"},
+        BadField{"CommandEmptyProgram", R"({"command": [""]})", false, "command[0] must name"},
+        BadField{"Strategy", R"({"strategy": "allreduce"})", false,
+                 "strategy must be 'parameter-server' or 'collectives', got 'allreduce'"},
+        BadField{"WorkersZero", R"({"workers": 0})", false, "workers must be >= 1, got 0"},
+        BadField{"WorkersText", R"({"workers": "4"})", false,
+                 "workers must be a whole number, got \"4\""},
+        BadField{"WorkersFraction", R"({"workers": 1.5})", false, "workers must be a whole number"},
+        BadField{"ServersZeroPs", R"({"servers": 0})", true, "servers must be >= 1, got 0"},
+        BadField{"ServersInCollectives", R"({"servers": 2})", false,
+                 "servers must be 0 for strategy 'collectives'"},
+        BadField{"AllRolesCollectives", R"({"command_runs_all_roles": true})", false,
+                 "command_runs_all_roles must be false for strategy 'collectives'"},
+        BadField{"AllRolesText", R"({"command_runs_all_roles": "yes"})", true,
+                 "command_runs_all_roles must be true or false"},
+        BadField{"PortZero", R"({"port": 0})", false, "port must be >= 1, got 0"},
+        BadField{"PortHigh", R"({"port": 70000})", false, "port must be <= 65535, got 70000"},
+        BadField{"Cpu", R"({"resources": {"cpu": "four"}})", false,
+                 "resources.cpu must be a Kubernetes quantity"},
+        BadField{"Memory", R"({"resources": {"memory": "8 GB"}})", false,
+                 "resources.memory must be a Kubernetes quantity"},
+        BadField{"Gpus", R"({"resources": {"gpus": -1}})", false,
+                 "resources.gpus must be >= 0, got -1"},
+        BadField{"ResourcesUnknown", R"({"resources": {"gpu": 1}})", false,
+                 "unknown field 'resources.gpu'"},
+        BadField{"ServerResourcesCollectives", R"({"server_resources": {"cpu": "1"}})", false,
+                 "server_resources is for strategy 'parameter-server'"},
+        BadField{"ServerCpu", R"({"server_resources": {"cpu": "x"}})", true,
+                 "server_resources.cpu must be a Kubernetes quantity"},
+        BadField{"GpuResource", R"({"gpu_resource": "gpu"})", false,
+                 "gpu_resource must be an extended resource name"},
+        BadField{"Shm", R"({"shm_size": "lots"})", false, "shm_size must be a Kubernetes quantity"},
+        BadField{"HostNetwork", R"({"host_network": 1})", false,
+                 "host_network must be true or false, got 1"},
+        BadField{"CheckpointNoClaim", R"({"checkpoint": {"mount_path": "/c"}})", false,
+                 "checkpoint.claim is required"},
+        BadField{"CheckpointRelative", R"({"checkpoint": {"claim": "c", "mount_path": "c"}})",
+                 false, "checkpoint.mount_path must be an absolute path"},
+        BadField{"CheckpointShm", R"({"checkpoint": {"claim": "c", "mount_path": "/dev/shm"}})",
+                 false, "other than /dev/shm"},
+        BadField{"CheckpointUnknown", R"({"checkpoint": {"claim": "c", "size": "1Gi"}})", false,
+                 "unknown field 'checkpoint.size'"},
+        BadField{"CheckpointNotObject", R"({"checkpoint": "pvc"})", false,
+                 "checkpoint must be an object"},
+        BadField{"MetricsPort", R"({"metrics_port": 65536})", false,
+                 "metrics_port must be <= 65535, got 65536"},
+        BadField{"MetricsIsPort", R"({"metrics_port": 29500})", false,
+                 "metrics_port must differ from port"},
+        BadField{"Restart", R"({"restart_policy": "Always"})", false,
+                 "restart_policy must be 'ExitCode', 'OnFailure' or 'Never', got 'Always'"},
+        BadField{"Backoff", R"({"backoff_limit": -1})", false,
+                 "backoff_limit must be >= 0, got -1"},
+        BadField{"SecretName", R"({"secret": {"name": "My_Secret"}})", false,
+                 "secret.name must be"},
+        BadField{"SecretKey", R"({"secret": {"key": "a/b"}})", false,
+                 "secret.key must be a Secret key"},
+        BadField{"SecretGenerate", R"({"secret": {"generate": "no"}})", false,
+                 "secret.generate must be true or false"},
+        BadField{"SecretUnknown", R"({"secret": {"value": "x"}})", false,
+                 "unknown field 'secret.value'"},
+        BadField{"Gang", R"({"gang_scheduling": {"scheduler": "kueue"}})", false,
+                 "gang_scheduling.scheduler must be 'volcano' or 'none', got 'kueue'"},
+        BadField{"QueueWithoutVolcano", R"({"gang_scheduling": {"queue": "q"}})", false,
+                 "need gang_scheduling.scheduler 'volcano'"},
+        BadField{"Queue", R"({"gang_scheduling": {"scheduler": "volcano", "queue": "Q"}})", false,
+                 "gang_scheduling.queue must be"},
+        BadField{"EnvValue", R"({"env": {"A": 1}})", false, "env.A must be a string, got 1"},
+        BadField{"EnvName", R"({"env": {"1A": "x"}})", false, "env has the variable name '1A'"},
+        BadField{"EnvNotObject", R"({"env": ["A=1"]})", false, "env must be an object"},
+        BadField{"LabelPrefix", R"({"labels": {"tandem.io/job": "x"}})", false,
+                 "labels.tandem.io/job uses the prefix tandem.io/"},
+        BadField{"Unknown", R"({"replicas": 3})", false, "unknown field 'replicas'"}),
+    [](const auto& test) { return std::string(test.param.name); });
+
+TEST(K8sJobDescription, RejectsANonObject) {
+  EXPECT_THAT(ParseError(json::array()), HasSubstr("must be a JSON object, got array"));
+}
+
+// ---- the kinds ----------------------------------------------------------------
+
+// Pods the rendered objects ask for (an MPI launcher not counted).
+int CountPods(const std::vector<json>& objects) {
+  int pods = 0;
+  for (const auto& o : objects) {
+    const std::string kind = o["kind"];
+    const json& spec = o.contains("spec") ? o["spec"] : json::object();
+    if (kind == "MXJob" || kind == "PyTorchJob") {
+      for (const auto& [type, r] :
+           spec[kind == "MXJob" ? "mxReplicaSpecs" : "pytorchReplicaSpecs"].items()) {
+        pods += r["replicas"].get<int>();
+      }
+    } else if (kind == "MPIJob") {
+      pods += spec["mpiReplicaSpecs"]["Worker"]["replicas"].get<int>();
+    } else if (kind == "TrainJob") {
+      pods += spec["trainer"]["numNodes"].get<int>();
+    } else if (kind == "JobSet") {
+      for (const auto& r : spec["replicatedJobs"]) {
+        pods += r["replicas"].get<int>() * r["template"]["spec"]["completions"].get<int>();
+      }
+    } else if (kind == "Job" && o["apiVersion"] == "batch/v1") {
+      pods += spec["completions"].get<int>();
+    } else if (kind == "Job") {
+      for (const auto& t : spec["tasks"]) pods += t["replicas"].get<int>();
+    }
+  }
+  return pods;
+}
+
+// Every container of every pod template in `node`, found by walking it.
+void CollectContainers(const json& node, std::vector<json>* out) {
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) {
+      if (key == "containers" && value.is_array()) {
+        for (const auto& c : value) out->push_back(c);
+      } else {
+        CollectContainers(value, out);
+      }
+    }
+  } else if (node.is_array()) {
+    for (const auto& v : node) CollectContainers(v, out);
+  }
+}
+
+std::map<std::string, json> EnvOf(const json& container) {
+  std::map<std::string, json> env;
+  for (const auto& e : container["env"]) {
+    env[e["name"]] = e.contains("value") ? e["value"] : e["valueFrom"];
+  }
+  return env;
+}
+
+struct KindCase {
+  Kind kind;
+  bool ps;
+  bool supported;
+};
+
+class K8sKind : public ::testing::TestWithParam<KindCase> {};
+
+TEST_P(K8sKind, RendersEveryPodWithTheSecretOrRefuses) {
+  const KindCase& c = GetParam();
+  JobDescription d = ParseJobDescription(c.ps ? PsJob() : CollectivesJob());
+  if (!c.supported) {
+    try {
+      Render(d, c.kind, "00");
+      ADD_FAILURE() << KindName(c.kind) << " rendered a job it cannot run";
+    } catch (const InvalidArgument& e) {
+      EXPECT_THAT(e.what(), HasSubstr(std::string("kind ") + KindName(c.kind) + " runs"));
+    }
+    return;
+  }
+  auto objects = Render(d, c.kind, "feedface");
+  ASSERT_FALSE(objects.empty());
+  EXPECT_EQ(objects[0]["kind"], "Secret");
+  EXPECT_EQ(objects[0]["stringData"]["TANDEM_SECRET"], "feedface");
+  EXPECT_EQ(CountPods(objects), d.TotalPods());
+  std::vector<json> containers;
+  for (const auto& o : objects) {
+    EXPECT_TRUE(o.contains("apiVersion") && o.contains("kind")) << o.dump();
+    EXPECT_FALSE(o["metadata"]["name"].get<std::string>().empty());
+    CollectContainers(o, &containers);
+  }
+  ASSERT_FALSE(containers.empty());
+  for (const auto& container : containers) {
+    auto env = EnvOf(container);
+    EXPECT_EQ(env["TANDEM_SECRET"],
+              json({{"secretKeyRef", {{"name", d.secret_name}, {"key", "TANDEM_SECRET"}}}}));
+    EXPECT_EQ(env["TANDEM_JOB_ID"], d.namespace_ + "/" + d.name);
+    EXPECT_EQ(container["image"], "tandem:1");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, K8sKind,
+    ::testing::Values(
+        KindCase{Kind::kMXJob, true, true}, KindCase{Kind::kMXJob, false, false},
+        KindCase{Kind::kPyTorchJob, true, false}, KindCase{Kind::kPyTorchJob, false, true},
+        KindCase{Kind::kMPIJob, true, false}, KindCase{Kind::kMPIJob, false, true},
+        KindCase{Kind::kTrainJob, true, false}, KindCase{Kind::kTrainJob, false, true},
+        KindCase{Kind::kJobSet, true, true}, KindCase{Kind::kJobSet, false, true},
+        KindCase{Kind::kIndexedJob, true, true}, KindCase{Kind::kIndexedJob, false, true},
+        KindCase{Kind::kVolcanoJob, true, true}, KindCase{Kind::kVolcanoJob, false, true}),
+    [](const auto& test) {
+      std::string name = KindName(test.param.kind);
+      name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
+      return name + (test.param.ps ? "_ps" : "_collectives");
+    });
+
+TEST(K8sKinds, NamesRoundTrip) {
+  for (Kind kind : AllKinds()) EXPECT_EQ(ParseKind(KindName(kind)), kind);
+  EXPECT_FALSE(ParseKind("tfjob"));
+}
+
+TEST(K8sKinds, ReferencedSecretIsNotRendered) {
+  json doc = CollectivesJob();
+  doc["secret"] = {{"name", "team"}};
+  auto objects = Render(ParseJobDescription(doc), Kind::kIndexedJob, "");
+  for (const auto& o : objects) EXPECT_NE(o["kind"], "Secret");
+}
+
+TEST(K8sKinds, IndexedJobCollectivesInjectWorldSizeAndSubdomain) {
+  auto objects = Render(ParseJobDescription(CollectivesJob()), Kind::kIndexedJob, "x");
+  ASSERT_EQ(objects.size(), 3u);  // Secret, Service, Job
+  EXPECT_EQ(objects[1]["kind"], "Service");
+  EXPECT_EQ(objects[1]["spec"]["clusterIP"], "None");
+  const json& pod = objects[2]["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["subdomain"], "resnet");
+  auto env = EnvOf(pod["containers"][0]);
+  EXPECT_EQ(env["WORLD_SIZE"], "4");
+  EXPECT_EQ(env["TANDEM_SUBDOMAIN"], "resnet");
+  EXPECT_EQ(env["MASTER_PORT"], "29500");
+}
+
+TEST(K8sKinds, ParameterServerPodsRunTheirRole) {
+  JobDescription d = ParseJobDescription(PsJob());
+  auto objects = Render(d, Kind::kIndexedJob, "x");
+  std::map<std::string, json> by_role;
+  for (const auto& o : objects) {
+    if (o["kind"] != "Job") continue;
+    const json& c = o["spec"]["template"]["spec"]["containers"][0];
+    auto env = EnvOf(c);
+    by_role[env["DMLC_ROLE"]] = c["command"];
+    EXPECT_EQ(env["DMLC_PS_ROOT_URI"], "mnist-scheduler-0.mnist");
+    EXPECT_EQ(env["DMLC_NUM_WORKER"], "3");
+    EXPECT_EQ(env["DMLC_NUM_SERVER"], "2");
+  }
+  EXPECT_EQ(by_role["scheduler"], json({"tandem", "scheduler"}));
+  EXPECT_EQ(by_role["server"], json({"tandem", "server"}));
+  EXPECT_EQ(by_role["worker"], json({"python3", "train.py"}));
+
+  json doc = PsJob();
+  doc["command_runs_all_roles"] = true;
+  for (const auto& o : Render(ParseJobDescription(doc), Kind::kIndexedJob, "x")) {
+    if (o["kind"] != "Job") continue;
+    EXPECT_EQ(o["spec"]["template"]["spec"]["containers"][0]["command"],
+              json({"python3", "train.py"}));
+  }
+}
+
+TEST(K8sKinds, ResourcesShmCheckpointAndMetrics) {
+  JobDescription d = ParseJobDescription(PsJob());
+  json mx = Render(d, Kind::kMXJob, "x").back();
+  const json& worker = mx["spec"]["mxReplicaSpecs"]["Worker"]["template"];
+  const json& c = worker["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"]["limits"],
+            json({{"cpu", "4"}, {"memory", "8Gi"}, {"nvidia.com/gpu", "1"}}));
+  const json& server = mx["spec"]["mxReplicaSpecs"]["Server"]["template"]["spec"]["containers"][0];
+  EXPECT_FALSE(server["resources"]["limits"].contains("nvidia.com/gpu"));
+  EXPECT_EQ(worker["metadata"]["annotations"]["prometheus.io/port"], "9100");
+  EXPECT_EQ(EnvOf(c)["TANDEM_METRICS_PORT"], "9100");
+  const json& volumes = worker["spec"]["volumes"];
+  ASSERT_EQ(volumes.size(), 2u);
+  EXPECT_EQ(volumes[0]["emptyDir"], json({{"medium", "Memory"}, {"sizeLimit", "1Gi"}}));
+  EXPECT_EQ(volumes[1]["persistentVolumeClaim"]["claimName"], "ckpt");
+  EXPECT_EQ(c["volumeMounts"][0]["mountPath"], "/dev/shm");
+  EXPECT_EQ(c["volumeMounts"][1]["mountPath"], "/checkpoints");
+}
+
+TEST(K8sKinds, NoShmWhenSizeIsEmpty) {
+  json doc = CollectivesJob();
+  doc["shm_size"] = "";
+  json job = Render(ParseJobDescription(doc), Kind::kPyTorchJob, "x").back();
+  const json& spec = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"];
+  EXPECT_FALSE(spec.contains("volumes"));
+  EXPECT_FALSE(spec["containers"][0].contains("volumeMounts"));
+  EXPECT_EQ(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"], 3);
+}
+
+struct RestartCase {
+  const char* policy;
+  const char* kubeflow;
+  const char* pod;      // a batch Job's pod restartPolicy
+  int job_backoff;      // a plain Indexed Job's backoffLimit (backoff_limit is 5)
+  int jobset_restarts;  // JobSet failurePolicy.maxRestarts
+  bool failure_policy;  // podFailurePolicy present
+};
+
+class K8sRestart : public ::testing::TestWithParam<RestartCase> {};
+
+TEST_P(K8sRestart, MapsOntoEveryController) {
+  const RestartCase& c = GetParam();
+  json doc = CollectivesJob();
+  doc["restart_policy"] = c.policy;
+  doc["backoff_limit"] = 5;
+  JobDescription d = ParseJobDescription(doc);
+  json pt = Render(d, Kind::kPyTorchJob, "x").back();
+  EXPECT_EQ(pt["spec"]["pytorchReplicaSpecs"]["Master"]["restartPolicy"], c.kubeflow);
+  EXPECT_EQ(pt["spec"]["runPolicy"]["backoffLimit"], 5);
+  json job = Render(d, Kind::kIndexedJob, "x").back();
+  EXPECT_EQ(job["spec"]["template"]["spec"]["restartPolicy"], c.pod);
+  EXPECT_EQ(job["spec"]["backoffLimit"], c.job_backoff);
+  EXPECT_EQ(job["spec"].contains("podFailurePolicy"), c.failure_policy);
+  json jobset = Render(d, Kind::kJobSet, "x").back();
+  EXPECT_EQ(jobset["spec"]["failurePolicy"]["maxRestarts"], c.jobset_restarts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, K8sRestart,
+                         ::testing::Values(RestartCase{"ExitCode", "ExitCode", "Never", 5, 5, true},
+                                           RestartCase{"OnFailure", "OnFailure", "OnFailure", 5, 0,
+                                                       false},
+                                           RestartCase{"Never", "Never", "Never", 0, 0, false}),
+                         [](const auto& test) { return std::string(test.param.policy); });
+
+TEST(K8sStream, EveryObjectFollowsASeparator) {
+  std::vector<json> objects = {json{{"kind", "A"}}, json{{"kind", "B"}}};
+  EXPECT_EQ(ToYamlStream(objects), "---\nkind: \"A\"\n---\nkind: \"B\"\n");
+}
+
+TEST(K8sStream, BlockYaml) {
+  json v = json::parse(R"({
+    "metadata": {"labels": {"tandem.io/job": "a b", "on": "x"}, "empty": {}},
+    "spec": {"containers": [{"name": "c", "args": ["-x", "say \"hi\"\n"], "ports": []}],
+             "rules": [{"values": [1, 2], "ok": true}], "n": null, "nested": [[1], []]}})");
+  EXPECT_EQ(ToYaml(v),
+            "metadata:\n"
+            "  empty: {}\n"
+            "  labels:\n"
+            "    \"on\": \"x\"\n"
+            "    tandem.io/job: \"a b\"\n"
+            "spec:\n"
+            "  containers:\n"
+            "  - args:\n"
+            "    - \"-x\"\n"
+            "    - \"say \\\"hi\\\"\\n\"\n"
+            "    name: \"c\"\n"
+            "    ports: []\n"
+            "  \"n\": null\n"
+            "  nested:\n"
+            "  - - 1\n"
+            "  - []\n"
+            "  rules:\n"
+            "  - ok: true\n"
+            "    values:\n"
+            "    - 1\n"
+            "    - 2\n");
+}
+
+}  // namespace
+}  // namespace tandem::cli::k8s
