@@ -14,5 +14,6 @@ using CommandBody = std::function<int()>;
 /// that subcommand was chosen.
 void RegisterLaunchCommand(CLI::App& app, CommandBody* body);
 void RegisterRoleCommands(CLI::App& app, CommandBody* body);
+void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body);
 
 }  // namespace tandem::cli
