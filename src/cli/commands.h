@@ -15,5 +15,6 @@ using CommandBody = std::function<int()>;
 void RegisterLaunchCommand(CLI::App& app, CommandBody* body);
 void RegisterRoleCommands(CLI::App& app, CommandBody* body);
 void RegisterK8sCommand(CLI::App& app, CommandBody* body);
+void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body);
 
 }  // namespace tandem::cli

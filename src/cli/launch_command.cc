@@ -16,8 +16,11 @@
 
 #include "base/environment.h"
 #include "cli/commands.h"
+#include "launch/hostfile.h"
 #include "launch/local_launcher.h"
 #include "launch/process_supervisor.h"
+#include "launch/ssh_launcher.h"
+#include "tandem/error.h"
 
 namespace tandem::cli {
 namespace {
@@ -33,6 +36,13 @@ struct LaunchArguments {
   bool no_scheduler = false;
   std::string job_id;
   std::vector<std::string> command;
+  // --launcher ssh
+  std::string hostfile;
+  std::vector<std::string> ssh_args;
+  std::string remote_tandem;
+  std::string sync_dst_dir;
+  std::vector<std::string> forward_env;
+  int scheduler_port = 0;
 };
 
 int RunLaunch(const LaunchArguments& args, bool servers_given) {
@@ -53,7 +63,25 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
   launch::SupervisorOptions supervisor;
   supervisor.teardown_grace = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(args.teardown_grace_seconds * 1000.0)));
-  return launch::RunLocalJob(options, supervisor, base::Environment::FromProcess());
+  auto env = base::Environment::FromProcess();
+  if (args.launcher == "ssh") {
+    if (args.hostfile.empty()) throw InvalidArgument("--launcher ssh needs a hostfile: -H FILE");
+    launch::SshJobOptions ssh;
+    ssh.job = options;
+    ssh.hosts = launch::ReadHostfile(args.hostfile);
+    ssh.ssh_program = env.GetString("TANDEM_SSH", "ssh");
+    ssh.ssh_args = args.ssh_args;
+    ssh.remote_tandem = args.remote_tandem;
+    ssh.remote_directory = args.sync_dst_dir;
+    ssh.sync_directory = !args.sync_dst_dir.empty();
+    ssh.forward_env = args.forward_env;
+    ssh.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
+    return launch::RunSshJob(ssh, supervisor, env);
+  }
+  if (!args.hostfile.empty()) {
+    throw InvalidArgument("-H/--hostfile is for --launcher ssh; the local launcher uses this host");
+  }
+  return launch::RunLocalJob(options, supervisor, env);
 }
 
 // Accepts a whole number in [min, max]; the message says what is wrong.
@@ -112,15 +140,37 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                       "Number of parameter servers (0 or more; default: as many as workers, as in "
                       "MXNet's launch.py)")
           ->check(Count(0, 1 << 16, "the number of servers"));
-  cmd->add_option("--launcher", args->launcher, "How to start the processes (only 'local' so far)")
+  cmd->add_option("--launcher", args->launcher,
+                  "How to start the processes: local (this host) or ssh (the hosts of -H)")
+      ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
-            if (value == "local") return {};
+            if (value == "local" || value == "ssh") return {};
             return fmt::format(
-                "only the local launcher exists in this version of tandem ('{}' is not available)",
-                value);
+                "launcher '{}' does not exist in this version of tandem (local, ssh)", value);
           },
-          "local", "launcher"));
+          "local|ssh", "launcher"));
+  cmd->add_option("-H,--hostfile", args->hostfile,
+                  "With --launcher ssh: the hosts, one per line ('host', 'host:SLOTS' or 'host "
+                  "slots=N'; '#' comments)");
+  cmd->add_option("--ssh-arg", args->ssh_args,
+                  "With --launcher ssh: an argument for ssh before the host (repeatable), e.g. "
+                  "--ssh-arg=-p --ssh-arg=2222")
+      ->allow_extra_args(false);
+  cmd->add_option("--remote-tandem", args->remote_tandem,
+                  "With --launcher ssh: the path of tandem on the remote hosts (default: this "
+                  "binary's path)");
+  cmd->add_option("--sync-dst-dir", args->sync_dst_dir,
+                  "With --launcher ssh: copy the working directory to this directory on every "
+                  "host (rsync over ssh) and start the processes there");
+  cmd->add_option("--forward-env", args->forward_env,
+                  "With --launcher ssh: forward this variable of the launcher's environment "
+                  "(repeatable; DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_* always are)")
+      ->allow_extra_args(false);
+  cmd->add_option("--scheduler-port", args->scheduler_port,
+                  "With --launcher ssh: the scheduler's port on the first host (default: random "
+                  "in 20000..59999)")
+      ->check(Count(1, 65535, "the scheduler port"));
   cmd->add_option("--env", args->env,
                   "Set NAME=VALUE in every process of the job (repeatable; overrides the "
                   "launcher's own variables and those it sets; launch.py's NAME:VALUE works too)")

@@ -9,11 +9,13 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"tandem: distributed training runtime (parameter server and collectives)"};
+  app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION);
   app.require_subcommand(1);
   tandem::cli::CommandBody body;
   tandem::cli::RegisterLaunchCommand(app, &body);
   tandem::cli::RegisterRoleCommands(app, &body);
   tandem::cli::RegisterK8sCommand(app, &body);
+  tandem::cli::RegisterRemoteExecCommand(app, &body);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

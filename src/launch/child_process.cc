@@ -177,20 +177,33 @@ StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal
     report_write.Reset(fds[1]);
     MoveAboveStdio(spec.label, &report_write);
   }
-  net::UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  if (!dev_null) ThrowErrno(spec.label, "open(/dev/null)");
-  MoveAboveStdio(spec.label, &dev_null);
+  net::UniqueFd stdin_read;
+  if (spec.stdin_data) {
+    if (spec.stdin_data->size() > kMaxStdinData) {
+      throw InvalidArgument(fmt::format("cannot start {}: {} bytes of stdin data, at most {}",
+                                        spec.label, spec.stdin_data->size(), kMaxStdinData));
+    }
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) ThrowErrno(spec.label, "pipe2");
+    stdin_read.Reset(fds[0]);
+    started.stdin_pipe.Reset(fds[1]);
+  } else {
+    stdin_read.Reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!stdin_read) ThrowErrno(spec.label, "open(/dev/null)");
+  }
+  MoveAboveStdio(spec.label, &stdin_read);
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) ThrowErrno(spec.label, "fork");
   if (pid == 0) {
-    RunChild(path.c_str(), argv.data(), envp.data(), parent, dev_null.get(), stdout_write.get(),
+    RunChild(path.c_str(), argv.data(), envp.data(), parent, stdin_read.get(), stdout_write.get(),
              stderr_write.get(), report_write.get(), signal_mask);
   }
   report_write.Reset();
   stdout_write.Reset();
   stderr_write.Reset();
+  stdin_read.Reset();
 
   // Blocks until the child has exec'd (the close-on-exec pipe closes, read
   // returns 0) or reported why it could not.
@@ -201,6 +214,20 @@ StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal
   } while (n < 0 && errno == EINTR);
   if (n == 0) {
     started.pid = pid;
+    if (spec.stdin_data && !spec.stdin_data->empty()) {
+      // Fits in the pipe's buffer (kMaxStdinData), so this never waits for
+      // the child. A child that already exited closes its end: EPIPE
+      // (SIGPIPE is blocked or handled by the launcher), reported later as
+      // the child's exit.
+      const std::string& data = *spec.stdin_data;
+      size_t done = 0;
+      while (done < data.size()) {
+        ssize_t w = ::write(started.stdin_pipe.get(), data.data() + done, data.size() - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        done += static_cast<size_t>(w);
+      }
+    }
     return started;
   }
 

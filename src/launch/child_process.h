@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,17 @@ struct ProcessSpec {
   std::vector<std::string> argv;
   /// The complete environment of the process (nothing else is inherited).
   std::map<std::string, std::string> env;
+  /// Without a value the child's stdin is /dev/null. With one, stdin is a
+  /// pipe: these bytes (at most kMaxStdinData) are written to it at start,
+  /// and the write end stays open in the launcher while the child lives, so
+  /// the child sees end-of-file only when the launcher closes it or dies
+  /// (`tandem remote-exec` uses that to notice a lost launcher).
+  std::optional<std::string> stdin_data;
 };
+
+/// The most bytes ProcessSpec::stdin_data may hold (one pipe buffer, so the
+/// write never waits for the child).
+inline constexpr size_t kMaxStdinData = 60 * 1024;
 
 /// A started process. Its pid is also its process group id.
 /// Thread-safety: a value type; the owner's thread.
@@ -30,6 +41,7 @@ struct StartedProcess {
   pid_t pid = -1;
   net::UniqueFd stdout_pipe;  ///< read end of the child's stdout, non-blocking
   net::UniqueFd stderr_pipe;  ///< read end of the child's stderr, non-blocking
+  net::UniqueFd stdin_pipe;   ///< write end of the child's stdin (with stdin_data)
 };
 
 /// The file `program` names: itself when it contains a '/', else the first

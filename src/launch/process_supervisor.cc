@@ -45,6 +45,7 @@ struct ProcessSupervisor::Child {
         pid(started.pid),
         stdout_pipe(std::move(started.stdout_pipe)),
         stderr_pipe(std::move(started.stderr_pipe)),
+        stdin_pipe(std::move(started.stdin_pipe)),
         stdout_lines("[" + label + "] ", out),
         stderr_lines("[" + label + "] ", err) {}
 
@@ -54,6 +55,7 @@ struct ProcessSupervisor::Child {
   bool group_gone = false;    // kill(-pid, 0) failed with ESRCH (or given up on)
   net::UniqueFd stdout_pipe;  // closed at EOF
   net::UniqueFd stderr_pipe;  // closed at EOF
+  net::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
   LinePrefixer stdout_lines;
   LinePrefixer stderr_lines;
 };
@@ -248,6 +250,7 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   Drain(child, false, kReadsAtExit);
   Drain(child, true, kReadsAtExit);
   child.exited = true;
+  child.stdin_pipe.Reset();
   ProcessExit exit{child.label, child.pid, status};
   exits_.push_back(exit);
   if (!status.success() && !first_failure_ && interrupt_signal_ == 0) {

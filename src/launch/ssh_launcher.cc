@@ -1,0 +1,302 @@
+#include "launch/ssh_launcher.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include "launch/job_credentials.h"
+#include "launch/prefixed_output.h"
+#include "launch/remote_exec.h"
+#include "tandem/error.h"
+
+#ifndef TANDEM_VERSION
+#define TANDEM_VERSION "unknown"
+#endif
+
+namespace tandem::launch {
+namespace {
+
+bool ForwardedAlways(const std::string& name) {
+  for (const char* prefix : {"DMLC_", "PS_", "MXNET_", "TANDEM_", "HOROVOD_"}) {
+    if (name.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+// The remote shell command that runs `argv` under remote-exec.
+std::string RemoteCommand(const SshJobOptions& o, const std::string& tandem,
+                          const std::string& label, const std::vector<std::string>& argv) {
+  std::string cmd = "exec " + ShellQuote(tandem) + " remote-exec --label " + ShellQuote(label);
+  if (!o.remote_directory.empty()) cmd += " --cwd " + ShellQuote(o.remote_directory);
+  cmd += " --";
+  for (const auto& a : argv) cmd += " " + ShellQuote(a);
+  return cmd;
+}
+
+std::vector<std::string> SshArgv(const SshJobOptions& o, const HostSlots& host,
+                                 const std::string& remote_command) {
+  std::vector<std::string> argv = {o.ssh_program, "-o", "BatchMode=yes"};
+  argv.insert(argv.end(), o.ssh_args.begin(), o.ssh_args.end());
+  argv.push_back(host.login);
+  argv.push_back(remote_command);
+  return argv;
+}
+
+// Runs `argv` with `env`, collecting its output, killed at `deadline`.
+struct Probe {
+  pid_t pid = -1;
+  StartedProcess started;
+  std::string output;
+  bool done = false;
+  int code = -1;
+};
+
+}  // namespace
+
+std::string ShellQuote(const std::string& word) {
+  bool plain = !word.empty();
+  for (char c : word) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              std::string_view("_./:=@%+,-").find(c) != std::string_view::npos;
+    plain = plain && ok;
+  }
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::vector<size_t> PlaceSshJob(const SshJobOptions& options) {
+  const auto& hosts = options.hosts;
+  std::vector<size_t> slots;
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    for (int s = 0; s < hosts[h].slots; ++s) slots.push_back(h);
+  }
+  std::vector<size_t> place = {0};
+  for (int j = 0; j < options.job.num_servers; ++j)
+    place.push_back(static_cast<size_t>(j) % hosts.size());
+  for (int i = 0; i < options.job.num_workers; ++i)
+    place.push_back(slots[static_cast<size_t>(i) % slots.size()]);
+  return place;
+}
+
+std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJobIdentity& identity,
+                                     const std::map<std::string, std::string>& launcher_env) {
+  if (options.hosts.empty()) throw InvalidArgument("the ssh launcher needs at least one host (-H)");
+  // The local job's specs give each process's labels, roles and contract;
+  // their environments are rewritten for the remote side.
+  LocalJobOptions job = options.job;
+  const std::string tandem =
+      options.remote_tandem.empty() ? job.tandem_binary : options.remote_tandem;
+  if (!job.command_runs_all_roles) job.tandem_binary = tandem;
+  std::vector<ProcessSpec> local = BuildLocalJob(job, identity, {});
+  std::vector<size_t> place = PlaceSshJob(options);
+  const std::string scheduler_host = options.hosts.front().host;
+
+  std::map<std::string, std::string> forwarded;
+  for (const auto& [name, value] : launcher_env) {
+    if (ForwardedAlways(name)) forwarded[name] = value;
+  }
+  for (const auto& name : options.forward_env) {
+    auto it = launcher_env.find(name);
+    if (it == launcher_env.end()) {
+      throw InvalidArgument(fmt::format(
+          "--forward-env {}: the variable is not set in the launcher's environment", name));
+    }
+    forwarded[name] = it->second;
+  }
+
+  std::vector<ProcessSpec> specs;
+  for (size_t i = 0; i < local.size(); ++i) {
+    const HostSlots& host = options.hosts[place[i]];
+    std::map<std::string, std::string> remote_env = forwarded;
+    for (const auto& [name, value] : local[i].env) remote_env[name] = value;  // the contract
+    remote_env["DMLC_PS_ROOT_URI"] = scheduler_host;
+    remote_env.erase("DMLC_NODE_HOST");  // chosen on the host: the route to the scheduler
+    for (const auto& [name, value] : options.job.env) remote_env[name] = value;
+    ProcessSpec spec;
+    spec.label = local[i].label;
+    spec.env = launcher_env;  // ssh's own (SSH_AUTH_SOCK, HOME, PATH)
+    spec.argv = SshArgv(options, host, RemoteCommand(options, tandem, spec.label, local[i].argv));
+    spec.stdin_data = EncodeRemoteEnvironment(remote_env);
+    specs.push_back(std::move(spec));
+  }
+  return specs;
+}
+
+namespace {
+
+// Checks every host in parallel: ssh works and the remote tandem is this
+// version. Returns one line per failing host.
+std::vector<std::string> CheckHosts(const SshJobOptions& o, const std::string& tandem,
+                                    const std::map<std::string, std::string>& env) {
+  std::vector<Probe> probes(o.hosts.size());
+  sigset_t none;
+  sigemptyset(&none);
+  for (size_t h = 0; h < o.hosts.size(); ++h) {
+    ProcessSpec spec;
+    spec.label = "check " + o.hosts[h].login;
+    spec.env = env;
+    spec.argv = SshArgv(o, o.hosts[h], "exec " + ShellQuote(tandem) + " --version");
+    std::vector<std::string> with_timeout = {
+        spec.argv[0], "-o",
+        fmt::format("ConnectTimeout={}", std::max<int64_t>(1, o.check_timeout.count() / 1000))};
+    with_timeout.insert(with_timeout.end(), spec.argv.begin() + 1, spec.argv.end());
+    spec.argv = with_timeout;
+    probes[h].started = StartChildProcess(spec, none);
+    probes[h].pid = probes[h].started.pid;
+  }
+  auto deadline = std::chrono::steady_clock::now() + o.check_timeout;
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<size_t> owner;
+    for (size_t h = 0; h < probes.size(); ++h) {
+      for (auto* fd : {&probes[h].started.stdout_pipe, &probes[h].started.stderr_pipe}) {
+        if (*fd) {
+          fds.push_back({fd->get(), POLLIN, 0});
+          owner.push_back(h);
+        }
+      }
+    }
+    if (fds.empty()) break;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      char buf[1024];
+      ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
+      Probe& p = probes[owner[k]];
+      if (n > 0) {
+        if (p.output.size() < 4096) p.output.append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        if (fds[k].fd == p.started.stdout_pipe.get()) {
+          p.started.stdout_pipe.Reset();
+        } else {
+          p.started.stderr_pipe.Reset();
+        }
+      }
+    }
+  }
+  std::vector<std::string> failures;
+  const std::string want = fmt::format("tandem {}", TANDEM_VERSION);
+  for (size_t h = 0; h < probes.size(); ++h) {
+    Probe& p = probes[h];
+    int status = 0;
+    pid_t r = ::waitpid(p.pid, &status, WNOHANG);
+    // Its output ended; the exit follows at once, unless it hangs.
+    while (r == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      r = ::waitpid(p.pid, &status, WNOHANG);
+    }
+    if (r == 0) {
+      ::kill(p.pid, SIGKILL);
+      ::waitpid(p.pid, &status, 0);
+      failures.push_back(fmt::format("{}: no answer within {} ms (ssh or the host hangs)",
+                                     o.hosts[h].login, o.check_timeout.count()));
+      continue;
+    }
+    std::string out = p.output;
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 255) {
+      failures.push_back(fmt::format("{}: ssh failed: {}", o.hosts[h].login, out));
+    } else if (code == 127 || code == 126) {
+      failures.push_back(fmt::format("{}: {} cannot be run there ({}); give --remote-tandem PATH",
+                                     o.hosts[h].login, tandem, out));
+    } else if (code != 0) {
+      failures.push_back(
+          fmt::format("{}: `{} --version` exited {}: {}", o.hosts[h].login, tandem, code, out));
+    } else if (out.find(want) == std::string::npos) {
+      failures.push_back(fmt::format("{}: the remote tandem says '{}', the launcher is '{}'",
+                                     o.hosts[h].login, out, want));
+    }
+  }
+  return failures;
+}
+
+void SyncDirectory(const SshJobOptions& o, const std::map<std::string, std::string>& env) {
+  std::string rsh = ShellQuote(o.ssh_program) + " -o BatchMode=yes";
+  for (const auto& a : o.ssh_args) rsh += " " + ShellQuote(a);
+  for (const auto& host : o.hosts) {
+    std::string target =
+        host.login.find(':') != std::string::npos ? "[" + host.login + "]" : host.login;
+    std::vector<std::string> argv = {
+        "rsync", "-a", "--delete", "-e", rsh, "./", target + ":" + o.remote_directory + "/"};
+    ProcessSpec spec{"rsync " + host.login, argv, env, std::nullopt};
+    sigset_t none;
+    sigemptyset(&none);
+    StartedProcess p = StartChildProcess(spec, none);
+    std::string output;
+    char buf[1024];
+    for (auto* fd : {&p.stdout_pipe, &p.stderr_pipe}) {
+      ::fcntl(fd->get(), F_SETFL, 0);  // blocking: read to the end
+      for (ssize_t n; (n = ::read(fd->get(), buf, sizeof(buf))) > 0;)
+        output.append(buf, static_cast<size_t>(n));
+    }
+    int status = 0;
+    ::waitpid(p.pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      throw InvalidArgument(fmt::format("--sync-dst-dir: rsync to {}:{} failed: {}", host.login,
+                                        o.remote_directory, output));
+    }
+  }
+}
+
+}  // namespace
+
+int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_options,
+              const base::Environment& launcher_env) {
+  ValidateLocalJobOptions(options.job);
+  if (options.hosts.empty()) throw InvalidArgument("the ssh launcher needs at least one host (-H)");
+  SshJobOptions o = options;
+  if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
+  if (o.remote_tandem.empty()) o.remote_tandem = o.job.tandem_binary;
+  if (o.remote_directory.empty()) {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof(cwd)) == nullptr) throw IoError("getcwd failed");
+    o.remote_directory = cwd;
+  }
+  LocalJobIdentity identity;
+  if (o.scheduler_port == 0) {
+    std::random_device rd;
+    o.scheduler_port = static_cast<uint16_t>(20000 + rd() % 40000);
+  }
+  identity.scheduler_port = o.scheduler_port;
+  identity.secret = GenerateJobSecret();
+  identity.job_id = o.job.job_id.empty() ? GenerateJobId() : o.job.job_id;
+
+  const auto& env = launcher_env.vars();
+  FindExecutable(o.ssh_program, env);
+  if (o.sync_directory) SyncDirectory(o, env);
+  if (auto failures = CheckHosts(o, o.remote_tandem, env); !failures.empty()) {
+    std::string text = "hosts failed their check before the job started:";
+    for (const auto& f : failures) text += "\n  " + f;
+    throw InvalidArgument(text);
+  }
+  std::vector<ProcessSpec> specs = BuildSshJob(o, identity, env);
+  ProcessSupervisor supervisor(supervisor_options);
+  OutputSink(supervisor_options.stderr_fd)
+      .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "
+                             "worker{} on {} host{}\n",
+                             identity.job_id, o.hosts.front().host, identity.scheduler_port,
+                             o.job.num_servers, o.job.num_servers == 1 ? "" : "s",
+                             o.job.num_workers, o.job.num_workers == 1 ? "" : "s", o.hosts.size(),
+                             o.hosts.size() == 1 ? "" : "s"));
+  for (const auto& spec : specs) supervisor.Start(spec);
+  return supervisor.Run().exit_code;
+}
+
+}  // namespace tandem::launch
