@@ -96,7 +96,17 @@ KVHandle LocalKVStore::RowSparsePushAsync(const KVKey& key, const TensorView& ro
   std::lock_guard lock(mu_);
   KeyInfo& info = keys_.Find(key, "row-sparse push");
   KeyRegistry::CheckRows(info, rows, row_ids, "row-sparse push");
-  // The named rows in a zero gradient, then as a dense push.
+  if (optimizer_.active()) {
+    // The optimizer's row-sparse update (lazy where MXNet's is).
+    const int64_t row_length = static_cast<int64_t>(info.row_length);
+    auto& stored = values_.at(info.id);
+    optimizer_.UpdateRows(
+        info.id, TensorView{stored.data(), info.dtype, {info.shape[0], row_length}}, row_ids,
+        TensorView{rows.data, info.dtype, {static_cast<int64_t>(row_ids.size()), row_length}});
+    return KVHandle();
+  }
+  // Without an updater: the named rows in a zero gradient, then as a dense
+  // push (the value becomes the push).
   const size_t row_bytes = info.row_length * ElementSize(info.dtype);
   std::vector<std::byte> dense(info.elements * ElementSize(info.dtype));
   for (size_t i = 0; i < row_ids.size(); ++i) {

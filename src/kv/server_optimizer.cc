@@ -32,6 +32,13 @@ void ServerOptimizer::Update(uint64_t key, const TensorView& weight, const Tenso
   optimizer_->Update(key, weight, grad);
 }
 
+void ServerOptimizer::UpdateRows(uint64_t key, const TensorView& weight,
+                                 std::span<const int64_t> rows, const TensorView& grad) {
+  std::shared_lock lock(mu_);
+  if (!optimizer_) throw InvalidArgument(fmt::format("key {}: no optimizer is set", key));
+  optimizer_->UpdateRows(key, weight, rows, grad);
+}
+
 void ServerOptimizer::Save(const std::string& path) const {
   std::string bytes;
   {

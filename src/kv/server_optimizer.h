@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <shared_mutex>
+#include <span>
 #include <string>
 
 #include "kv/optimizer/optimizer.h"
@@ -35,6 +36,11 @@ class ServerOptimizer {
   /// Applies `grad` to `weight` under `key`. Requires active(). Throws what
   /// Optimizer::Update throws.
   void Update(uint64_t key, const TensorView& weight, const TensorView& grad);
+
+  /// Applies a row-sparse gradient (Optimizer::UpdateRows). Requires
+  /// active(). Throws what Optimizer::UpdateRows throws.
+  void UpdateRows(uint64_t key, const TensorView& weight, std::span<const int64_t> rows,
+                  const TensorView& grad);
 
   /// Writes every key's state to `path` (the file is replaced atomically via
   /// a temporary). Throws InvalidArgument without an optimizer, IoError.

@@ -205,8 +205,12 @@ void ServerShard::HandlePush(ShardItem& item) {
           q.key));
     }
     ByteBuffer grad = DenseGradient(q, item.msg);
-    Unshare(k);
-    ctx_.optimizer->Update(q.key, View(q.dtype, *k.value, q.count), View(q.dtype, grad, q.count));
+    if (q.encoding == PayloadEncoding::kRowSparse) {
+      const std::set<uint64_t> rows(q.rows.begin(), q.rows.end());
+      ApplyUpdate(q.key, k, grad, &rows);
+    } else {
+      ApplyUpdate(q.key, k, grad, nullptr);
+    }
     ctx_.pool->Give(std::move(grad));
     if (h.type == kvmsg::kPushPull) {
       ReplyValue(item.connection, h, k.value);
@@ -214,6 +218,11 @@ void ServerShard::HandlePush(ShardItem& item) {
       ReplyAck(item.connection, h);
     }
     return;
+  }
+  if (q.encoding == PayloadEncoding::kRowSparse) {
+    k.round_rows.insert(q.rows.begin(), q.rows.end());
+  } else {
+    k.round_dense = true;
   }
   ctx_.pool->Give(k.merge.Add(q.worker_rank, ctx_.num_workers, DenseGradient(q, item.msg), q.dtype,
                               q.count, PendingAck{item.connection, h}));
@@ -223,12 +232,16 @@ void ServerShard::HandlePush(ShardItem& item) {
 void ServerShard::FinishRound(uint64_t key, StoredKey& k) {
   std::vector<PendingAck> acks;
   ByteBuffer merged = k.merge.TakeMerged(&acks);
+  const bool sparse_round = !k.round_dense;
+  std::set<uint64_t> rows;
+  rows.swap(k.round_rows);
+  k.round_dense = false;
   std::string failure;
   if (ctx_.optimizer->active()) {
     try {
-      Unshare(k);
-      ctx_.optimizer->Update(key, View(k.layout.dtype, *k.value, k.layout.count),
-                             View(k.layout.dtype, merged, k.layout.count));
+      // A round of row-sparse pushes only updates lazily, as MXNet's server
+      // applies a merged row-sparse gradient.
+      ApplyUpdate(key, k, merged, sparse_round ? &rows : nullptr);
       ctx_.pool->Give(std::move(merged));
     } catch (const std::exception& e) {
       failure = fmt::format("key {}: the update of this round failed: {}", key, e.what());
@@ -248,6 +261,40 @@ void ServerShard::FinishRound(uint64_t key, StoredKey& k) {
     }
   }
   Drain(k);
+}
+
+void ServerShard::ApplyUpdate(uint64_t key, StoredKey& k, ByteBuffer& grad,
+                              const std::set<uint64_t>* rows) {
+  const KeyRequest& l = k.layout;
+  if (rows == nullptr) {
+    Unshare(k);
+    ctx_.optimizer->Update(key, View(l.dtype, *k.value, l.count), View(l.dtype, grad, l.count));
+    return;
+  }
+  if (rows->empty()) return;  // no row of this slice was pushed: nothing changes
+  // The named rows of the dense gradient, and their numbers within the slice.
+  const uint64_t first_row = l.offset / l.row_length;
+  const size_t row_bytes = l.row_length * ElementSize(l.dtype);
+  ByteBuffer packed = ctx_.pool->Take(rows->size() * row_bytes);
+  std::vector<int64_t> local;
+  local.reserve(rows->size());
+  for (uint64_t r : *rows) {
+    std::memcpy(packed.data.get() + local.size() * row_bytes,
+                grad.data.get() + (r - first_row) * row_bytes, row_bytes);
+    local.push_back(static_cast<int64_t>(r - first_row));
+  }
+  const auto row_length = static_cast<int64_t>(l.row_length);
+  Unshare(k);
+  TensorView weight{
+      k.value->data.get(), l.dtype, {static_cast<int64_t>(l.count / l.row_length), row_length}};
+  TensorView g{packed.data.get(), l.dtype, {static_cast<int64_t>(local.size()), row_length}};
+  try {
+    ctx_.optimizer->UpdateRows(key, weight, local, g);
+  } catch (...) {
+    ctx_.pool->Give(std::move(packed));
+    throw;
+  }
+  ctx_.pool->Give(std::move(packed));
 }
 
 void ServerShard::Drain(StoredKey& k) {

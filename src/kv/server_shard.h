@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -70,6 +71,10 @@ class ServerShard {
     SyncMerge merge;
     std::deque<ShardItem> waiting;  // requests of workers blocked by the round
     bool draining = false;
+    // The current round's row-sparse pushes: the union of their rows, and
+    // whether a dense push joined (then the update is dense).
+    std::set<uint64_t> round_rows;
+    bool round_dense = false;
   };
 
   void Loop();
@@ -79,6 +84,10 @@ class ServerShard {
   void HandlePull(ShardItem& item);
   void HandleControl(ShardItem& item);
   void FinishRound(uint64_t key, StoredKey& k);
+  // The optimizer's update of `k` with `grad` (dense over the slice): with
+  // `rows` (global row numbers) as a row-sparse update of those rows only
+  // (kv::Optimizer::UpdateRows: MXNet's lazy updates), else dense.
+  void ApplyUpdate(uint64_t key, StoredKey& k, ByteBuffer& grad, const std::set<uint64_t>* rows);
   void Drain(StoredKey& k);
   ByteBuffer DenseGradient(const KeyRequest& q, net::Message& msg) const;
   // A value whose buffer goes back to the pool when its last holder (the key

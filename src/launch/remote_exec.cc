@@ -147,6 +147,9 @@ int RunRemoteExec(const RemoteExecOptions& options) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
     ::dup2(dev_null.get(), STDIN_FILENO);
+    // The command must not hold the watched descriptor open: its end is
+    // how remote-exec learns that the launcher went away.
+    if (options.watch_fd > STDERR_FILENO) ::close(options.watch_fd);
     ::sigprocmask(SIG_SETMASK, &saved, nullptr);
     if (cwd != nullptr && ::chdir(cwd) != 0) {
       ::dprintf(2, "remote-exec: cannot enter %s: %s\n", cwd, std::strerror(errno));

@@ -179,7 +179,9 @@ TEST(RemoteEnvironment, ASilentLauncherTimesOut) {
 // remote-exec stops its command when the watched descriptor reaches its end.
 TEST(RunRemoteExec, StopsTheCommandWhenTheLauncherGoesAway) {
   int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
+  // Close-on-exec: the command must not inherit the write end (in real use
+  // only ssh holds it).
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   RemoteExecOptions o;
   o.command = {"/bin/sleep", "30"};
   o.environment = {{"PATH", "/bin:/usr/bin"}};
@@ -199,7 +201,9 @@ TEST(RunRemoteExec, StopsTheCommandWhenTheLauncherGoesAway) {
 
 TEST(RunRemoteExec, ReturnsTheCommandsExitCodeInItsDirectory) {
   int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
+  // Close-on-exec: the command must not inherit the write end (in real use
+  // only ssh holds it).
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
   RemoteExecOptions o;
   o.command = {"/bin/sh", "-c", "test \"$(pwd)\" = /tmp && test \"$X\" = 7 && exit 3"};
   o.environment = {{"PATH", "/bin:/usr/bin"}, {"X", "7"}};

@@ -25,7 +25,11 @@ class DistSync : public ::testing::TestWithParam<SyncParam> {};
 // Closed form: in round r worker w pushes (w+1)*(i%7+r) at element i; the
 // merged sum is W(W+1)/2*(i%7+r) and without optimizer becomes the value.
 TEST_P(DistSync, RoundsGiveExactSums) {
-  auto [servers, workers, n, dtype] = GetParam();
+  // Named copies: clang 14 cannot capture structured bindings in lambdas.
+  const auto servers = std::get<0>(GetParam());
+  const auto workers = std::get<1>(GetParam());
+  const auto n = std::get<2>(GetParam());
+  const auto dtype = std::get<3>(GetParam());
   KvJobOptions o;
   o.servers = servers;
   o.workers = workers;
@@ -147,7 +151,10 @@ TEST(DistSync, PrioritiesKeepPerKeyOrder) {
 class DistAsync : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 TEST_P(DistAsync, EveryPushIsAppliedOnce) {
-  auto [servers, workers, n] = GetParam();
+  // Named copies: clang 14 cannot capture structured bindings in lambdas.
+  const auto servers = std::get<0>(GetParam());
+  const auto workers = std::get<1>(GetParam());
+  const auto n = std::get<2>(GetParam());
   KvJobOptions o;
   o.servers = servers;
   o.workers = workers;
@@ -421,7 +428,10 @@ float ReferenceQuantise(bool two_bit, float t, float grad, float* residual) {
 class DistCompression : public ::testing::TestWithParam<std::tuple<bool, int, int>> {};
 
 TEST_P(DistCompression, ServerSumsTheDequantisedPushes) {
-  auto [two_bit, servers, n] = GetParam();
+  // Named copies: clang 14 cannot capture structured bindings in lambdas.
+  const auto two_bit = std::get<0>(GetParam());
+  const auto servers = std::get<1>(GetParam());
+  const auto n = std::get<2>(GetParam());
   constexpr int kWorkers = 4;
   KvJobOptions o;
   o.servers = servers;
@@ -477,7 +487,9 @@ namespace {
 class RowSparsePush : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(RowSparsePush, RoundsSumThePushedRows) {
-  auto [servers, local] = GetParam();
+  // Named copies: clang 14 cannot capture structured bindings in lambdas.
+  const auto servers = std::get<0>(GetParam());
+  const auto local = std::get<1>(GetParam());
   auto body = [](KVStore& kv, int rank, int workers) {
     Tensor w(DType::kF32, {10, 3}, [](size_t i) { return double(i); });
     kv.Init(2, w.view());

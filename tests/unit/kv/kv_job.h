@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -64,6 +65,23 @@ class TestSgd final : public kv::Optimizer {
       std::lock_guard lock(log_->mu);
       log_->keys.push_back(key);
     }
+  }
+  // Lazy: only the given rows change.
+  void UpdateRows(uint64_t key, const TensorView& w, std::span<const int64_t> rows,
+                  const TensorView& g) override {
+    if (w.shape.size() != 2 || g.shape.size() != 2 || w.dtype != DType::kF32 ||
+        g.dtype != DType::kF32 || g.shape[0] != static_cast<int64_t>(rows.size())) {
+      throw InvalidArgument(fmt::format("key {}: test sgd rows got mismatched tensors", key));
+    }
+    const auto len = static_cast<size_t>(w.shape[1]);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (size_t c = 0; c < len; ++c) {
+        static_cast<float*>(w.data)[static_cast<size_t>(rows[i]) * len + c] -=
+            static_cast<float>(lr_) * static_cast<const float*>(g.data)[i * len + c];
+      }
+    }
+    std::lock_guard lock(mu_);
+    ++updates_[key];
   }
   std::string SaveStates() const override {
     std::lock_guard lock(mu_);

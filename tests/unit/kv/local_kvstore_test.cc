@@ -16,7 +16,11 @@ namespace {
 class LocalStore : public ::testing::TestWithParam<std::tuple<int, int, DType, int>> {};
 
 TEST_P(LocalStore, SumsDevicesExactly) {
-  auto [devices, n, dtype, threads] = GetParam();
+  // Named copies: clang 14 cannot capture structured bindings in lambdas.
+  const auto devices = std::get<0>(GetParam());
+  const auto n = std::get<1>(GetParam());
+  const auto dtype = std::get<2>(GetParam());
+  const auto threads = std::get<3>(GetParam());
   kv::StoreSettings s;
   s.big_array_bound = 1000;
   s.reduction_threads = threads;
