@@ -253,14 +253,21 @@ void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
     b.sequence = req.sequence;
     b.final = (req.flags & BarrierRequest::kFinal) != 0;
     b.started = clock_.Now();
-  } else if (b.sequence != req.sequence) {
-    // Nodes disagree on how many barriers they have passed over this group:
-    // one of them skipped or repeated one. Fail the barrier on everyone
-    // instead of pairing barriers that do not belong together.
+  } else if (b.sequence != req.sequence || b.final != ((req.flags & BarrierRequest::kFinal) != 0)) {
+    // Nodes disagree on how many barriers they have passed over this group,
+    // or one is finalizing while another waits at an ordinary barrier: one
+    // of them skipped or repeated one. Fail the barrier on everyone instead
+    // of pairing barriers that do not belong together.
     b.arrived.emplace(node, msg.header.request_id);
+    auto describe = [](uint64_t sequence, bool final) {
+      return final ? fmt::format("#{} (its final barrier, Finalize)", sequence)
+                   : fmt::format("#{}", sequence);
+    };
     std::string text = fmt::format(
-        "barrier over {}: {} is at barrier #{} but the nodes already waiting are at #{}",
-        GroupsName(req.groups), who.ToString(), req.sequence, b.sequence);
+        "barrier over {}: {} is at barrier {} but the nodes already waiting are at {}",
+        GroupsName(req.groups), who.ToString(),
+        describe(req.sequence, (req.flags & BarrierRequest::kFinal) != 0),
+        describe(b.sequence, b.final));
     FinishBarrier(b, msg::kBarrierFailed, /*timed_out=*/false, text, out);
     barriers_.erase(req.groups);
     return;

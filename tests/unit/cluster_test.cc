@@ -288,6 +288,35 @@ TEST(Cluster, ALateStragglerMeetsMismatchedCountsNotAWrongBarrier) {
   EXPECT_GE(mismatches.load(), 2);
 }
 
+// A worker's ordinary barrier over every group never pairs with the
+// servers' final barrier (both are their nodes' first barrier over kAll):
+// the barrier fails on everyone, naming the final one.
+TEST(Cluster, AnOrdinaryBarrierNeverPairsWithFinalize) {
+  Timings t;
+  t.barrier_timeout = milliseconds(2000);
+  TestJob job(1, 1, t);
+  job.AddAll();
+  std::atomic<int> named_final{0};
+  auto errors = job.RunAll([&](Membership& m) {
+    if (m.self().role == Role::kWorker) {
+      std::this_thread::sleep_for(milliseconds(100));  // the others finalize first
+      try {
+        m.Barrier(group::kAll);
+        ADD_FAILURE() << "the worker's barrier paired with Finalize";
+      } catch (const Error& e) {
+        if (std::string(e.what()).find("final barrier") != std::string::npos) ++named_final;
+      }
+      return;
+    }
+    try {
+      m.Finalize();
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("final barrier") != std::string::npos) ++named_final;
+    }
+  });
+  EXPECT_EQ(named_final.load(), 3);  // the worker, the server and the scheduler
+}
+
 TEST(Cluster, BarrierOutsideOwnGroupIsInvalid) {
   TestJob job(1, 1);
   job.AddAll();
