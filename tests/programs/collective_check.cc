@@ -180,7 +180,12 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     if (die_rank >= 0) {
       Tensor t(DType::kF32, 1 << 16);
-      for (int k = 0; k < 2; ++k) world.AllReduce(t.view(), t.view());
+      // Named: a peer may still be in the last of these when the victim dies
+      // (the victim can finish first, and a killed socket's unread data
+      // turns into a reset that loses what it had sent).
+      tandem::ReduceOptions before;
+      before.name = "before-death";
+      for (int k = 0; k < 2; ++k) world.AllReduce(t.view(), t.view(), before);
       if (world.rank() == die_rank) {
         std::printf("collective_check: rank %d dies now\n", world.rank());
         std::fflush(stdout);
