@@ -68,7 +68,6 @@ def test_kill_9_raises_peer_lost_naming_the_rank(launch, tandem_bin_dir, workers
         # The mesh names "worker rank V (host:port)"; the scheduler's notice
         # "worker V (node N, ...)": either names the dead worker. A survivor may
         # still be in the last operation before the death.
-        # "worker V (node N, ...)": either names the dead worker.
         pattern = (rf"\[worker {rank}\] collective_check: PeerLost: .*'(after|before)-death'.*"
                    rf"lost worker (rank )?{victim} \(")
         assert re.search(pattern, out), f"worker {rank} did not name worker {victim}\n{out}"
