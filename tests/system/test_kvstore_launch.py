@@ -22,11 +22,11 @@ def f32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def run(launch, tandem_bin_dir, scenario, tmp_path=None):
+def run(launch, tandem_bin_dir, scenario, tmp_path=None, env=None, timeout=60):
     args = [tandem_bin_dir / "kvstore_check", "--scenario", scenario]
     if tmp_path is not None:
         args += ["--dir", str(tmp_path)]
-    result = launch(WORKERS, SERVERS, args, timeout=60)
+    result = launch(WORKERS, SERVERS, args, env=env or {}, timeout=timeout)
     assert result.returncode == 0, result.job.describe()
     for rank in range(WORKERS):
         assert (f"[worker {rank}] kvstore_check: done scenario={scenario} rank={rank} "
@@ -58,7 +58,24 @@ def check_big(seen, label, n, value_at):
 
 
 def test_sync_sums_big_keys_fp16_row_sparse_local_update_and_bad_input(launch, tandem_bin_dir):
-    output, seen = run(launch, tandem_bin_dir, "sync")
+    check_sync_scenario(*run(launch, tandem_bin_dir, "sync"))
+
+
+@pytest.mark.parametrize("drop,seed", [(2, 11), (5, 12)])
+def test_sync_results_stay_exact_when_messages_are_dropped(launch, tandem_bin_dir, drop, seed):
+    """PS_RESEND=1 with PS_DROP_MSG: every process discards that percentage of
+    the data messages and acks it receives; resends make up for them."""
+    env = {"PS_RESEND": "1", "PS_RESEND_TIMEOUT": "100", "PS_DROP_MSG": str(drop),
+           "TANDEM_DROP_SEED": str(seed), "PS_VERBOSE": "1"}  # 1: the resend summaries
+    output, seen = run(launch, tandem_bin_dir, "sync", env=env, timeout=240)
+    check_sync_scenario(output, seen)
+    resent = [int(n) for n in re.findall(r"reliable delivery: \d+ messages sent, (\d+) resent",
+                                         output)]
+    assert resent and sum(resent) > 0, "no message was resent: the drops did not happen"
+
+
+def check_sync_scenario(output, seen):
+    """The numbers of kvstore_check's "sync" scenario, in closed form."""
     check_all(seen, "k0 init", range(20))
     for r in (1, 2, 3):
         check_all(seen, f"k0 round{r}", [TRI * (i % 7 + r) for i in range(20)])
