@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct LaunchArguments {
   std::string launcher = "local";
   std::vector<std::string> env;
   double teardown_grace_seconds = 10.0;
+  std::string log_dir;
   bool command_runs_all_roles = false;
   bool no_scheduler = false;
   std::string job_id;
@@ -63,6 +65,15 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
   launch::SupervisorOptions supervisor;
   supervisor.teardown_grace = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(args.teardown_grace_seconds * 1000.0)));
+  if (!args.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(args.log_dir, ec);
+    if (ec) {
+      throw ConfigError(
+          fmt::format("--log-dir {}: cannot create the directory: {}", args.log_dir, ec.message()));
+    }
+    supervisor.log_dir = args.log_dir;
+  }
   auto env = base::Environment::FromProcess();
   if (args.launcher == "ssh") {
     if (args.hostfile.empty()) throw InvalidArgument("--launcher ssh needs a hostfile: -H FILE");
@@ -181,6 +192,10 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "SIGTERM (SIGKILL follows 5 s later)")
       ->capture_default_str()
       ->check(Seconds());
+  cmd->add_option("--log-dir", args->log_dir,
+                  "Also write each process's output, unprefixed, to DIR/<role>-<rank>.log "
+                  "(scheduler.log, server-0.log, worker-3.log; created if missing)")
+      ->type_name("DIR");
   cmd->add_flag("--command-runs-all-roles", args->command_runs_all_roles,
                 "Run COMMAND as the scheduler and the servers too (the program hands those roles "
                 "to tandem), instead of the built-in `tandem scheduler` and `tandem server`");

@@ -1,5 +1,6 @@
 #include "launch/process_supervisor.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "tandem/error.h"
 
@@ -58,7 +60,21 @@ struct ProcessSupervisor::Child {
   net::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
   LinePrefixer stdout_lines;
   LinePrefixer stderr_lines;
+  // With a log directory: the log file and the unprefixed copies of both
+  // streams written to it.
+  net::UniqueFd log_fd;
+  std::unique_ptr<OutputSink> log_sink;
+  std::unique_ptr<LinePrefixer> stdout_log;
+  std::unique_ptr<LinePrefixer> stderr_log;
 };
+
+std::string LogFileName(std::string_view label) {
+  std::string name(label);
+  for (char& c : name) {
+    if (c == ' ' || c == '/') c = '-';
+  }
+  return name + ".log";
+}
 
 std::string ProcessExit::Describe() const {
   return fmt::format("{} (pid {}) {}", label, pid, status.Describe());
@@ -110,9 +126,26 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
     throw InvalidArgument(
         fmt::format("cannot start {}: the supervisor's Run() has already been called", spec.label));
   }
+  net::UniqueFd log_fd;
+  std::string log_path;
+  if (!options_.log_dir.empty()) {
+    log_path = (std::filesystem::path(options_.log_dir) / LogFileName(spec.label)).string();
+    log_fd.Reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!log_fd) {
+      throw IoError(fmt::format("cannot create the log file of {}: {}: {}", spec.label, log_path,
+                                std::strerror(errno)));
+    }
+  }
   StartedProcess started = StartChildProcess(spec, saved_mask_);
-  children_.push_back(
-      std::make_unique<Child>(spec.label, std::move(started), &stdout_sink_, &stderr_sink_));
+  auto child =
+      std::make_unique<Child>(spec.label, std::move(started), &stdout_sink_, &stderr_sink_);
+  if (log_fd) {
+    child->log_fd = std::move(log_fd);
+    child->log_sink = std::make_unique<OutputSink>(child->log_fd.get());
+    child->stdout_log = std::make_unique<LinePrefixer>("", child->log_sink.get());
+    child->stderr_log = std::make_unique<LinePrefixer>("", child->log_sink.get());
+  }
+  children_.push_back(std::move(child));
   return children_.back()->pid;
 }
 
@@ -357,17 +390,20 @@ bool ProcessSupervisor::Finished() const { return AllExited() && LiveGroups() ==
 void ProcessSupervisor::Drain(Child& child, bool from_stderr, int max_reads) {
   net::UniqueFd& pipe = from_stderr ? child.stderr_pipe : child.stdout_pipe;
   LinePrefixer& lines = from_stderr ? child.stderr_lines : child.stdout_lines;
+  LinePrefixer* log = from_stderr ? child.stderr_log.get() : child.stdout_log.get();
   char buffer[64 * 1024];
   for (int i = 0; i < max_reads && pipe; ++i) {
     ssize_t n = ::read(pipe.get(), buffer, sizeof(buffer));
     if (n > 0) {
       lines.Append(std::string_view(buffer, static_cast<size_t>(n)));
+      if (log != nullptr) log->Append(std::string_view(buffer, static_cast<size_t>(n)));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     // End of stream (every writer is gone) or an error reading it.
     lines.Flush();
+    if (log != nullptr) log->Flush();
     pipe.Reset();
   }
 }

@@ -38,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launch/child_process.h"
@@ -66,7 +67,17 @@ struct SupervisorOptions {
   /// groups become its children and are reaped by it, instead of waiting
   /// for init to reap them (the process group exists until they are).
   bool adopt_orphans = true;
+  /// When not empty: every process's output also goes, unprefixed and with
+  /// its stdout and stderr lines interleaved as they arrive, to
+  /// `<log_dir>/<label>.log` with the label's spaces as dashes
+  /// ("worker-3.log"), created or truncated by Start. The directory must
+  /// exist. docs/launch.md, "Per-process log files".
+  std::string log_dir;
 };
+
+/// The log file name of a process labelled `label` ("worker 3" ->
+/// "worker-3.log"): spaces and slashes become dashes. Any thread.
+std::string LogFileName(std::string_view label);
 
 /// The end of one process of the job. Thread-safety: a value type.
 struct ProcessExit {
@@ -118,7 +129,8 @@ class ProcessSupervisor {
 
   /// Starts `spec` (see StartChildProcess) and returns its pid, which is
   /// also its process group id. Requires: Run has not been called. Throws
-  /// InvalidArgument or IoError when the process cannot be started;
+  /// InvalidArgument or IoError when the process cannot be started or its
+  /// log file (SupervisorOptions::log_dir) cannot be created;
   /// processes started before stay running (the destructor kills them).
   pid_t Start(const ProcessSpec& spec);
 

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -134,6 +135,55 @@ TEST(ProcessSupervisorTest, PrefixesEveryLineWithTheLabel) {
       << err.Text();
   // The exit report follows the process's last line.
   EXPECT_LT(LineIndex(err_lines, "[worker 0] oops"), LineIndex(err_lines, "[launcher] worker 0"));
+}
+
+// --log-dir: each process's stdout and stderr lines, unprefixed, in its own
+// file named for its label; the console output is unchanged.
+TEST(ProcessSupervisorTest, WritesEachProcessesOutputToItsLogFile) {
+  MemoryFile out, err;
+  char dir_template[] = "/tmp/tandem-logs-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  SupervisorOptions options = Options(out, err);
+  options.log_dir = dir;
+  {
+    ProcessSupervisor supervisor(options);
+    supervisor.Start(Shell("worker 1", "echo one; echo two >&2; printf partial"));
+    supervisor.Start(Shell("server 0", "echo s"));
+    EXPECT_EQ(supervisor.Run().exit_code, 0);
+  }
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  const std::string worker = read(dir + "/worker-1.log");
+  EXPECT_THAT(worker, HasSubstr("one\n"));
+  EXPECT_THAT(worker, HasSubstr("two\n"));
+  EXPECT_THAT(worker, HasSubstr("partial\n"));
+  EXPECT_EQ(worker.size(), std::string("one\ntwo\npartial\n").size());
+  EXPECT_EQ(read(dir + "/server-0.log"), "s\n");
+  EXPECT_THAT(out.Lines(), ::testing::Contains("[worker 1] one"));
+  std::filesystem::remove_all(dir);
+
+  // A directory that is not there: Start fails naming the process and path.
+  SupervisorOptions missing = Options(out, err);
+  missing.log_dir = dir + "/no/such/dir";
+  ProcessSupervisor supervisor(missing);
+  try {
+    supervisor.Start(Shell("worker 0", "true"));
+    ADD_FAILURE() << "Start succeeded without a log directory";
+  } catch (const IoError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("worker 0"));
+    EXPECT_THAT(e.what(), HasSubstr("worker-0.log"));
+  }
+}
+
+TEST(ProcessSupervisorTest, LogFileNamesAreTheLabelsWithDashes) {
+  EXPECT_EQ(LogFileName("scheduler"), "scheduler.log");
+  EXPECT_EQ(LogFileName("worker 12"), "worker-12.log");
+  EXPECT_EQ(LogFileName("a/b c"), "a-b-c.log");
 }
 
 TEST(ProcessSupervisorTest, FlushesAPartialLastLineAndJoinsLinesSplitAcrossWrites) {
