@@ -29,6 +29,12 @@ struct ProcessSpec {
   /// the child sees end-of-file only when the launcher closes it or dies
   /// (`tandem remote-exec` uses that to notice a lost launcher).
   std::optional<std::string> stdin_data;
+  /// A service of the job (its scheduler, a server): it ends on its own once
+  /// the other processes, the workers, are done. When every other process
+  /// has exited with status 0 and a service is still running after the
+  /// supervisor's teardown_grace, the job is torn down as stuck
+  /// (ProcessSupervisor::Run, docs/launch.md "Tear-down").
+  bool service = false;
 };
 
 /// The most bytes ProcessSpec::stdin_data may hold (one pipe buffer, so the

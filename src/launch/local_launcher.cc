@@ -111,11 +111,13 @@ std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
   specs.reserve(1 + options.num_servers + options.num_workers);
   if (!options.rendezvous_in_worker) {
     specs.push_back({"scheduler", BuiltInRole(options, "scheduler"),
-                     RoleEnvironment(options, identity, launcher_env, "scheduler", 0)});
+                     RoleEnvironment(options, identity, launcher_env, "scheduler", 0),
+                     std::nullopt, /*service=*/true});
   }
   for (int i = 0; i < options.num_servers; ++i) {
     specs.push_back({fmt::format("server {}", i), BuiltInRole(options, "server"),
-                     RoleEnvironment(options, identity, launcher_env, "server", i)});
+                     RoleEnvironment(options, identity, launcher_env, "server", i), std::nullopt,
+                     /*service=*/true});
   }
   for (int i = 0; i < options.num_workers; ++i) {
     specs.push_back({fmt::format("worker {}", i), options.command,

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "base/exit_code.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -55,6 +56,7 @@ struct ProcessSupervisor::Child {
   pid_t pid;                  // also the process group id
   bool exited = false;        // reaped (or given up on)
   bool group_gone = false;    // kill(-pid, 0) failed with ESRCH (or given up on)
+  bool service = false;       // ProcessSpec::service
   net::UniqueFd stdout_pipe;  // closed at EOF
   net::UniqueFd stderr_pipe;  // closed at EOF
   net::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
@@ -145,6 +147,7 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
     child->stdout_log = std::make_unique<LinePrefixer>("", child->log_sink.get());
     child->stderr_log = std::make_unique<LinePrefixer>("", child->log_sink.get());
   }
+  child->service = spec.service;
   children_.push_back(std::move(child));
   return children_.back()->pid;
 }
@@ -212,6 +215,9 @@ JobOutcome ProcessSupervisor::Run() {
   } else if (interrupt_signal_ != 0) {
     outcome.exit_code = 128 + interrupt_signal_;
     Log(fmt::format("job interrupted by {}", SignalName(interrupt_signal_)));
+  } else if (services_stuck_) {
+    outcome.exit_code = base::kExitTimeout;
+    Log("job failed: its services did not end after every worker had exited with status 0");
   } else if (exits_.size() < children_.size()) {
     // Only a process that survived SIGKILL (stuck in the kernel) lacks an exit.
     outcome.exit_code = 1;
@@ -286,7 +292,7 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   child.stdin_pipe.Reset();
   ProcessExit exit{child.label, child.pid, status};
   exits_.push_back(exit);
-  if (!status.success() && !first_failure_ && interrupt_signal_ == 0) {
+  if (!status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_) {
     first_failure_ = exit;
     if (phase_ == Phase::kRunning) {
       Log(fmt::format("{}; tearing down the job", exit.Describe()));
@@ -296,6 +302,23 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
     }
   }
   Log(exit.Describe());
+}
+
+bool ProcessSupervisor::ServicesOutlivedTheJob(TimePoint now) {
+  bool any_worker = false;
+  bool service_running = false;
+  for (const auto& c : children_) {
+    if (c->service) {
+      service_running = service_running || !c->exited;
+    } else {
+      if (!c->exited) return false;
+      any_worker = true;
+    }
+  }
+  // (A worker that failed moved the job to kGrace: here all succeeded.)
+  if (!any_worker || !service_running) return false;
+  if (!services_deadline_) services_deadline_ = now + options_.teardown_grace;
+  return now >= *services_deadline_;
 }
 
 void ProcessSupervisor::UpdateGroups() {
@@ -317,6 +340,23 @@ void ProcessSupervisor::AdvanceTearDown(TimePoint now) {
                         "sending SIGTERM (SIGKILL follows in {})",
                         Groups(LiveGroups()), LiveGroups() == 1 ? "holds" : "hold",
                         Seconds(options_.kill_delay)));
+        SignalGroups(SIGTERM);
+        phase_ = Phase::kTerminating;
+        deadline_ = now + options_.kill_delay;
+      } else if (phase_ == Phase::kRunning && ServicesOutlivedTheJob(now)) {
+        std::string running;
+        for (const auto& c : children_) {
+          if (c->exited) continue;
+          running += (running.empty() ? "" : ", ") + c->label;
+        }
+        Log(fmt::format(
+            "every worker exited with status 0, but {} {} still running after {}: the job did "
+            "not end (did every worker join it and finalize? A worker that exits without "
+            "joining leaves the scheduler waiting for it until TANDEM_START_TIMEOUT); sending "
+            "SIGTERM (SIGKILL follows in {})",
+            running, running.find(',') == std::string::npos ? "is" : "are",
+            Seconds(options_.teardown_grace), Seconds(options_.kill_delay)));
+        services_stuck_ = true;
         SignalGroups(SIGTERM);
         phase_ = Phase::kTerminating;
         deadline_ = now + options_.kill_delay;

@@ -51,7 +51,9 @@ namespace tandem::launch {
 /// How the supervisor tears a job down and where output goes.
 struct SupervisorOptions {
   /// After the first failure: how long the other processes may take to exit
-  /// on their own before their process groups get SIGTERM.
+  /// on their own before their process groups get SIGTERM. Also how long
+  /// services (ProcessSpec::service) may outlive the other processes' clean
+  /// exits before the job is torn down as stuck (exit code 201).
   std::chrono::milliseconds teardown_grace{std::chrono::seconds(10)};
   /// After SIGTERM, or a signal forwarded from the launcher: how long before
   /// SIGKILL. Also how long to wait for a group to vanish after SIGKILL
@@ -156,6 +158,9 @@ class ProcessSupervisor {
   void OnExit(Child& child, const ExitStatus& status, TimePoint now);
   void UpdateGroups();
   void AdvanceTearDown(TimePoint now);
+  // True once every non-service process has exited with status 0 and a
+  // service has outlived them by teardown_grace (starts that clock).
+  bool ServicesOutlivedTheJob(TimePoint now);
   int SignalGroups(int signal);
   int LiveGroups() const;
   bool AllExited() const;
@@ -187,6 +192,11 @@ class ProcessSupervisor {
   std::vector<ProcessExit> exits_;
   std::optional<ProcessExit> first_failure_;
   int interrupt_signal_ = 0;
+  // Every process but the services has exited with status 0: when the
+  // services must have ended (see ProcessSpec::service), and whether they
+  // were torn down for not ending.
+  std::optional<TimePoint> services_deadline_;
+  bool services_stuck_ = false;
 };
 
 }  // namespace tandem::launch

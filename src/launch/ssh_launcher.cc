@@ -127,6 +127,7 @@ std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJo
     for (const auto& [name, value] : options.job.env) remote_env[name] = value;
     ProcessSpec spec;
     spec.label = local[i].label;
+    spec.service = local[i].service;
     spec.env = launcher_env;  // ssh's own (SSH_AUTH_SOCK, HOME, PATH)
     spec.argv = SshArgv(options, host, RemoteCommand(options, tandem, spec.label, local[i].argv));
     spec.stdin_data = EncodeRemoteEnvironment(remote_env);

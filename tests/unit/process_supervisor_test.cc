@@ -186,6 +186,46 @@ TEST(ProcessSupervisorTest, LogFileNamesAreTheLabelsWithDashes) {
   EXPECT_EQ(LogFileName("a/b c"), "a-b-c.log");
 }
 
+// Services (scheduler, servers) end on their own after the workers: one
+// that outlives the workers' clean exits by the grace period is stuck (the
+// workers never joined), and the job is torn down with exit code 201;
+// services that end within the grace leave the job successful.
+struct ServiceCase {
+  const char* name;
+  const char* service_script;
+  int exit_code;
+};
+
+class ProcessSupervisorServices : public ::testing::TestWithParam<ServiceCase> {};
+
+TEST_P(ProcessSupervisorServices, AServiceOutlivingTheWorkersIsStuck) {
+  const ServiceCase& c = GetParam();
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(700);
+  ProcessSupervisor supervisor(options);
+  ProcessSpec service = Shell("server 0", c.service_script);
+  service.service = true;
+  supervisor.Start(service);
+  supervisor.Start(Shell("worker 0", "exit 0"));
+  supervisor.Start(Shell("worker 1", "sleep 0.2"));
+  auto start = std::chrono::steady_clock::now();
+  JobOutcome outcome = supervisor.Run();
+  EXPECT_EQ(outcome.exit_code, c.exit_code) << err.Text();
+  EXPECT_FALSE(outcome.first_failure.has_value()) << err.Text();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
+  const bool stuck = c.exit_code != 0;
+  EXPECT_EQ(err.Text().find("server 0 is still running after 0.7 s") != std::string::npos, stuck)
+      << err.Text();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ProcessSupervisorServices,
+    ::testing::Values(ServiceCase{"stuck", "sleep 30", 201},
+                      ServiceCase{"ends_after_the_workers", "sleep 0.5", 0},
+                      ServiceCase{"ends_first", "exit 0", 0}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 TEST(ProcessSupervisorTest, FlushesAPartialLastLineAndJoinsLinesSplitAcrossWrites) {
   MemoryFile out, err;
   JobOutcome outcome;
