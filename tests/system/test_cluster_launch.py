@@ -181,3 +181,15 @@ def test_ctrl_c_tears_the_whole_job_down(launch, tandem_bin_dir):
     assert code == 130, f"exit code {code}\n{job.describe()}"
     assert elapsed < 10, f"took {elapsed:.1f} s\n{job.describe()}"
     job.assert_no_leftovers()
+
+
+def test_workers_that_never_join_end_the_job_after_the_grace_period(launch):
+    """Workers that exit 0 without joining leave the scheduler and the server
+    waiting for them; the launcher ends the job after --teardown-grace with
+    201 and names them, instead of waiting for TANDEM_START_TIMEOUT."""
+    started = time.monotonic()
+    result = launch(2, 1, ["/bin/true"], extra_args=["--teardown-grace", "1"], timeout=60)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 201, result.job.describe()
+    assert elapsed < 20, f"took {elapsed:.1f} s\n{result.job.describe()}"
+    assert "but scheduler, server 0 are still running after 1 s" in result.output, result.output
