@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "launch/hostfile.h"
 #include "launch/local_launcher.h"
+#include "launch/mpi_launcher.h"
 #include "launch/process_supervisor.h"
 #include "launch/ssh_launcher.h"
 #include "tandem/error.h"
@@ -45,6 +46,8 @@ struct LaunchArguments {
   std::string sync_dst_dir;
   std::vector<std::string> forward_env;
   int scheduler_port = 0;
+  // --launcher mpi
+  std::vector<std::string> mpi_args;
 };
 
 int RunLaunch(const LaunchArguments& args, bool servers_given) {
@@ -89,8 +92,18 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
     ssh.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
     return launch::RunSshJob(ssh, supervisor, env);
   }
+  if (args.launcher == "mpi") {
+    launch::MpiJobOptions mpi;
+    mpi.job = options;
+    if (!args.hostfile.empty()) mpi.hosts = launch::ReadHostfile(args.hostfile);
+    mpi.mpirun = env.GetString("TANDEM_MPIRUN", "mpirun");
+    mpi.mpi_args = args.mpi_args;
+    mpi.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
+    return launch::RunMpiJob(mpi, supervisor, env);
+  }
   if (!args.hostfile.empty()) {
-    throw InvalidArgument("-H/--hostfile is for --launcher ssh; the local launcher uses this host");
+    throw InvalidArgument(
+        "-H/--hostfile is for --launcher ssh or mpi; the local launcher uses this host");
   }
   return launch::RunLocalJob(options, supervisor, env);
 }
@@ -152,18 +165,23 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                       "MXNet's launch.py)")
           ->check(Count(0, 1 << 16, "the number of servers"));
   cmd->add_option("--launcher", args->launcher,
-                  "How to start the processes: local (this host) or ssh (the hosts of -H)")
+                  "How to start the processes: local (this host), ssh (the hosts of -H) or mpi "
+                  "(Open MPI's mpirun; on the hosts of -H if given)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
-            if (value == "local" || value == "ssh") return {};
+            if (value == "local" || value == "ssh" || value == "mpi") return {};
             return fmt::format(
-                "launcher '{}' does not exist in this version of tandem (local, ssh)", value);
+                "launcher '{}' does not exist in this version of tandem (local, ssh, mpi)", value);
           },
-          "local|ssh", "launcher"));
+          "local|ssh|mpi", "launcher"));
   cmd->add_option("-H,--hostfile", args->hostfile,
                   "With --launcher ssh: the hosts, one per line ('host', 'host:SLOTS' or 'host "
                   "slots=N'; '#' comments)");
+  cmd->add_option("--mpi-arg", args->mpi_args,
+                  "With --launcher mpi: an argument for mpirun before the program (repeatable), "
+                  "e.g. --mpi-arg=--mca --mpi-arg=btl_tcp_if_include --mpi-arg=eth0")
+      ->allow_extra_args(false);
   cmd->add_option("--ssh-arg", args->ssh_args,
                   "With --launcher ssh: an argument for ssh before the host (repeatable), e.g. "
                   "--ssh-arg=-p --ssh-arg=2222")
@@ -179,7 +197,7 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "(repeatable; DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_* always are)")
       ->allow_extra_args(false);
   cmd->add_option("--scheduler-port", args->scheduler_port,
-                  "With --launcher ssh: the scheduler's port on the first host (default: random "
+                  "With --launcher ssh or mpi: the scheduler's port on the first host (default: random "
                   "in 20000..59999)")
       ->check(Count(1, 65535, "the scheduler port"));
   cmd->add_option("--env", args->env,

@@ -35,6 +35,10 @@ struct ProcessSpec {
   /// supervisor's teardown_grace, the job is torn down as stuck
   /// (ProcessSupervisor::Run, docs/launch.md "Tear-down").
   bool service = false;
+  /// Whether the supervisor prefixes each output line with "[label] ";
+  /// false for a process whose lines carry their own labels (mpirun, whose
+  /// ranks prefix theirs).
+  bool prefix_output = true;
 };
 
 /// The most bytes ProcessSpec::stdin_data may hold (one pipe buffer, so the

@@ -43,14 +43,15 @@ std::string Groups(int n) {
 
 // One started process, its group and its two output streams.
 struct ProcessSupervisor::Child {
-  Child(std::string label_in, StartedProcess started, OutputSink* out, OutputSink* err)
+  Child(std::string label_in, StartedProcess started, OutputSink* out, OutputSink* err,
+        const std::string& prefix)
       : label(std::move(label_in)),
         pid(started.pid),
         stdout_pipe(std::move(started.stdout_pipe)),
         stderr_pipe(std::move(started.stderr_pipe)),
         stdin_pipe(std::move(started.stdin_pipe)),
-        stdout_lines("[" + label + "] ", out),
-        stderr_lines("[" + label + "] ", err) {}
+        stdout_lines(prefix, out),
+        stderr_lines(prefix, err) {}
 
   std::string label;
   pid_t pid;                  // also the process group id
@@ -140,7 +141,8 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   }
   StartedProcess started = StartChildProcess(spec, saved_mask_);
   auto child =
-      std::make_unique<Child>(spec.label, std::move(started), &stdout_sink_, &stderr_sink_);
+      std::make_unique<Child>(spec.label, std::move(started), &stdout_sink_, &stderr_sink_,
+                              spec.prefix_output ? "[" + spec.label + "] " : std::string());
   if (log_fd) {
     child->log_fd = std::move(log_fd);
     child->log_sink = std::make_unique<OutputSink>(child->log_fd.get());

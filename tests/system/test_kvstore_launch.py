@@ -22,11 +22,11 @@ def f32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def run(launch, tandem_bin_dir, scenario, tmp_path=None, env=None, timeout=60):
+def run(launch, tandem_bin_dir, scenario, tmp_path=None, env=None, timeout=60, launcher="local"):
     args = [tandem_bin_dir / "kvstore_check", "--scenario", scenario]
     if tmp_path is not None:
         args += ["--dir", str(tmp_path)]
-    result = launch(WORKERS, SERVERS, args, env=env or {}, timeout=timeout)
+    result = launch(WORKERS, SERVERS, args, env=env or {}, timeout=timeout, launcher=launcher)
     assert result.returncode == 0, result.job.describe()
     for rank in range(WORKERS):
         assert (f"[worker {rank}] kvstore_check: done scenario={scenario} rank={rank} "

@@ -1,0 +1,64 @@
+// `tandem mpi-exec --servers S --workers W [...] -- COMMAND...`: run by
+// mpirun as every rank of `tandem launch --launcher mpi`
+// (src/launch/mpi_launcher.h); not meant to be typed by hand. Becomes the
+// job's process for this MPI rank and supervises it, prefixing its output
+// with its label, and exits with its status.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/environment.h"
+#include "cli/commands.h"
+#include "launch/local_launcher.h"
+#include "launch/mpi_launcher.h"
+#include "launch/process_supervisor.h"
+
+namespace tandem::cli {
+
+void RegisterMpiExecCommand(CLI::App& app, CommandBody* body) {
+  struct Args {
+    int servers = 0;
+    int workers = 1;
+    bool command_runs_all_roles = false;
+    bool no_scheduler = false;
+    bool loopback = false;
+    std::vector<std::string> env;
+    std::vector<std::string> command;
+  };
+  auto args = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "mpi-exec",
+      "Run this MPI rank's process of a `tandem launch --launcher mpi` job (started by mpirun)");
+  cmd->add_option("--servers", args->servers, "The job's servers")->required();
+  cmd->add_option("--workers", args->workers, "The job's workers")->required();
+  cmd->add_flag("--command-runs-all-roles", args->command_runs_all_roles,
+                "The scheduler and servers run COMMAND too");
+  cmd->add_flag("--no-scheduler", args->no_scheduler, "Collectives-only job: ranks are workers");
+  cmd->add_flag("--loopback", args->loopback, "Every rank is on this host");
+  cmd->add_option("--env", args->env, "NAME=VALUE for the process (repeatable)")
+      ->allow_extra_args(false);
+  cmd->add_option("command", args->command, "The workers' command, after '--'")->required();
+  cmd->callback([body, args] {
+    *body = [args] {
+      launch::MpiRankOptions o;
+      o.job.num_servers = args->servers;
+      o.job.num_workers = args->workers;
+      o.job.command = args->command;
+      o.job.command_runs_all_roles = args->command_runs_all_roles;
+      o.job.rendezvous_in_worker = args->no_scheduler;
+      o.job.tandem_binary = launch::CurrentExecutablePath();
+      for (const auto& e : args->env) o.job.env.push_back(launch::ParseEnvAssignment(e));
+      o.loopback = args->loopback;
+      launch::ProcessSpec spec =
+          launch::MpiRankProcess(o, base::Environment::FromProcess().vars());
+      launch::FindExecutable(spec.argv[0], spec.env);
+      launch::ProcessSupervisor supervisor;
+      supervisor.Start(spec);
+      return supervisor.Run().exit_code;
+    };
+  });
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,155 @@
+// The mpi launcher's pure parts: the mpirun command line (the secret never on
+// it, -np the job's process count, -x for the forwarded variables) and the
+// rank-to-process mapping of `tandem mpi-exec`.
+#include "launch/mpi_launcher.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tandem/error.h"
+
+namespace tandem::launch {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+LocalJobOptions Job(int workers, int servers, bool no_scheduler = false) {
+  LocalJobOptions job;
+  job.num_workers = workers;
+  job.num_servers = servers;
+  job.rendezvous_in_worker = no_scheduler;
+  job.command = {"/bin/train", "--epochs", "3"};
+  job.tandem_binary = "/opt/tandem/bin/tandem";
+  job.env = {{"OMP_NUM_THREADS", "2"}};
+  return job;
+}
+
+LocalJobIdentity Identity() { return {41000, "s3cr3t-value", "job-7"}; }
+
+// The value after `flag` in argv, or "" when absent.
+std::string After(const std::vector<std::string>& argv, const std::string& flag) {
+  auto it = std::find(argv.begin(), argv.end(), flag);
+  return it == argv.end() || it + 1 == argv.end() ? "" : *(it + 1);
+}
+
+struct CommandCase {
+  int workers, servers;
+  bool no_scheduler;
+  int processes;
+};
+
+class MpirunCommand : public ::testing::TestWithParam<CommandCase> {};
+
+TEST_P(MpirunCommand, CountsEveryRoleAndKeepsTheSecretOffTheCommandLine) {
+  const CommandCase c = GetParam();
+  MpiJobOptions o;
+  o.job = Job(c.workers, c.servers, c.no_scheduler);
+  o.mpi_args = {"--mca", "btl", "tcp,self"};
+  ProcessSpec spec = BuildMpirunCommand(o, Identity(), {{"PATH", "/bin"}, {"PS_VERBOSE", "1"}});
+  const auto& argv = spec.argv;
+  EXPECT_EQ(argv[0], "mpirun");
+  EXPECT_EQ(After(argv, "-np"), std::to_string(c.processes));
+  EXPECT_FALSE(spec.prefix_output);
+  for (const auto& a : argv) EXPECT_THAT(a, Not(HasSubstr("s3cr3t")));
+  EXPECT_EQ(spec.env.at("TANDEM_SECRET"), "s3cr3t-value");
+  EXPECT_EQ(spec.env.at("DMLC_PS_ROOT_URI"), "127.0.0.1");
+  EXPECT_EQ(spec.env.at("DMLC_PS_ROOT_PORT"), "41000");
+  // Forwarded by name: the job's variables and the launcher's PS_*.
+  for (const char* name : {"TANDEM_SECRET", "TANDEM_JOB_ID", "DMLC_PS_ROOT_URI",
+                           "DMLC_PS_ROOT_PORT", "PS_VERBOSE"}) {
+    bool found = false;
+    for (size_t i = 0; i + 1 < argv.size(); ++i) found |= argv[i] == "-x" && argv[i + 1] == name;
+    EXPECT_TRUE(found) << name;
+  }
+  EXPECT_EQ(After(argv, "--servers"), std::to_string(c.servers));
+  EXPECT_EQ(After(argv, "--workers"), std::to_string(c.workers));
+  EXPECT_EQ(std::count(argv.begin(), argv.end(), "--no-scheduler"), c.no_scheduler ? 1 : 0);
+  EXPECT_THAT(argv, Contains("--loopback"));
+  EXPECT_EQ(After(argv, "--env"), "OMP_NUM_THREADS=2");
+  // The user's command comes last, untouched, after the mpi arguments.
+  std::vector<std::string> tail(argv.end() - 4, argv.end());
+  EXPECT_EQ(tail, (std::vector<std::string>{"--", "/bin/train", "--epochs", "3"}));
+  EXPECT_LT(std::find(argv.begin(), argv.end(), "btl") - argv.begin(),
+            std::find(argv.begin(), argv.end(), "mpi-exec") - argv.begin());
+}
+
+INSTANTIATE_TEST_SUITE_P(Jobs, MpirunCommand,
+                         ::testing::Values(CommandCase{1, 0, false, 2}, CommandCase{4, 2, false, 7},
+                                           CommandCase{3, 0, true, 3}));
+
+TEST(MpirunCommand, HostsGoToMpirunAndTheSchedulerIsTheFirstHost) {
+  MpiJobOptions o;
+  o.job = Job(4, 1);
+  o.hosts = {{"alice@node1", "node1", 2}, {"node2", "node2", 3}};
+  ProcessSpec spec = BuildMpirunCommand(o, Identity(), {});
+  EXPECT_EQ(After(spec.argv, "--host"), "alice@node1:2,node2:3");
+  EXPECT_EQ(spec.env.at("DMLC_PS_ROOT_URI"), "node1");
+  EXPECT_THAT(spec.argv, Not(Contains("--loopback")));
+}
+
+std::map<std::string, std::string> RankEnv(int rank, int size) {
+  return {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
+          {"OMPI_COMM_WORLD_SIZE", std::to_string(size)},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+          {"PMIX_RANK", std::to_string(rank)},
+          {"DMLC_PS_ROOT_URI", "node1"},
+          {"DMLC_PS_ROOT_PORT", "41000"},
+          {"TANDEM_SECRET", "s3cr3t-value"},
+          {"TANDEM_JOB_ID", "job-7"},
+          {"PATH", "/bin"}};
+}
+
+TEST(MpiRankProcess, RanksAreTheSchedulerThenServersThenWorkers) {
+  MpiRankOptions o;
+  o.job = Job(3, 2);
+  const std::vector<std::string> labels = {"scheduler", "server 0", "server 1", "worker 0",
+                                           "worker 1", "worker 2"};
+  for (int rank = 0; rank < 6; ++rank) {
+    ProcessSpec p = MpiRankProcess(o, RankEnv(rank, 6));
+    EXPECT_EQ(p.label, labels[static_cast<size_t>(rank)]);
+    EXPECT_EQ(p.env.at("DMLC_PS_ROOT_URI"), "node1");
+    EXPECT_EQ(p.env.at("DMLC_PS_ROOT_PORT"), "41000");
+    EXPECT_EQ(p.env.at("TANDEM_SECRET"), "s3cr3t-value");
+    EXPECT_EQ(p.env.at("OMP_NUM_THREADS"), "2");
+    EXPECT_EQ(p.env.count("DMLC_NODE_HOST"), 0u);  // not loopback: the route decides
+    // The MPI variables are not the process's contract.
+    EXPECT_EQ(p.env.count("OMPI_COMM_WORLD_RANK"), 0u);
+    EXPECT_EQ(p.env.count("PMIX_RANK"), 0u);
+    if (rank == 0) EXPECT_EQ(p.argv, (std::vector<std::string>{"/opt/tandem/bin/tandem", "scheduler"}));
+    if (rank >= 3) EXPECT_EQ(p.argv, o.job.command);
+  }
+  o.loopback = true;
+  EXPECT_EQ(MpiRankProcess(o, RankEnv(4, 6)).env.at("DMLC_NODE_HOST"), "127.0.0.1");
+}
+
+TEST(MpiRankProcess, RefusesAMismatchedSizeOrAMissingRank) {
+  MpiRankOptions o;
+  o.job = Job(3, 2);
+  try {
+    MpiRankProcess(o, RankEnv(1, 4));
+    ADD_FAILURE() << "a size mismatch was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("MPI rank 1 of 4 processes, but the job has 6"));
+  }
+  auto env = RankEnv(0, 6);
+  env.erase("OMPI_COMM_WORLD_RANK");
+  env.erase("PMIX_RANK");
+  EXPECT_THROW(MpiRankProcess(o, env), ConfigError);
+  env = RankEnv(0, 6);
+  env.erase("TANDEM_SECRET");
+  try {
+    MpiRankProcess(o, env);
+    ADD_FAILURE() << "a missing secret was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("TANDEM_SECRET"));
+  }
+}
+
+}  // namespace
+}  // namespace tandem::launch
