@@ -172,4 +172,4 @@ summary
 printf '   %-10s %5ds\n' total $((SECONDS - START))
 echo
 echo "test.sh: all stages passed"
-echo "tests: $((TESTS_TOTAL - TESTS_FAILED)) passed, $TESTS_FAILED failed"
+echo "ctest entries (unit binaries in shards, system test files): $((TESTS_TOTAL - TESTS_FAILED)) passed, $TESTS_FAILED failed"

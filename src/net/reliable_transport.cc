@@ -220,8 +220,9 @@ void ReliableTransport::OnCopySent(const std::shared_ptr<Pending>& p, std::excep
   {
     std::lock_guard lock(mu_);
     --p->in_flight;
-    if (error && !p->acked && !p->error) p->error = std::move(error);
-    if (!error && !p->acked && !p->error) {
+    if (error) {
+      if (!p->acked && !p->error) p->error = std::move(error);
+    } else if (!p->acked && !p->error) {
       // The timer starts once the copy is in the kernel, so a long queue in
       // the inner transport never counts against the peer.
       p->deadline = Clock::now() + options_.resend_timeout;
@@ -268,7 +269,8 @@ void ReliableTransport::Finish(std::vector<std::shared_ptr<Pending>>& done, base
   }
 }
 
-void ReliableTransport::SendAck(ConnectionId id, uint64_t expected, std::vector<uint64_t> held) {
+void ReliableTransport::SendAck(ConnectionId id, uint64_t expected,
+                                const std::vector<uint64_t>& held) {
   base::ByteWriter w;
   w.Put<uint64_t>(expected);
   w.Put<uint32_t>(static_cast<uint32_t>(held.size()));
@@ -438,7 +440,7 @@ void ReliableTransport::OnData(ConnectionId id, Message&& msg) {
   }
   // Acknowledge before delivering: the message is ours now, whatever the
   // upper layer does with it.
-  SendAck(id, expected, std::move(held));
+  SendAck(id, expected, held);
   for (size_t i = 0; i < deliver.size(); ++i) {
     Message& m = deliver[i];
     if (i > 0 && !m.payload.bytes.empty()) {

@@ -161,7 +161,7 @@ class ReliableTransport final : public Transport, private TransportHandler {
   // Moves messages queued behind the window into flight. Loop or app thread.
   void DrainWaiting(ConnectionId id, const std::shared_ptr<Connection>& c);
   // Tells the peer what `c` has received. Loop thread.
-  void SendAck(ConnectionId id, uint64_t expected, std::vector<uint64_t> held);
+  void SendAck(ConnectionId id, uint64_t expected, const std::vector<uint64_t>& held);
   // Runs the caller's on_sent for every finished message. No lock held.
   static void Finish(std::vector<std::shared_ptr<Pending>>& done, base::Logger& log);
   void ResendLoop();

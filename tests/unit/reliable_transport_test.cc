@@ -338,17 +338,19 @@ TEST(ReliableTransportTest, PayloadStaysBorrowedUntilAcknowledged) {
   ReliableOptions oa = Options(0, 1);
   oa.max_retries = 8;
   std::vector<std::byte> buf(16, std::byte{7});  // outlives the transports
+  // Shared with on_sent, which runs when the transports shut down at the
+  // end of the test (after the locals declared below them are gone).
+  auto sent = std::make_shared<std::atomic<bool>>(false);
   Pair p(oa, Options(100, 2), 16);
-  std::atomic<bool> sent{false};
   OutgoingMessage m;
   m.header.type = kDataType;
   m.payload = {std::span<const std::byte>(buf)};
-  m.on_sent = [&](std::exception_ptr) { sent = true; };
+  m.on_sent = [sent](std::exception_ptr) { *sent = true; };
   p.a->Send(p.conn, std::move(m));
   // Wait until at least two copies were sent and found no ack.
   for (int i = 0; i < 2000 && p.a->Stats().resent < 2; ++i) std::this_thread::sleep_for(1ms);
   EXPECT_GE(p.a->Stats().resent, 2u);
-  EXPECT_FALSE(sent.load());
+  EXPECT_FALSE(sent->load());
   EXPECT_EQ(p.a->Stats().unacked_now, 1u);
 }
 
