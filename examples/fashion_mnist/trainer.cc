@@ -61,7 +61,7 @@ int64_t CountCorrect(CnnModel& model, const torch::Tensor& pixels, const torch::
   torch::NoGradGuard no_grad;
   model->eval();
   int64_t correct = 0;
-  constexpr int64_t kChunk = 1000;
+  constexpr int64_t kChunk = 128;  // larger chunks make the convolutions' unfolded inputs huge
   for (int64_t begin = 0; begin < pixels.size(0); begin += kChunk) {
     const int64_t end = std::min(begin + kChunk, pixels.size(0));
     const torch::Tensor logits = model->forward(Normalise(pixels.slice(0, begin, end)));
