@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <limits>
 
 #include "fashion_mnist_data.h"
 
@@ -13,6 +14,8 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
       "parameter server (--kvstore) or its collectives (--allreduce). Run it under `tandem "
       "launch` (docs/training.md)."};
   o->data_dir = kDebianDataDir;
+  // A later option wins (scripts/run-main-job.sh appends the caller's).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--kvstore", o->kvstore, "local, dist_sync or dist_async")
       ->check(CLI::IsMember({"local", "dist_sync", "dist_async"}));
   app.add_flag("--allreduce", o->allreduce,
@@ -35,15 +38,17 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
   app.add_option("--workload", o->workload,
                  "relative speed of each worker, e.g. 1,1,2: the global batch is split in "
                  "proportion")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--seed", o->seed, "initial weights and data order");
   app.add_option("--data-dir", o->data_dir, "directory of the IDX files (gzipped or not)");
   app.add_option("--train-limit", o->train_limit, "train on the first N examples (0: all 60000)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--test-limit", o->test_limit, "test on the first N examples (0: all 10000)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-steps", o->max_steps, "stop after N steps in all (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-steps", o->max_steps,
+                 "stop after N steps in all (-1: no limit; 0: only the initial weights)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
   app.add_option("--checkpoint-dir", o->checkpoint_dir,
                  "save weights and optimizer states here after every epoch");
   app.add_flag("--resume", o->resume, "continue from the last epoch saved in --checkpoint-dir");

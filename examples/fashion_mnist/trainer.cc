@@ -149,13 +149,13 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
   int64_t step_count = static_cast<int64_t>(start_epoch) * plan.steps_per_epoch();
   bool stopped = false;
   for (int epoch = start_epoch; epoch < o.epochs && !stopped; ++epoch) {
-    if (o.max_steps > 0 && step_count >= o.max_steps) break;
+    if (o.max_steps >= 0 && step_count >= o.max_steps) break;
     const std::vector<int64_t> order = plan.EpochOrder(epoch);
     ProgressLine progress(leader && !o.quiet ? stdout : nullptr, epoch + 1, o.epochs,
                           plan.steps_per_epoch(), plan.global_batch());
     const auto epoch_start = Clock::now();
     for (int64_t step = 0; step < plan.steps_per_epoch(); ++step) {
-      if (o.max_steps > 0 && step_count >= o.max_steps) {
+      if (o.max_steps >= 0 && step_count >= o.max_steps) {
         stopped = true;
         break;
       }
