@@ -26,7 +26,7 @@ struct TrainOptions {
   std::string data_dir;        ///< holds the IDX files
   int64_t train_limit = 0;     ///< use the first N training examples (0: all)
   int64_t test_limit = 0;      ///< evaluate on the first N test examples (0: all)
-  int64_t max_steps = 0;       ///< stop after this many steps in all (0: run every epoch)
+  int64_t max_steps = -1;      ///< stop after this many steps in all (-1: every epoch; 0: none)
   std::string checkpoint_dir;  ///< save after each epoch here
   bool resume = false;         ///< continue from checkpoint_dir
   std::string dump_weights;    ///< rank 0 writes the final weights here

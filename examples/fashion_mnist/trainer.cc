@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "checkpoint.h"
@@ -107,6 +108,16 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
   if (!exchange.updates_weights()) {
     sgd = std::make_unique<torch::optim::SGD>(
         weights, torch::optim::SGDOptions(rate.At(1)).momentum(o.momentum).weight_decay(o.wd));
+  }
+  if (!o.checkpoint_dir.empty()) {
+    // Servers write their optimizer states into it too (same machine under
+    // the local launcher; elsewhere a shared directory).
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec) {
+      throw tandem::IoError(
+          fmt::format("--checkpoint-dir {}: cannot create: {}", o.checkpoint_dir, ec.message()));
+    }
   }
   int start_epoch = 0;
   if (o.resume) {

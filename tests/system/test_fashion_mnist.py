@@ -85,6 +85,10 @@ COMMON = ["--train-limit", "4096", "--test-limit", "100",
           "--lr", "0.05", "--momentum", "0.9", "--seed", "5"]
 
 
+# Each mode's initial weights (--max-steps 0), computed once.
+_initial_weights: dict[str, np.ndarray] = {}
+
+
 def weights_after(launch, trainer, tmp_path, workers, batch, mode) -> np.ndarray:
     out = tmp_path / f"weights-{mode}-{workers}x{batch}.bin"
     run(launch, trainer, workers, mode,
@@ -97,9 +101,12 @@ def weights_after(launch, trainer, tmp_path, workers, batch, mode) -> np.ndarray
 @pytest.mark.parametrize("workers", [2, 4])
 def test_workers_on_batch_b_equal_one_worker_on_batch_wb(launch, trainer, tmp_path, mode,
                                                           workers):
-    initial = tmp_path / "initial.bin"
-    run(launch, trainer, 1, mode, COMMON + ["--max-steps", "0", "--dump-weights", str(initial)])
-    start = np.fromfile(initial, dtype="<f4")
+    if mode not in _initial_weights:
+        initial = tmp_path / "initial.bin"
+        run(launch, trainer, 1, mode,
+            COMMON + ["--max-steps", "0", "--dump-weights", str(initial)])
+        _initial_weights[mode] = np.fromfile(initial, dtype="<f4")
+    start = _initial_weights[mode]
     single = weights_after(launch, trainer, tmp_path, 1, BATCH * workers, mode)
     parallel = weights_after(launch, trainer, tmp_path, workers, BATCH, mode)
     assert single.shape == parallel.shape == start.shape
