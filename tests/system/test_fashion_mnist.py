@@ -147,3 +147,19 @@ def test_resume_without_a_checkpoint_names_the_directory(launch, trainer, tmp_pa
                            "--resume", "--train-limit", "640"], timeout=60)
     assert result.returncode != 0
     assert f"no complete checkpoint in {empty}" in result.output, result.output
+
+
+def test_unequal_shards_keep_the_global_mean(launch, trainer, tmp_path):
+    """--workload 1,3: 2 workers split a global batch of 32 into 9 + 23; each
+    divides its loss by the global batch, so the step is still the global
+    batch's mean gradient and equals 1 worker on batch 32."""
+    single = weights_after(launch, trainer, tmp_path, 1, 2 * BATCH, "server_sgd")
+    out = tmp_path / "weights-workload.bin"
+    result = run(launch, trainer, 2, "server_sgd",
+                 COMMON + ["--max-steps", str(K_STEPS), "--batch-size", str(BATCH),
+                           "--workload", "1,3", "--dump-weights", str(out)])
+    assert "batch 9 per worker (32 global)" in result.output, result.output
+    parallel = np.fromfile(out, dtype="<f4")
+    diff = np.abs(single - parallel)
+    assert np.allclose(parallel, single, rtol=RTOL, atol=ATOL), (
+        f"workload 1,3: element {int(diff.argmax())} differs by {diff.max()}")
