@@ -37,6 +37,9 @@ PACKAGES=(
   libgloo-dev         # bench/peers: Gloo's allreduce, the collectives' peer
   libopenmpi-dev      # bench/peers: MPI_Allreduce and friends, the other peer
   openmpi-bin         # mpirun, to run the MPI peer
+  libtorch-dev        # examples/fashion_mnist: the main job's model (LibTorch)
+  dataset-fashion-mnist  # examples/fashion_mnist: the main job's data (IDX files)
+  zlib1g-dev          # examples/fashion_mnist: reading the gzipped IDX files
 )
 
 missing=()

@@ -1,0 +1,50 @@
+// How the workers of the main job combine their gradients: through the
+// parameter server (kv_gradient_exchange.h) or through allreduce
+// (allreduce_gradient_exchange.h). docs/training.md, "Modes".
+//
+// Parameters are numbered 0..n-1 in the model's order; every worker passes
+// them in that order, as float32 views of its own memory.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tandem/tensor.h"
+
+namespace fashion_mnist {
+
+/// One worker's end of the gradient exchange.
+///
+/// Thread-safety: one thread (the training loop) calls every method.
+class GradientExchange {
+ public:
+  virtual ~GradientExchange() = default;
+
+  /// This worker's rank and the number of workers.
+  virtual int rank() const = 0;
+  virtual int num_workers() const = 0;
+  /// "dist_sync", "dist_async", "local" or "allreduce", for messages.
+  virtual std::string mode() const = 0;
+
+  /// Makes `weights` on every worker equal to worker 0's. Every worker calls
+  /// it once, before training. Throws what tandem's calls throw.
+  virtual void ShareInitialWeights(const std::vector<tandem::TensorView>& weights) = 0;
+
+  /// True when Exchange leaves the updated weights in `weights` (the
+  /// servers run the optimizer); false when it leaves the sum of every
+  /// worker's gradient in `grads` and the caller runs the optimizer.
+  virtual bool updates_weights() const = 0;
+
+  /// One step's exchange: every worker calls it with its gradients. Blocks
+  /// until done. Throws tandem::PeerLost, tandem::Timeout and the like.
+  virtual void Exchange(const std::vector<tandem::TensorView>& grads,
+                        const std::vector<tandem::TensorView>& weights) = 0;
+
+  /// Saves / loads the servers' optimizer states under `path` (each server
+  /// writes "<path>.server<rank>"); nothing when the optimizer runs on the
+  /// workers. Every worker calls them. Throws tandem::IoError.
+  virtual void SaveOptimizerStates(const std::string& path) = 0;
+  virtual void LoadOptimizerStates(const std::string& path) = 0;
+};
+
+}  // namespace fashion_mnist

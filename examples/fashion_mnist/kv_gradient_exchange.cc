@@ -1,0 +1,38 @@
+#include "kv_gradient_exchange.h"
+
+namespace fashion_mnist {
+
+KvGradientExchange::KvGradientExchange(std::unique_ptr<tandem::KVStore> store,
+                                       std::optional<tandem::KVParams> server_sgd)
+    : store_(std::move(store)), server_sgd_(std::move(server_sgd)) {}
+
+void KvGradientExchange::ShareInitialWeights(const std::vector<tandem::TensorView>& weights) {
+  // Init sends worker 0's values (then a barrier); the pull gives them to all.
+  for (size_t i = 0; i < weights.size(); ++i) store_->Init(static_cast<int>(i), weights[i]);
+  for (size_t i = 0; i < weights.size(); ++i) store_->Pull(static_cast<int>(i), weights[i]);
+  if (server_sgd_) store_->SetOptimizer("sgd", *server_sgd_);
+}
+
+void KvGradientExchange::Exchange(const std::vector<tandem::TensorView>& grads,
+                                  const std::vector<tandem::TensorView>& weights) {
+  // Every key goes out at once; the first layers first (the next forward
+  // pass needs them first).
+  std::vector<tandem::KVHandle> handles;
+  handles.reserve(grads.size());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const tandem::TensorView& out = server_sgd_ ? weights[i] : grads[i];
+    handles.push_back(
+        store_->PushPullAsync(static_cast<int>(i), {grads[i]}, {out}, -static_cast<int>(i)));
+  }
+  for (const tandem::KVHandle& h : handles) h.Wait();
+}
+
+void KvGradientExchange::SaveOptimizerStates(const std::string& path) {
+  if (server_sgd_) store_->SaveOptimizerStates(path);
+}
+
+void KvGradientExchange::LoadOptimizerStates(const std::string& path) {
+  if (server_sgd_) store_->LoadOptimizerStates(path);
+}
+
+}  // namespace fashion_mnist

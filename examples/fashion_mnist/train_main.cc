@@ -1,0 +1,77 @@
+// fashion_mnist_train: the main job's worker program (docs/training.md).
+//
+//   tandem launch --launcher local -n 2 -s 1 -- fashion_mnist_train --kvstore dist_sync
+//   tandem launch --launcher local -n 2 --no-scheduler -- fashion_mnist_train --allreduce
+//   fashion_mnist_train --kvstore local
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <optional>
+
+#include "allreduce_gradient_exchange.h"
+#include "batch_plan.h"
+#include "kv_gradient_exchange.h"
+#include "learning_rate.h"
+#include "tandem/collective.h"
+#include "tandem/kvstore.h"
+#include "train_options.h"
+#include "trainer.h"
+
+namespace fashion_mnist {
+namespace {
+
+int Run(const TrainOptions& o) {
+  // Join first: the rank and the number of workers decide the shard.
+  std::unique_ptr<tandem::KVStore> store;
+  std::unique_ptr<tandem::Collectives> collectives;
+  int rank = 0;
+  int workers = 1;
+  if (o.allreduce) {
+    collectives = tandem::Collectives::Join();
+    rank = collectives->world().rank();
+    workers = collectives->world().size();
+  } else {
+    store = tandem::KVStore::Create(o.kvstore);
+    rank = store->Rank();
+    workers = store->NumWorkers();
+  }
+  const TrainingData data = LoadTrainingData(o);
+  const BatchPlan plan(data.train.count, workers, rank, o.batch_size, o.workload, o.seed);
+  LearningRate rate;
+  rate.base = o.lr;
+  if (o.scale_lr) {
+    rate.scale = static_cast<double>(plan.global_batch()) / static_cast<double>(o.batch_size);
+    rate.warmup_steps =
+        static_cast<int64_t>(o.warmup_epochs * static_cast<double>(plan.steps_per_epoch()) + 0.5);
+  }
+  std::unique_ptr<GradientExchange> exchange;
+  if (o.allreduce) {
+    exchange = std::make_unique<AllreduceGradientExchange>(std::move(collectives));
+  } else {
+    std::optional<tandem::KVParams> server_sgd;
+    if (!o.optimizer_on_workers) {
+      server_sgd = rate.ServerSgdParams(o.momentum, o.wd, o.kvstore == "dist_async" ? workers : 1);
+    }
+    exchange = std::make_unique<KvGradientExchange>(std::move(store), std::move(server_sgd));
+  }
+  Train(o, data, plan, rate, *exchange);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fashion_mnist
+
+int main(int argc, char** argv) {
+  fashion_mnist::TrainOptions options;
+  int exit_code = 0;
+  if (!fashion_mnist::ParseTrainOptions(argc, argv, &options, &exit_code)) return exit_code;
+  try {
+    return fashion_mnist::Run(options);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "fashion_mnist_train: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,98 @@
+#include "train_options.h"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <limits>
+
+#include "fashion_mnist_data.h"
+
+namespace fashion_mnist {
+
+bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
+  CLI::App app{
+      "Trains a small CNN on Fashion-MNIST with LibTorch; gradients travel through tandem's "
+      "parameter server (--kvstore) or its collectives (--allreduce). Run it under `tandem "
+      "launch` (docs/training.md)."};
+  o->data_dir = kDebianDataDir;
+  // A later option wins (scripts/run-main-job.sh appends the caller's).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--kvstore", o->kvstore, "local, dist_sync or dist_async")
+      ->check(CLI::IsMember({"local", "dist_sync", "dist_async"}));
+  app.add_flag("--allreduce", o->allreduce,
+               "sum gradients with tandem's allreduce among the workers (no servers; "
+               "`tandem launch --no-scheduler`)");
+  app.add_flag("--optimizer-on-workers", o->optimizer_on_workers,
+               "the servers only sum gradients; each worker runs SGD (dist_sync, local)");
+  app.add_option("--epochs", o->epochs, "passes over the training set")->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", o->batch_size, "examples per worker and step")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--lr", o->lr, "SGD's learning rate for one worker's batch")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--momentum", o->momentum, "SGD's momentum")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--wd", o->wd, "weight decay")->check(CLI::NonNegativeNumber);
+  app.add_flag("--scale-lr", o->scale_lr,
+               "linear scaling rule: the rate times global batch / --batch-size");
+  app.add_option("--warmup-epochs", o->warmup_epochs,
+                 "with --scale-lr: rise linearly from --lr to the scaled rate over these epochs")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--workload", o->workload,
+                 "relative speed of each worker, e.g. 1,1,2: the global batch is split in "
+                 "proportion")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--seed", o->seed, "initial weights and data order");
+  app.add_option("--data-dir", o->data_dir, "directory of the IDX files (gzipped or not)");
+  app.add_option("--train-limit", o->train_limit, "train on the first N examples (0: all 60000)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--test-limit", o->test_limit, "test on the first N examples (0: all 10000)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-steps", o->max_steps,
+                 "stop after N steps in all (-1: no limit; 0: only the initial weights)")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()));
+  app.add_option("--checkpoint-dir", o->checkpoint_dir,
+                 "save weights and optimizer states here after every epoch");
+  app.add_flag("--resume", o->resume, "continue from the last epoch saved in --checkpoint-dir");
+  app.add_option("--dump-weights", o->dump_weights,
+                 "rank 0 writes the final weights here (float32, little-endian, in parameter "
+                 "order)");
+  app.add_option("--threads", o->threads, "LibTorch intra-op threads per worker")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--quiet", o->quiet, "no progress lines, only the epoch results");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    *exit_code = app.exit(e);
+    return false;
+  }
+  if (o->resume && o->checkpoint_dir.empty()) {
+    std::cerr << "--resume needs --checkpoint-dir\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (o->allreduce && o->optimizer_on_workers) {
+    std::cerr << "--allreduce always runs the optimizer on the workers; drop "
+                 "--optimizer-on-workers\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (!o->allreduce && o->kvstore == "dist_async" && o->optimizer_on_workers) {
+    std::cerr << "--kvstore dist_async applies every push on the servers, so it needs the "
+                 "servers' optimizer; drop --optimizer-on-workers\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (!o->allreduce && o->kvstore == "dist_async" && o->scale_lr) {
+    std::cerr << "--scale-lr is the rule for synchronous training (one update per global "
+                 "batch); dist_async updates once per worker batch\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (o->warmup_epochs > 0 && !o->scale_lr) {
+    std::cerr << "--warmup-epochs warms up to the scaled rate; it needs --scale-lr\n";
+    *exit_code = 2;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace fashion_mnist

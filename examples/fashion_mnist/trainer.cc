@@ -1,0 +1,232 @@
+#include "trainer.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "checkpoint.h"
+#include "cnn_model.h"
+#include "progress_line.h"
+#include "tandem/error.h"
+
+namespace fashion_mnist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// Fashion-MNIST's pixel mean and standard deviation over the training set,
+// on the 0..1 scale.
+constexpr double kPixelMean = 0.2860;
+constexpr double kPixelStd = 0.3530;
+
+Split Cut(Split split, int64_t limit) {
+  if (limit > 0 && limit < split.count) {
+    split.count = limit;
+    split.pixels.resize(static_cast<size_t>(limit) * kImageSide * kImageSide);
+    split.labels.resize(static_cast<size_t>(limit));
+  }
+  return split;
+}
+
+// Views over a split's bytes (the split outlives them).
+torch::Tensor PixelTensor(const Split& split) {
+  return torch::from_blob(const_cast<uint8_t*>(split.pixels.data()),
+                          {split.count, 1, kImageSide, kImageSide}, torch::kUInt8);
+}
+torch::Tensor LabelTensor(const Split& split) {
+  return torch::from_blob(const_cast<uint8_t*>(split.labels.data()), {split.count}, torch::kUInt8)
+      .to(torch::kInt64);
+}
+
+torch::Tensor Normalise(const torch::Tensor& pixels) {
+  return (pixels.to(torch::kFloat32).div(255.0) - kPixelMean) / kPixelStd;
+}
+
+tandem::TensorView View(const torch::Tensor& t) {
+  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat32,
+              "parameter tensors must be contiguous float32");
+  return tandem::TensorView{t.data_ptr(), tandem::DType::kF32,
+                            std::vector<int64_t>(t.sizes().begin(), t.sizes().end())};
+}
+
+// Correctly classified test examples.
+int64_t CountCorrect(CnnModel& model, const torch::Tensor& pixels, const torch::Tensor& labels) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  int64_t correct = 0;
+  constexpr int64_t kChunk = 128;  // larger chunks make the convolutions' unfolded inputs huge
+  for (int64_t begin = 0; begin < pixels.size(0); begin += kChunk) {
+    const int64_t end = std::min(begin + kChunk, pixels.size(0));
+    const torch::Tensor logits = model->forward(Normalise(pixels.slice(0, begin, end)));
+    correct += logits.argmax(1).eq(labels.slice(0, begin, end)).sum().item<int64_t>();
+  }
+  model->train();
+  return correct;
+}
+
+void DumpWeights(const std::string& path, const std::vector<torch::Tensor>& weights) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  int64_t count = 0;
+  for (const torch::Tensor& w : weights) {
+    const torch::Tensor c = w.detach().contiguous();
+    out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    count += c.numel();
+  }
+  out.flush();
+  if (!out) throw tandem::IoError(fmt::format("--dump-weights: cannot write {}", path));
+  fmt::print("weights: {} float32 values in {} tensors written to {}\n", count, weights.size(),
+             path);
+}
+
+}  // namespace
+
+TrainingData LoadTrainingData(const TrainOptions& options) {
+  TrainingData data;
+  data.train = Cut(LoadSplit(options.data_dir, "train"), options.train_limit);
+  data.test = Cut(LoadSplit(options.data_dir, "t10k"), options.test_limit);
+  return data;
+}
+
+double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& plan,
+             const LearningRate& rate, GradientExchange& exchange) {
+  torch::set_num_threads(o.threads);
+  torch::manual_seed(o.seed);
+  CnnModel model;
+  std::vector<torch::Tensor> weights = model->parameters();
+  const bool leader = exchange.rank() == 0;
+  const bool synchronous = exchange.mode() != "dist_async";
+
+  std::unique_ptr<torch::optim::SGD> sgd;
+  if (!exchange.updates_weights()) {
+    sgd = std::make_unique<torch::optim::SGD>(
+        weights, torch::optim::SGDOptions(rate.At(1)).momentum(o.momentum).weight_decay(o.wd));
+  }
+  if (!o.checkpoint_dir.empty()) {
+    // Servers write their optimizer states into it too (same machine under
+    // the local launcher; elsewhere a shared directory).
+    std::error_code ec;
+    std::filesystem::create_directories(o.checkpoint_dir, ec);
+    if (ec) {
+      throw tandem::IoError(
+          fmt::format("--checkpoint-dir {}: cannot create: {}", o.checkpoint_dir, ec.message()));
+    }
+  }
+  int start_epoch = 0;
+  if (o.resume) {
+    start_epoch = LoadCheckpoint(o.checkpoint_dir, weights, sgd.get());
+    if (leader) {
+      fmt::print("resuming from {} after epoch {}\n", o.checkpoint_dir, start_epoch);
+    }
+  }
+  std::vector<tandem::TensorView> weight_views;
+  for (const torch::Tensor& w : weights) weight_views.push_back(View(w));
+  {
+    torch::NoGradGuard no_grad;
+    exchange.ShareInitialWeights(weight_views);
+  }
+  if (o.resume) exchange.LoadOptimizerStates(KvOptimizerStatesPath(o.checkpoint_dir));
+
+  const torch::Tensor train_pixels = PixelTensor(data.train);
+  const torch::Tensor train_labels = LabelTensor(data.train);
+  const torch::Tensor test_pixels = PixelTensor(data.test);
+  const torch::Tensor test_labels = LabelTensor(data.test);
+  // Synchronous modes sum the workers' gradients, so each worker divides its
+  // loss by the global batch: the sum is then the gradient of the global
+  // batch's mean loss. dist_async applies each worker's push alone.
+  const double loss_divisor =
+      static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
+  if (leader) {
+    fmt::print(
+        "training: mode {}{}, {} workers, batch {} per worker ({} global), {} steps per epoch, "
+        "lr {} -> {}{}, {} training and {} test examples\n",
+        exchange.mode(),
+        exchange.updates_weights() ? " (SGD on the servers)" : " (SGD on the workers)",
+        exchange.num_workers(), plan.local_batch(), plan.global_batch(), plan.steps_per_epoch(),
+        rate.base, rate.target(),
+        rate.warmup_steps > 0 ? fmt::format(" (warm-up {} steps)", rate.warmup_steps) : "",
+        data.train.count, data.test.count);
+    std::fflush(stdout);
+  }
+
+  double accuracy = -1;
+  int64_t step_count = static_cast<int64_t>(start_epoch) * plan.steps_per_epoch();
+  bool stopped = false;
+  for (int epoch = start_epoch; epoch < o.epochs && !stopped; ++epoch) {
+    if (o.max_steps >= 0 && step_count >= o.max_steps) break;
+    const std::vector<int64_t> order = plan.EpochOrder(epoch);
+    ProgressLine progress(leader && !o.quiet ? stdout : nullptr, epoch + 1, o.epochs,
+                          plan.steps_per_epoch(), plan.global_batch());
+    const auto epoch_start = Clock::now();
+    for (int64_t step = 0; step < plan.steps_per_epoch(); ++step) {
+      if (o.max_steps >= 0 && step_count >= o.max_steps) {
+        stopped = true;
+        break;
+      }
+      const auto t0 = Clock::now();
+      const std::vector<int64_t> picked = plan.LocalBatch(order, step);
+      const torch::Tensor index =
+          torch::from_blob(const_cast<int64_t*>(picked.data()),
+                           {static_cast<int64_t>(picked.size())}, torch::kInt64);
+      const torch::Tensor images = Normalise(train_pixels.index_select(0, index));
+      const torch::Tensor labels = train_labels.index_select(0, index);
+      model->zero_grad();
+      const torch::Tensor loss_sum = torch::nn::functional::cross_entropy(
+          model->forward(images), labels,
+          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+      (loss_sum / loss_divisor).backward();
+      std::vector<tandem::TensorView> grad_views;
+      for (const torch::Tensor& w : weights) grad_views.push_back(View(w.grad()));
+      const auto t1 = Clock::now();
+      {
+        torch::NoGradGuard no_grad;
+        exchange.Exchange(grad_views, weight_views);
+      }
+      const auto t2 = Clock::now();
+      ++step_count;
+      if (sgd) {
+        for (auto& group : sgd->param_groups()) {
+          static_cast<torch::optim::SGDOptions&>(group.options()).lr(rate.At(step_count));
+        }
+        sgd->step();
+      }
+      const double mean_loss = loss_sum.item<double>() / static_cast<double>(picked.size());
+      progress.Update(step + 1, mean_loss, Seconds(t0, Clock::now()), Seconds(t1, t2));
+    }
+    const double epoch_seconds = Seconds(epoch_start, Clock::now());
+    if (o.checkpoint_dir.size() > 0 && !stopped) {
+      exchange.SaveOptimizerStates(KvOptimizerStatesPath(o.checkpoint_dir));
+      if (leader) SaveCheckpoint(o.checkpoint_dir, epoch + 1, weights, sgd.get());
+    }
+    if (leader) {
+      const int64_t correct = CountCorrect(model, test_pixels, test_labels);
+      accuracy = static_cast<double>(correct) / static_cast<double>(data.test.count);
+      fmt::print(
+          "epoch {}/{} done{}: loss {:.4f}, {:.0f} samples/s, comm {:.1f}% of step time, {:.1f} s; "
+          "test accuracy {:.4f} ({}/{})\n",
+          epoch + 1, o.epochs, stopped ? fmt::format(" (stopped at step {})", step_count) : "",
+          progress.mean_loss(), progress.samples_per_second(), 100 * progress.comm_share(),
+          epoch_seconds, accuracy, correct, data.test.count);
+      std::fflush(stdout);
+    }
+  }
+  if (leader) {
+    if (accuracy < 0) {
+      const int64_t correct = CountCorrect(model, test_pixels, test_labels);
+      accuracy = static_cast<double>(correct) / static_cast<double>(data.test.count);
+    }
+    if (!o.dump_weights.empty()) DumpWeights(o.dump_weights, weights);
+    fmt::print("final test accuracy: {:.4f} after {} steps\n", accuracy, step_count);
+    std::fflush(stdout);
+  }
+  return accuracy;
+}
+
+}  // namespace fashion_mnist
