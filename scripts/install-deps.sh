@@ -40,6 +40,11 @@ PACKAGES=(
   libtorch-dev        # examples/fashion_mnist: the main job's model (LibTorch)
   dataset-fashion-mnist  # examples/fashion_mnist: the main job's data (IDX files)
   zlib1g-dev          # examples/fashion_mnist: reading the gzipped IDX files
+  openssh-server      # tests/system/test_launch_ssh.py: sshd on the bed's hosts
+  openssh-client      # tandem launch --launcher ssh
+  rsync               # tandem launch --launcher ssh --sync-dst-dir
+  slurm-wlm           # tests/system/test_launch_slurm.py: a one-node Slurm (srun, slurmctld, slurmd)
+  munge               # Slurm's authentication
 )
 
 missing=()

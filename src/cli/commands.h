@@ -17,6 +17,6 @@ void RegisterRoleCommands(CLI::App& app, CommandBody* body);
 void RegisterK8sCommand(CLI::App& app, CommandBody* body);
 void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body);
 void RegisterBenchCommand(CLI::App& app, CommandBody* body);
-void RegisterMpiExecCommand(CLI::App& app, CommandBody* body);
+void RegisterRankExecCommand(CLI::App& app, CommandBody* body);
 
 }  // namespace tandem::cli

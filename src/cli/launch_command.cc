@@ -20,6 +20,7 @@
 #include "launch/hostfile.h"
 #include "launch/local_launcher.h"
 #include "launch/mpi_launcher.h"
+#include "launch/slurm_launcher.h"
 #include "launch/process_supervisor.h"
 #include "launch/ssh_launcher.h"
 #include "tandem/error.h"
@@ -48,6 +49,8 @@ struct LaunchArguments {
   int scheduler_port = 0;
   // --launcher mpi
   std::vector<std::string> mpi_args;
+  // --launcher slurm
+  std::vector<std::string> srun_args;
 };
 
 int RunLaunch(const LaunchArguments& args, bool servers_given) {
@@ -102,8 +105,18 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
     return launch::RunMpiJob(mpi, supervisor, env);
   }
   if (!args.hostfile.empty()) {
-    throw InvalidArgument(
-        "-H/--hostfile is for --launcher ssh or mpi; the local launcher uses this host");
+    throw InvalidArgument(fmt::format(
+        "-H/--hostfile is for --launcher ssh or mpi; {}", args.launcher == "slurm"
+                                                              ? "under Slurm, srun places the tasks"
+                                                              : "the local launcher uses this host"));
+  }
+  if (args.launcher == "slurm") {
+    launch::SlurmJobOptions slurm;
+    slurm.job = options;
+    slurm.srun = env.GetString("TANDEM_SRUN", "srun");
+    slurm.srun_args = args.srun_args;
+    slurm.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
+    return launch::RunSlurmJob(slurm, supervisor, env);
   }
   return launch::RunLocalJob(options, supervisor, env);
 }
@@ -165,22 +178,27 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                       "MXNet's launch.py)")
           ->check(Count(0, 1 << 16, "the number of servers"));
   cmd->add_option("--launcher", args->launcher,
-                  "How to start the processes: local (this host), ssh (the hosts of -H) or mpi "
-                  "(Open MPI's mpirun; on the hosts of -H if given)")
+                  "How to start the processes: local (this host), ssh (the hosts of -H), mpi "
+                  "(Open MPI's mpirun; on the hosts of -H if given) or slurm (srun)")
       ->capture_default_str()
       ->check(CLI::Validator(
           [](std::string& value) -> std::string {
-            if (value == "local" || value == "ssh" || value == "mpi") return {};
+            if (value == "local" || value == "ssh" || value == "mpi" || value == "slurm") return {};
             return fmt::format(
-                "launcher '{}' does not exist in this version of tandem (local, ssh, mpi)", value);
+                "launcher '{}' does not exist in this version of tandem (local, ssh, mpi, slurm)",
+                value);
           },
-          "local|ssh|mpi", "launcher"));
+          "local|ssh|mpi|slurm", "launcher"));
   cmd->add_option("-H,--hostfile", args->hostfile,
                   "With --launcher ssh: the hosts, one per line ('host', 'host:SLOTS' or 'host "
                   "slots=N'; '#' comments)");
   cmd->add_option("--mpi-arg", args->mpi_args,
                   "With --launcher mpi: an argument for mpirun before the program (repeatable), "
                   "e.g. --mpi-arg=--mca --mpi-arg=btl_tcp_if_include --mpi-arg=eth0")
+      ->allow_extra_args(false);
+  cmd->add_option("--srun-arg", args->srun_args,
+                  "With --launcher slurm: an argument for srun before the program (repeatable), "
+                  "e.g. --srun-arg=--partition=gpu")
       ->allow_extra_args(false);
   cmd->add_option("--ssh-arg", args->ssh_args,
                   "With --launcher ssh: an argument for ssh before the host (repeatable), e.g. "
@@ -197,7 +215,7 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "(repeatable; DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_* always are)")
       ->allow_extra_args(false);
   cmd->add_option("--scheduler-port", args->scheduler_port,
-                  "With --launcher ssh or mpi: the scheduler's port on the first host (default: random "
+                  "With --launcher ssh, mpi or slurm: the scheduler's port on the first host (default: random "
                   "in 20000..59999)")
       ->check(Count(1, 65535, "the scheduler port"));
   cmd->add_option("--env", args->env,

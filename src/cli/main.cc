@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
   tandem::cli::RegisterK8sCommand(app, &body);
   tandem::cli::RegisterRemoteExecCommand(app, &body);
   tandem::cli::RegisterBenchCommand(app, &body);
-  tandem::cli::RegisterMpiExecCommand(app, &body);
+  tandem::cli::RegisterRankExecCommand(app, &body);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

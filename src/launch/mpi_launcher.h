@@ -4,12 +4,9 @@
 //
 // The launcher runs one process, mpirun, under its ProcessSupervisor (so
 // Ctrl-C, a kill of the launcher and the exit code behave as for the other
-// launchers). mpirun starts `tandem mpi-exec` as every rank; each reads its
-// MPI rank and becomes process `rank` of the local launcher's order
-// (BuildLocalJob): rank 0 the scheduler, ranks 1..S the servers, then the
-// workers (with --no-scheduler, ranks are the workers). mpi-exec supervises
-// its process as the local launcher would, prefixing its output with its
-// label, and exits with its status, which mpirun turns into the job's fate.
+// launchers). mpirun starts `tandem rank-exec` as every rank
+// (launch/rank_exec.h), which becomes the job's process of its MPI rank and
+// exits with its status, which mpirun turns into the job's fate.
 // The job's secret reaches the ranks through mpirun's environment
 // forwarding (`-x NAME`), never on a command line. docs/launch.md.
 #pragma once
@@ -37,7 +34,7 @@ struct MpiJobOptions {
 };
 
 /// The mpirun process of the job: argv (mpirun, its options, `-x` for each
-/// forwarded variable, then `TANDEM mpi-exec ... -- COMMAND...`) and its
+/// forwarded variable, then `TANDEM rank-exec ... -- COMMAND...`) and its
 /// environment (`launcher_env` plus the job's variables that `-x`
 /// forwards). Requires options valid and job.tandem_binary set. Pure.
 ProcessSpec BuildMpirunCommand(const MpiJobOptions& options, const LocalJobIdentity& identity,
@@ -47,23 +44,5 @@ ProcessSpec BuildMpirunCommand(const MpiJobOptions& options, const LocalJobIdent
 /// Throws InvalidArgument for bad options, IoError as RunLocalJob does.
 int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_options,
               const base::Environment& launcher_env);
-
-/// What `tandem mpi-exec` is told on its command line. Thread-safety: a
-/// value type.
-struct MpiRankOptions {
-  LocalJobOptions job;       ///< as the launcher's, tandem_binary resolved
-  bool loopback = false;     ///< every rank on this host: DMLC_NODE_HOST=127.0.0.1
-};
-
-/// This rank's process: reads the MPI rank and size (OMPI_COMM_WORLD_RANK
-/// and _SIZE, else PMIX_RANK with OMPI_COMM_WORLD_SIZE, else PMI_RANK and
-/// PMI_SIZE) from `env`, checks the size against the job's process count,
-/// and returns process `rank` of BuildLocalJob with the scheduler address,
-/// secret and job id from `env` (DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT,
-/// TANDEM_SECRET, TANDEM_JOB_ID) and, unless loopback, DMLC_NODE_HOST left
-/// for the node to find. Throws ConfigError naming what is missing or
-/// inconsistent. Pure.
-ProcessSpec MpiRankProcess(const MpiRankOptions& options,
-                           const std::map<std::string, std::string>& env);
 
 }  // namespace tandem::launch

@@ -22,11 +22,13 @@ def f32(x: float) -> float:
     return struct.unpack("<f", struct.pack("<f", x))[0]
 
 
-def run(launch, tandem_bin_dir, scenario, tmp_path=None, env=None, timeout=60, launcher="local"):
+def run(launch, tandem_bin_dir, scenario, tmp_path=None, env=None, timeout=60, launcher="local",
+        launcher_env=None):
     args = [tandem_bin_dir / "kvstore_check", "--scenario", scenario]
     if tmp_path is not None:
         args += ["--dir", str(tmp_path)]
-    result = launch(WORKERS, SERVERS, args, env=env or {}, timeout=timeout, launcher=launcher)
+    result = launch(WORKERS, SERVERS, args, env=env or {}, timeout=timeout, launcher=launcher,
+                    launcher_env=launcher_env)
     assert result.returncode == 0, result.job.describe()
     for rank in range(WORKERS):
         assert (f"[worker {rank}] kvstore_check: done scenario={scenario} rank={rank} "

@@ -1,7 +1,9 @@
-// The mpi launcher's pure parts: the mpirun command line (the secret never on
-// it, -np the job's process count, -x for the forwarded variables) and the
-// rank-to-process mapping of `tandem mpi-exec`.
+// The pure parts of the launchers that start ranks: the mpirun and srun
+// command lines (the secret never on them, the job's process count, the
+// forwarded variables) and the rank-to-process mapping of `tandem rank-exec`.
 #include "launch/mpi_launcher.h"
+#include "launch/rank_exec.h"
+#include "launch/slurm_launcher.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -76,7 +78,7 @@ TEST_P(MpirunCommand, CountsEveryRoleAndKeepsTheSecretOffTheCommandLine) {
   std::vector<std::string> tail(argv.end() - 4, argv.end());
   EXPECT_EQ(tail, (std::vector<std::string>{"--", "/bin/train", "--epochs", "3"}));
   EXPECT_LT(std::find(argv.begin(), argv.end(), "btl") - argv.begin(),
-            std::find(argv.begin(), argv.end(), "mpi-exec") - argv.begin());
+            std::find(argv.begin(), argv.end(), "rank-exec") - argv.begin());
 }
 
 INSTANTIATE_TEST_SUITE_P(Jobs, MpirunCommand,
@@ -93,6 +95,28 @@ TEST(MpirunCommand, HostsGoToMpirunAndTheSchedulerIsTheFirstHost) {
   EXPECT_THAT(spec.argv, Not(Contains("--loopback")));
 }
 
+TEST(SrunCommand, CountsTasksGivesTheGraceAndKeepsTheSecretInTheEnvironment) {
+  SlurmJobOptions o;
+  o.job = Job(4, 2);
+  o.srun_args = {"--partition=cpu"};
+  o.grace_seconds = 7;
+  ProcessSpec spec = BuildSrunCommand(o, Identity(), {{"DMLC_PS_ROOT_URI", "stale"}});
+  const auto& argv = spec.argv;
+  EXPECT_EQ(argv[0], "srun");
+  EXPECT_THAT(argv, Contains("--ntasks=7"));
+  EXPECT_THAT(argv, Contains("--kill-on-bad-exit=0"));
+  EXPECT_THAT(argv, Contains("--wait=7"));
+  EXPECT_THAT(argv, Contains("--export=ALL"));
+  EXPECT_THAT(argv, Contains("--job-name=job-7"));
+  for (const auto& a : argv) EXPECT_THAT(a, Not(HasSubstr("s3cr3t")));
+  EXPECT_EQ(spec.env.at("TANDEM_SECRET"), "s3cr3t-value");
+  EXPECT_EQ(spec.env.at("DMLC_PS_ROOT_PORT"), "41000");
+  EXPECT_EQ(spec.env.count("DMLC_PS_ROOT_URI"), 0u);  // task 0's node, found by rank-exec
+  EXPECT_LT(std::find(argv.begin(), argv.end(), "--partition=cpu") - argv.begin(),
+            std::find(argv.begin(), argv.end(), "rank-exec") - argv.begin());
+  EXPECT_THAT(argv, Not(Contains("--loopback")));
+}
+
 std::map<std::string, std::string> RankEnv(int rank, int size) {
   return {{"OMPI_COMM_WORLD_RANK", std::to_string(rank)},
           {"OMPI_COMM_WORLD_SIZE", std::to_string(size)},
@@ -105,13 +129,13 @@ std::map<std::string, std::string> RankEnv(int rank, int size) {
           {"PATH", "/bin"}};
 }
 
-TEST(MpiRankProcess, RanksAreTheSchedulerThenServersThenWorkers) {
-  MpiRankOptions o;
+TEST(RankProcess, RanksAreTheSchedulerThenServersThenWorkers) {
+  RankProcessOptions o;
   o.job = Job(3, 2);
   const std::vector<std::string> labels = {"scheduler", "server 0", "server 1", "worker 0",
                                            "worker 1", "worker 2"};
   for (int rank = 0; rank < 6; ++rank) {
-    ProcessSpec p = MpiRankProcess(o, RankEnv(rank, 6));
+    ProcessSpec p = RankProcess(o, RankEnv(rank, 6));
     EXPECT_EQ(p.label, labels[static_cast<size_t>(rank)]);
     EXPECT_EQ(p.env.at("DMLC_PS_ROOT_URI"), "node1");
     EXPECT_EQ(p.env.at("DMLC_PS_ROOT_PORT"), "41000");
@@ -125,26 +149,43 @@ TEST(MpiRankProcess, RanksAreTheSchedulerThenServersThenWorkers) {
     if (rank >= 3) EXPECT_EQ(p.argv, o.job.command);
   }
   o.loopback = true;
-  EXPECT_EQ(MpiRankProcess(o, RankEnv(4, 6)).env.at("DMLC_NODE_HOST"), "127.0.0.1");
+  EXPECT_EQ(RankProcess(o, RankEnv(4, 6)).env.at("DMLC_NODE_HOST"), "127.0.0.1");
 }
 
-TEST(MpiRankProcess, RefusesAMismatchedSizeOrAMissingRank) {
-  MpiRankOptions o;
+// Under srun: SLURM_PROCID/SLURM_NTASKS, and the scheduler on the first node
+// of the step (the launcher cannot know it beforehand).
+TEST(RankProcess, UnderSrunTheSchedulerIsTheStepsFirstNode) {
+  RankProcessOptions o;
+  o.job = Job(2, 1);
+  std::map<std::string, std::string> env = {{"SLURM_PROCID", "3"},
+                                            {"SLURM_NTASKS", "4"},
+                                            {"SLURM_STEP_NODELIST", "cn[07-09],gpu1"},
+                                            {"DMLC_PS_ROOT_PORT", "41000"},
+                                            {"TANDEM_SECRET", "s"},
+                                            {"TANDEM_JOB_ID", "j"}};
+  ProcessSpec p = RankProcess(o, env);
+  EXPECT_EQ(p.label, "worker 1");
+  EXPECT_EQ(p.env.at("DMLC_PS_ROOT_URI"), "cn07");
+  EXPECT_EQ(p.env.at("SLURM_PROCID"), "3");  // Slurm's variables stay for the program
+}
+
+TEST(RankProcess, RefusesAMismatchedSizeOrAMissingRank) {
+  RankProcessOptions o;
   o.job = Job(3, 2);
   try {
-    MpiRankProcess(o, RankEnv(1, 4));
+    RankProcess(o, RankEnv(1, 4));
     ADD_FAILURE() << "a size mismatch was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("MPI rank 1 of 4 processes, but the job has 6"));
+    EXPECT_THAT(e.what(), HasSubstr("rank 1 of 4 processes (OMPI_COMM_WORLD_RANK), but the job has 6"));
   }
   auto env = RankEnv(0, 6);
   env.erase("OMPI_COMM_WORLD_RANK");
   env.erase("PMIX_RANK");
-  EXPECT_THROW(MpiRankProcess(o, env), ConfigError);
+  EXPECT_THROW(RankProcess(o, env), ConfigError);
   env = RankEnv(0, 6);
   env.erase("TANDEM_SECRET");
   try {
-    MpiRankProcess(o, env);
+    RankProcess(o, env);
     ADD_FAILURE() << "a missing secret was accepted";
   } catch (const ConfigError& e) {
     EXPECT_THAT(e.what(), HasSubstr("TANDEM_SECRET"));

@@ -1,8 +1,8 @@
-// `tandem mpi-exec --servers S --workers W [...] -- COMMAND...`: run by
-// mpirun as every rank of `tandem launch --launcher mpi`
-// (src/launch/mpi_launcher.h); not meant to be typed by hand. Becomes the
-// job's process for this MPI rank and supervises it, prefixing its output
-// with its label, and exits with its status.
+// `tandem rank-exec --servers S --workers W [...] -- COMMAND...`: run by
+// mpirun or srun as every rank of `tandem launch --launcher mpi|slurm`
+// (src/launch/rank_exec.h); not meant to be typed by hand. Becomes the
+// job's process for this rank and supervises it, prefixing its output with
+// its label, and exits with its status.
 #include <fmt/format.h>
 
 #include <memory>
@@ -12,12 +12,12 @@
 #include "base/environment.h"
 #include "cli/commands.h"
 #include "launch/local_launcher.h"
-#include "launch/mpi_launcher.h"
+#include "launch/rank_exec.h"
 #include "launch/process_supervisor.h"
 
 namespace tandem::cli {
 
-void RegisterMpiExecCommand(CLI::App& app, CommandBody* body) {
+void RegisterRankExecCommand(CLI::App& app, CommandBody* body) {
   struct Args {
     int servers = 0;
     int workers = 1;
@@ -29,8 +29,9 @@ void RegisterMpiExecCommand(CLI::App& app, CommandBody* body) {
   };
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
-      "mpi-exec",
-      "Run this MPI rank's process of a `tandem launch --launcher mpi` job (started by mpirun)");
+      "rank-exec",
+      "Run this rank's process of a `tandem launch --launcher mpi|slurm` job (started by mpirun "
+      "or srun)");
   cmd->add_option("--servers", args->servers, "The job's servers")->required();
   cmd->add_option("--workers", args->workers, "The job's workers")->required();
   cmd->add_flag("--command-runs-all-roles", args->command_runs_all_roles,
@@ -42,7 +43,7 @@ void RegisterMpiExecCommand(CLI::App& app, CommandBody* body) {
   cmd->add_option("command", args->command, "The workers' command, after '--'")->required();
   cmd->callback([body, args] {
     *body = [args] {
-      launch::MpiRankOptions o;
+      launch::RankProcessOptions o;
       o.job.num_servers = args->servers;
       o.job.num_workers = args->workers;
       o.job.command = args->command;
@@ -52,7 +53,7 @@ void RegisterMpiExecCommand(CLI::App& app, CommandBody* body) {
       for (const auto& e : args->env) o.job.env.push_back(launch::ParseEnvAssignment(e));
       o.loopback = args->loopback;
       launch::ProcessSpec spec =
-          launch::MpiRankProcess(o, base::Environment::FromProcess().vars());
+          launch::RankProcess(o, base::Environment::FromProcess().vars());
       launch::FindExecutable(spec.argv[0], spec.env);
       launch::ProcessSupervisor supervisor;
       supervisor.Start(spec);

@@ -1,0 +1,44 @@
+// `tandem rank-exec`: one process of a job whose processes another launcher
+// started as ranks, mpirun (`tandem launch --launcher mpi`) or srun
+// (`--launcher slurm`). Each rank becomes process `rank` of the local
+// launcher's order (BuildLocalJob): rank 0 the scheduler, ranks 1..S the
+// servers, then the workers (with --no-scheduler, every rank is a worker),
+// and supervises it as the local launcher would (output prefixed with its
+// label, its process group torn down with it), exiting with its status.
+// docs/launch.md.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "launch/child_process.h"
+#include "launch/local_launcher.h"
+
+namespace tandem::launch {
+
+/// What `tandem rank-exec` is told on its command line. Thread-safety: a
+/// value type.
+struct RankProcessOptions {
+  LocalJobOptions job;    ///< as the launcher's, tandem_binary resolved
+  bool loopback = false;  ///< every rank on this host: DMLC_NODE_HOST=127.0.0.1
+};
+
+/// The processes of a job: a scheduler unless rendezvous_in_worker, the
+/// servers and the workers. Pure.
+int ProcessCount(const LocalJobOptions& job);
+
+/// This rank's process. The rank and world size come from `env`:
+/// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK
+/// with PMI_SIZE, else SLURM_PROCID and SLURM_NTASKS (srun); the size must
+/// equal ProcessCount. The scheduler's address is DMLC_PS_ROOT_URI, else
+/// (under srun) the first host of SLURM_STEP_NODELIST or
+/// SLURM_JOB_NODELIST, where srun puts task 0; DMLC_PS_ROOT_PORT,
+/// TANDEM_SECRET and TANDEM_JOB_ID must be set. Unless loopback,
+/// DMLC_NODE_HOST is left for the node to find. The MPI launcher's own
+/// variables (OMPI_*, PMIX_*, PMI_*) are not passed on: the process's
+/// start-up contract is tandem's. Throws ConfigError naming what is missing
+/// or inconsistent. Pure.
+ProcessSpec RankProcess(const RankProcessOptions& options,
+                        const std::map<std::string, std::string>& env);
+
+}  // namespace tandem::launch

@@ -1,0 +1,87 @@
+// docs/launch.md, "Through Slurm: --launcher slurm".
+#include "launch/slurm_launcher.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "launch/job_credentials.h"
+#include "launch/rank_exec.h"
+#include "tandem/error.h"
+
+namespace tandem::launch {
+
+ProcessSpec BuildSrunCommand(const SlurmJobOptions& options, const LocalJobIdentity& identity,
+                             const std::map<std::string, std::string>& launcher_env) {
+  const LocalJobOptions& job = options.job;
+  ProcessSpec spec;
+  spec.label = "srun";
+  spec.prefix_output = false;  // every task prefixes its own lines
+  spec.env = launcher_env;
+  spec.env["TANDEM_SECRET"] = identity.secret;
+  spec.env["TANDEM_JOB_ID"] = identity.job_id;
+  spec.env["DMLC_PS_ROOT_PORT"] = std::to_string(identity.scheduler_port);
+  // Task 0's node is the scheduler's host; rank-exec finds it in the step's
+  // node list.
+  for (const char* stale : {"DMLC_PS_ROOT_URI", "DMLC_NODE_HOST", "DMLC_WORKER_ID",
+                            "DMLC_SERVER_ID"}) {
+    spec.env.erase(stale);
+  }
+  spec.argv = {options.srun,
+               fmt::format("--ntasks={}", ProcessCount(job)),
+               // A failed task does not kill the others at once: they notice
+               // the loss and say so, within the grace period.
+               "--kill-on-bad-exit=0",
+               fmt::format("--wait={}", std::max(1, options.grace_seconds)),
+               // tandem's scheduler and servers take tasks beside the workers.
+               "--overcommit",
+               "--export=ALL",
+               fmt::format("--job-name={}", identity.job_id)};
+  spec.argv.insert(spec.argv.end(), options.srun_args.begin(), options.srun_args.end());
+  spec.argv.insert(spec.argv.end(),
+                   {job.tandem_binary, "rank-exec", "--servers", std::to_string(job.num_servers),
+                    "--workers", std::to_string(job.num_workers)});
+  if (job.command_runs_all_roles) spec.argv.push_back("--command-runs-all-roles");
+  if (job.rendezvous_in_worker) spec.argv.push_back("--no-scheduler");
+  for (const auto& [name, value] : job.env) {
+    spec.argv.insert(spec.argv.end(), {"--env", name + "=" + value});
+  }
+  spec.argv.push_back("--");
+  spec.argv.insert(spec.argv.end(), job.command.begin(), job.command.end());
+  return spec;
+}
+
+int RunSlurmJob(const SlurmJobOptions& options, const SupervisorOptions& supervisor_options,
+                const base::Environment& launcher_env) {
+  ValidateLocalJobOptions(options.job);
+  SlurmJobOptions o = options;
+  o.grace_seconds = static_cast<int>(
+      std::chrono::ceil<std::chrono::seconds>(supervisor_options.teardown_grace).count());
+  if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
+  LocalJobIdentity identity;
+  if (o.scheduler_port != 0) {
+    identity.scheduler_port = o.scheduler_port;
+  } else {
+    std::random_device rd;
+    identity.scheduler_port = static_cast<uint16_t>(20000 + rd() % 40000);
+  }
+  identity.secret = GenerateJobSecret();
+  identity.job_id = o.job.job_id.empty() ? GenerateJobId() : o.job.job_id;
+
+  ProcessSpec srun = BuildSrunCommand(o, identity, launcher_env.vars());
+  FindExecutable(srun.argv[0], srun.env);  // "srun not found" before anything starts
+  ProcessSupervisor supervisor(supervisor_options);
+  OutputSink(supervisor_options.stderr_fd)
+      .WriteLine(fmt::format(
+          "[launcher] job {}: {} tasks through {} (scheduler on the first node, port {}{}), {} "
+          "server{}, {} worker{}\n",
+          identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
+          o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
+          o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s"));
+  supervisor.Start(srun);
+  return supervisor.Run().exit_code;
+}
+
+}  // namespace tandem::launch
