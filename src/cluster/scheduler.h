@@ -58,6 +58,11 @@ class Scheduler final : public net::TransportHandler {
   /// notices of a failure reach every node before the process exits.
   void DrainConnections(std::chrono::milliseconds timeout);
 
+  /// For each node of the formed job that has not left: its id and the time
+  /// since its last message (heartbeat or other). Empty before the job
+  /// formed. Any thread.
+  std::vector<std::pair<int, std::chrono::milliseconds>> Silences() const;
+
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
@@ -108,11 +113,11 @@ class Scheduler final : public net::TransportHandler {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::set<net::ConnectionId> open_connections_;
-  std::vector<Pending> pending_;              // before the job formed
-  std::optional<NodeTable> table_;            // once formed
-  std::vector<NodeState> states_;             // by node id, once formed
+  std::vector<Pending> pending_;    // before the job formed
+  std::optional<NodeTable> table_;  // once formed
+  std::vector<NodeState> states_;   // by node id, once formed
   std::map<net::ConnectionId, int> node_of_conn_;
-  std::map<int, BarrierState> barriers_;      // by group mask
+  std::map<int, BarrierState> barriers_;  // by group mask
   std::optional<std::string> failure_;
   int left_count_ = 0;
 
