@@ -2,10 +2,11 @@
 // the news that a node was lost.
 //
 // A process joins with Cluster::Join(), which reads its start-up contract
-// from the environment (today the DMLC_* variables that MXNet's launch.py,
-// Kubeflow's MXJob and `tandem launch` set), registers with the scheduler
-// and blocks until every expected node is there. docs/cluster.md describes
-// the protocol.
+// from the environment (the DMLC_* variables that MXNet's launch.py,
+// Kubeflow's MXJob and `tandem launch` set, or those of torchrun, srun,
+// mpirun, Kubernetes and Volcano jobs: docs/contracts.md), registers with the
+// scheduler and blocks until every expected node is there. docs/cluster.md
+// describes the protocol.
 #pragma once
 
 #include <cstdint>

@@ -99,22 +99,22 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         NodeTable t = NodeTable::Decode(msg.meta);
         int me = msg.header.recipient;
         if (me < 0 || me >= static_cast<int>(t.nodes.size())) {
-          throw ProtocolError(
-              fmt::format("node table addressed to node {} of {}", me, t.nodes.size()));
+          throw ProtocolError(fmt::format("node table addressed to node {} of {}", me,
+                                          t.nodes.size()));
         }
         const NodeInfo& n = t.nodes[static_cast<size_t>(me)];
         if (n.role != options_.role || n.host != options_.host || n.port != options_.port) {
           throw ProtocolError(fmt::format("node table entry {} is {}, but this node is {} at {}:{}",
-                                          me, n.ToString(), RoleName(options_.role), options_.host,
-                                          options_.port));
+                                          me, n.ToString(), RoleName(options_.role),
+                                          options_.host, options_.port));
         }
         self_id_ = me;
         table_ = std::move(t);
         break;
       }
       case msg::kRejected:
-        Fail(FailureKind::kRejected, fmt::format("the scheduler rejected this node: {}",
-                                                 DecodeText(msg.meta, "rejection")));
+        Fail(FailureKind::kRejected,
+             fmt::format("the scheduler rejected this node: {}", DecodeText(msg.meta, "rejection")));
         break;
       case msg::kStartTimedOut:
         Fail(FailureKind::kTimeout, DecodeText(msg.meta, "start failure"));
@@ -123,8 +123,8 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
       case msg::kBarrierFailed: {
         auto it = barrier_waits_.find(msg.header.request_id);
         if (it == barrier_waits_.end()) {
-          throw ProtocolError(
-              fmt::format("barrier answer for unknown request {}", msg.header.request_id));
+          throw ProtocolError(fmt::format("barrier answer for unknown request {}",
+                                          msg.header.request_id));
         }
         it->second.done = true;
         if (msg.header.type == msg::kBarrierFailed) {
@@ -146,8 +146,9 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         throw ProtocolError(fmt::format("unexpected message type {}", msg.header.type));
     }
   } catch (const ProtocolError& e) {
-    Fail(FailureKind::kPeerLost, fmt::format("the scheduler at {} broke the protocol: {}",
-                                             options_.scheduler.ToString(), e.what()));
+    Fail(FailureKind::kPeerLost,
+         fmt::format("the scheduler at {} broke the protocol: {}", options_.scheduler.ToString(),
+                     e.what()));
   }
   lock.unlock();
   cv_.notify_all();
@@ -199,10 +200,9 @@ void Membership::CheckHealth() const {
 
 void Membership::Barrier(int groups, bool final) {
   if (groups <= 0 || (groups & ~group::kAll) != 0) {
-    throw InvalidArgument(
-        fmt::format("barrier group mask {} is not a combination of "
-                    "group::kScheduler, kServers, kWorkers",
-                    groups));
+    throw InvalidArgument(fmt::format("barrier group mask {} is not a combination of "
+                                      "group::kScheduler, kServers, kWorkers",
+                                      groups));
   }
   if (!table_) throw InvalidArgument("Barrier() before Join()");
   if (!InGroups(self(), groups)) {
@@ -234,10 +234,10 @@ void Membership::Barrier(int groups, bool final) {
     auto limit = options_.barrier_timeout + options_.heartbeat_timeout;
     if (!cv_.wait_for(lock, limit, ready)) {
       barrier_waits_.erase(request_id);
-      throw Timeout(fmt::format(
-          "barrier #{} over {}: no answer from the scheduler at {} within "
-          "{:.0f} s",
-          req.sequence, GroupsName(groups), options_.scheduler.ToString(), Seconds(limit)));
+      throw Timeout(fmt::format("barrier #{} over {}: no answer from the scheduler at {} within "
+                                "{:.0f} s",
+                                req.sequence, GroupsName(groups), options_.scheduler.ToString(),
+                                Seconds(limit)));
     }
   }
   BarrierWait result = barrier_waits_[request_id];

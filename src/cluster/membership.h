@@ -6,13 +6,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
+#include <functional>
 
 #include "base/clock.h"
 #include "base/logger.h"
@@ -94,7 +94,7 @@ class Membership final : public net::TransportHandler {
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
   void Fail(FailureKind kind, std::string text);  // requires mu_
-  [[noreturn]] void ThrowFailure() const;         // requires mu_
+  [[noreturn]] void ThrowFailure() const;          // requires mu_
   void HeartbeatLoop();
   void Send(uint16_t type, std::string meta, uint64_t request_id = 0);
 

@@ -113,11 +113,11 @@ class Scheduler final : public net::TransportHandler {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::set<net::ConnectionId> open_connections_;
-  std::vector<Pending> pending_;    // before the job formed
-  std::optional<NodeTable> table_;  // once formed
-  std::vector<NodeState> states_;   // by node id, once formed
+  std::vector<Pending> pending_;              // before the job formed
+  std::optional<NodeTable> table_;            // once formed
+  std::vector<NodeState> states_;             // by node id, once formed
   std::map<net::ConnectionId, int> node_of_conn_;
-  std::map<int, BarrierState> barriers_;  // by group mask
+  std::map<int, BarrierState> barriers_;      // by group mask
   std::optional<std::string> failure_;
   int left_count_ = 0;
 
