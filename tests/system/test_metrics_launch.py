@@ -16,6 +16,8 @@ import urllib.request
 
 import pytest
 
+from conftest import free_port
+
 SERVING = re.compile(r"^\[(\w+(?: \d+)?)\].*serving metrics at http://127\.0\.0\.1:(\d+)/metrics",
                      re.M)
 SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
@@ -89,11 +91,13 @@ METRICS_ENV = {"TANDEM_METRICS_PORT": "0", "TANDEM_METRICS_ADDRESS": "127.0.0.1"
                "PS_HEARTBEAT_INTERVAL": "0.2"}
 
 
-def test_parameter_server_job_serves_metrics_while_it_runs(launch, tandem_bin_dir):
+@pytest.mark.parametrize("resend", [False, True])
+def test_parameter_server_job_serves_metrics_while_it_runs(launch, tandem_bin_dir, resend):
     workers, servers = 2, 1
+    env = {**METRICS_ENV, "PS_RESEND": "1" if resend else "0"}
     job = launch.start(workers, servers,
                        [tandem_bin_dir / "kvstore_check", "--scenario", "steady", "--rounds", "40"],
-                       env=METRICS_ENV)
+                       env=env)
     ports = wait_for_endpoints(job, ["worker 0", "worker 1", "server 0", "scheduler"])
     time.sleep(1.0)
     first = {label: scrape(port) for label, port in ports.items()}
@@ -136,15 +140,25 @@ def test_parameter_server_job_serves_metrics_while_it_runs(launch, tandem_bin_di
     assert len(ages) == workers and all(0 <= a < 5 for a in ages), ages
     s0 = samples(second["server 0"])
     assert series(s0, "tandem_received_bytes_total", peer_role="worker", service="kv")[0] > 0
+    # The reliable layer's counters exist exactly when it is on.
+    for s in (w0, s0, sched):
+        assert len(series(s, "tandem_retransmits_total")) == (1 if resend else 0)
+        assert len(series(s, "tandem_unacknowledged_messages")) == (1 if resend else 0)
 
 
 def test_collectives_job_metrics_and_timeline(launch, tandem_bin_dir, tmp_path):
     workers = 3
     trace = tmp_path / "trace.json"
+    # A fixed base port: the processes of one host take the free ports from it on.
+    base = free_port()
+    if base > 65535 - 64:
+        base -= 64
+    env = {**METRICS_ENV, "TANDEM_METRICS_PORT": str(base), "TANDEM_TIMELINE": str(trace)}
     job = launch.start(workers, 0, [tandem_bin_dir / "collective_check", "--steady", "30"],
-                       env={**METRICS_ENV, "TANDEM_TIMELINE": str(trace)},
-                       extra_args=["--no-scheduler"])
+                       env=env, extra_args=["--no-scheduler"])
     ports = wait_for_endpoints(job, [f"worker {r}" for r in range(workers)])
+    assert len(set(ports.values())) == workers, ports
+    assert all(base <= p < base + 64 for p in ports.values()), (base, ports)
     time.sleep(1.0)
     first = {label: scrape(port) for label, port in ports.items()}
     time.sleep(1.0)
