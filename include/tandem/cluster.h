@@ -107,8 +107,9 @@ class Cluster {
 /// this process is the scheduler or a server, runs that role (a server runs
 /// tandem's parameter server, docs/kvstore.md) until the job ends and
 /// returns the process exit code to return from main(); returns nothing in
-/// a worker, which then goes on with its own work. Defined in
-/// src/kv/serve_role.cc.
+/// a worker, which then goes on with its own work. Under mpirun, srun or
+/// torchrun with TANDEM_NUM_SERVERS=S, the last S ranks are the servers
+/// (docs/contracts.md). Defined in src/kv/serve_role.cc.
 std::optional<int> ServeAssignedRole();
 
 }  // namespace tandem
