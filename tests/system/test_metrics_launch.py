@@ -140,6 +140,8 @@ def test_parameter_server_job_serves_metrics_while_it_runs(launch, tandem_bin_di
     assert len(ages) == workers and all(0 <= a < 5 for a in ages), ages
     s0 = samples(second["server 0"])
     assert series(s0, "tandem_received_bytes_total", peer_role="worker", service="kv")[0] > 0
+    queued = series(s0, "tandem_kv_server_queued_requests")
+    assert len(queued) == 1 and 0 <= queued[0] <= 2 * workers, queued
     # The reliable layer's counters exist exactly when it is on.
     for s in (w0, s0, sched):
         assert len(series(s, "tandem_retransmits_total")) == (1 if resend else 0)
