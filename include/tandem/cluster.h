@@ -2,10 +2,11 @@
 // the news that a node was lost.
 //
 // A process joins with Cluster::Join(), which reads its start-up contract
-// from the environment (today the DMLC_* variables that MXNet's launch.py,
-// Kubeflow's MXJob and `tandem launch` set), registers with the scheduler
-// and blocks until every expected node is there. docs/cluster.md describes
-// the protocol.
+// from the environment (the DMLC_* variables that MXNet's launch.py,
+// Kubeflow's MXJob and `tandem launch` set, or those of torchrun, srun,
+// mpirun, Kubernetes and Volcano jobs: docs/contracts.md), registers with the
+// scheduler and blocks until every expected node is there. docs/cluster.md
+// describes the protocol.
 #pragma once
 
 #include <cstdint>
@@ -106,8 +107,9 @@ class Cluster {
 /// this process is the scheduler or a server, runs that role (a server runs
 /// tandem's parameter server, docs/kvstore.md) until the job ends and
 /// returns the process exit code to return from main(); returns nothing in
-/// a worker, which then goes on with its own work. Defined in
-/// src/kv/serve_role.cc.
+/// a worker, which then goes on with its own work. Under mpirun, srun or
+/// torchrun with TANDEM_NUM_SERVERS=S, the last S ranks are the servers
+/// (docs/contracts.md). Defined in src/kv/serve_role.cc.
 std::optional<int> ServeAssignedRole();
 
 }  // namespace tandem

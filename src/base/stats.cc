@@ -151,4 +151,14 @@ std::vector<StatsRegistry::Family> StatsRegistry::Families() const {
   return out;
 }
 
+void StatsRegistry::AddRefresher(std::function<void()> fn) {
+  std::lock_guard lock(refresh_mu_);
+  refreshers_.push_back(std::move(fn));
+}
+
+void StatsRegistry::Refresh() const {
+  std::lock_guard lock(refresh_mu_);
+  for (const auto& fn : refreshers_) fn();
+}
+
 }  // namespace tandem::base

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -114,6 +115,14 @@ class StatsRegistry {
   /// registry's life.
   std::vector<Family> Families() const;
 
+  /// Adds `fn`, which an exporter runs (Refresh) before it reads: for values
+  /// cheaper to compute on demand than on every event (heartbeat ages, the
+  /// reliable layer's counters). `fn` may ask for and update metrics; what it
+  /// touches must outlive the exporter.
+  void AddRefresher(std::function<void()> fn);
+  /// Runs every refresher, one Refresh at a time. Any thread.
+  void Refresh() const;
+
  private:
   Family& FamilyFor(const std::string& name, const std::string& help, Kind kind);  // requires mu_
 
@@ -123,6 +132,8 @@ class StatsRegistry {
   std::deque<Gauge> gauges_;
   std::deque<Histogram> histograms_;
   StatLabels constant_labels_;
+  mutable std::mutex refresh_mu_;                  // held while refreshers run; never with mu_
+  std::vector<std::function<void()>> refreshers_;  // guarded by refresh_mu_
 };
 
 }  // namespace tandem::base

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -15,12 +16,17 @@
 #include "base/environment.h"
 #include "base/exit_code.h"
 #include "base/logger.h"
+#include "base/stats.h"
+#include "base/timeline.h"
 #include "cluster/dmlc_contract.h"
 #include "cluster/membership.h"
 #include "cluster/node_address.h"
 #include "cluster/node_services.h"
 #include "cluster/scheduler.h"
+#include "cluster/startup_environment.h"
+#include "metrics/prometheus_endpoint.h"
 #include "net/message_dispatcher.h"
+#include "net/metered_transport.h"
 #include "net/reliable_transport.h"
 #include "net/tcp_transport.h"
 #include "tandem/error.h"
@@ -34,7 +40,12 @@ struct Cluster::Impl {
   base::Logger log;
   base::SteadyClock clock;
   net::MessageDispatcher dispatcher;
-  std::unique_ptr<net::Transport> transport;
+  base::StatsRegistry stats;
+  std::unique_ptr<base::Timeline> timeline;  // TANDEM_TIMELINE, else null
+  std::unique_ptr<net::TrafficMeter> meter;
+  // Owns the real transport; counts traffic (docs/metrics.md).
+  std::unique_ptr<net::MeteredTransport> transport;
+  net::ReliableTransport* reliable = nullptr;  // inside `transport` with PS_RESEND=1
   std::unique_ptr<cluster::Scheduler> scheduler;
   std::unique_ptr<cluster::Membership> membership;
   bool finalized = false;
@@ -44,21 +55,24 @@ struct Cluster::Impl {
   std::unique_ptr<Impl> rendezvous;
   std::thread rendezvous_thread;
   std::exception_ptr rendezvous_error;  // written by rendezvous_thread before it ends
+  // Last: destroyed first, so no scrape reads what is gone.
+  std::unique_ptr<metrics::PrometheusEndpoint> endpoint;
 
-  explicit Impl(base::Environment e)
-      : env(std::move(e)),
+  // True for the scheduler node that worker 0 hosts (it logs less).
+  bool hosted = false;
+
+  explicit Impl(const base::Environment& e)
+      : env(cluster::ResolveStartupEnvironment(e)),
         config(base::Config::FromEnvironment(env)),
         desc(ParseContract(env)),
         log(std::string(RoleName(desc.role)), config.verbose) {}
 
+  // `env` is resolved already (startup_environment.h): it carries the
+  // DMLC variables whatever contract the process was started under.
   static cluster::ProcessDescription ParseContract(const base::Environment& env) {
-    if (!cluster::HasDmlcContract(env)) {
-      throw ConfigError(
-          "no start-up contract in the environment: DMLC_ROLE is not set (start the program "
-          "with `tandem launch`, or set DMLC_ROLE, DMLC_PS_ROOT_URI, DMLC_PS_ROOT_PORT, "
-          "DMLC_NUM_SERVER and DMLC_NUM_WORKER as MXNet's launch.py does)");
-    }
-    return cluster::ParseDmlcContract(env);
+    cluster::ProcessDescription d = cluster::ParseDmlcContract(env);
+    d.contract = env.GetString(cluster::kResolvedContractVariable, "dmlc");
+    return d;
   }
 
   void Start(const cluster::ServiceSetup& setup, bool join = true) {
@@ -66,9 +80,7 @@ struct Cluster::Impl {
         env.GetBool("TANDEM_RENDEZVOUS_IN_PROCESS", false)) {
       StartRendezvous();
     }
-    log.V1("start-up contract: {} (role {}, scheduler {}:{}, {} servers, {} workers)",
-           desc.contract, RoleName(desc.role), desc.scheduler_host, desc.scheduler_port,
-           desc.num_servers, desc.num_workers);
+    if (!hosted) log.Info("start-up contract: {}", desc.contract);
     net::TransportOptions topts;
     topts.job_id = config.job_id;
     topts.secret = config.secret;
@@ -78,13 +90,18 @@ struct Cluster::Impl {
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
       return std::make_unique<net::TcpTransport>(topts, handler, log);
     };
+    StartObservability();
+    meter = std::make_unique<net::TrafficMeter>(stats, [this](int id) { return RoleLabel(id); });
+    transport = std::make_unique<net::MeteredTransport>(*meter, &dispatcher);
     if (config.resend) {
       // PS_RESEND=1: every message of this process, cluster ones included,
       // goes through acks and resend (docs/protocol-resend.md).
-      transport = std::make_unique<net::ReliableTransport>(net::ReliableOptions::FromConfig(config),
-                                                           &dispatcher, log, make_tcp);
+      auto r = std::make_unique<net::ReliableTransport>(net::ReliableOptions::FromConfig(config),
+                                                        transport.get(), log, make_tcp);
+      reliable = r.get();
+      transport->SetInner(std::move(r));
     } else {
-      transport = make_tcp(&dispatcher);
+      transport->SetInner(make_tcp(transport.get()));
     }
     dispatcher.SetTransport(transport.get());
 
@@ -111,7 +128,8 @@ struct Cluster::Impl {
       dispatcher.Register(cluster::msg::kRegister, cluster::msg::kSchedulerBoundLast,
                           scheduler.get());
       // Only now: a node may register the moment the port is open.
-      transport->Listen({bind_host, desc.scheduler_port});
+      auto bound = transport->Listen({bind_host, desc.scheduler_port});
+      if (desc.scheduler_port == 0) desc.scheduler_port = bound.port;  // a process alone
       log.Info("scheduler listening on {}:{} for {} servers and {} workers", bind_host,
                desc.scheduler_port, desc.num_servers, desc.num_workers);
       m.scheduler = {bind_all ? "127.0.0.1" : desc.scheduler_host, desc.scheduler_port};
@@ -119,18 +137,129 @@ struct Cluster::Impl {
       m.port = desc.scheduler_port;
     } else {
       m.scheduler = {desc.scheduler_host, desc.scheduler_port};
-      m.host = cluster::SelectNodeHost(desc, config.connect_timeout, log);
+      try {
+        m.host = cluster::SelectNodeHost(desc, config.connect_timeout, log);
+      } catch (const Timeout& e) {
+        throw Timeout(fmt::format(
+            "waited {} ms (TANDEM_CONNECT_TIMEOUT) for the scheduler's host '{}' (start-up "
+            "contract {}) to resolve, to learn this node's address: {}",
+            config.connect_timeout.count(), desc.scheduler_host, desc.contract, e.what()));
+      }
       std::string bind_host = cluster::IsIpLiteral(m.host) ? m.host : "0.0.0.0";
       m.port = transport->Listen({bind_host, 0}).port;
     }
     membership = std::make_unique<cluster::Membership>(m, *transport, log, clock);
     dispatcher.Register(cluster::msg::kNodeBoundFirst, cluster::msg::kNodeBoundLast,
                         membership.get());
+    AddClusterMetrics();
     if (setup) {
       cluster::NodeServices services = Services();
       setup(services);
     }
-    if (join) membership->Join();
+    if (join) {
+      membership->Join();
+      const NodeInfo& self = membership->self();
+      stats.SetConstantLabels({{"role", std::string(RoleName(self.role))},
+                               {"rank", std::to_string(std::max(self.rank, 0))}});
+      if (timeline) {
+        timeline->SetProcessName(self.role == Role::kScheduler
+                                     ? std::string("scheduler")
+                                     : fmt::format("{} {}", RoleName(self.role), self.rank));
+      }
+    }
+  }
+
+  // The role label of node `id` ("0 is the scheduler, then servers, then
+  // workers": tandem/cluster.h), for the traffic counters.
+  const char* RoleLabel(int id) const {
+    if (id == 0) return "scheduler";
+    if (id <= desc.num_servers) return "server";
+    if (id <= desc.num_servers + desc.num_workers) return "worker";
+    return "unknown";
+  }
+
+  // TANDEM_METRICS_PORT and TANDEM_TIMELINE (docs/metrics.md); not for the
+  // scheduler node that worker 0 hosts, which is part of worker 0's process.
+  void StartObservability() {
+    if (hosted) return;
+    stats.SetConstantLabels({{"role", std::string(RoleName(desc.role))}});
+    if (auto path = env.Get("TANDEM_TIMELINE"); path && !path->empty()) {
+      std::string file = fmt::format("{}.{}", *path, ::getpid());
+      timeline = std::make_unique<base::Timeline>(file, static_cast<int>(::getpid()),
+                                                  std::string(RoleName(desc.role)));
+      log.Info("writing the communication timeline to {}", file);
+    }
+    if (auto port = env.Get("TANDEM_METRICS_PORT"); port && !port->empty()) {
+      const auto first = static_cast<uint16_t>(env.GetInt("TANDEM_METRICS_PORT", 0, 0, 65535));
+      const std::string address = env.GetString("TANDEM_METRICS_ADDRESS", "0.0.0.0");
+      // Several processes on one host: each takes the next free port of
+      // first..first+63.
+      const int tries = first == 0 ? 1 : std::min(64, 65536 - first);
+      for (int i = 0; i < tries && !endpoint; ++i) {
+        try {
+          endpoint = std::make_unique<metrics::PrometheusEndpoint>(
+              stats, address, static_cast<uint16_t>(first + i));
+        } catch (const IoError& e) {
+          if (i + 1 == tries) {
+            throw IoError(fmt::format("TANDEM_METRICS_PORT={}: no free port in {}..{} on {}: {}",
+                                      first, first, first + tries - 1, address, e.what()));
+          }
+        }
+      }
+      log.Info("serving metrics at http://{}:{}/metrics", address, endpoint->port());
+    }
+  }
+
+  // Values read when scraped: heartbeat ages and the reliable layer's
+  // counters.
+  void AddClusterMetrics() {
+    if (hosted) return;
+    static constexpr const char* kAgeHelp =
+        "Seconds since this node last heard from the peer (heartbeats keep it near "
+        "PS_HEARTBEAT_INTERVAL).";
+    auto& age = stats.GetGauge("tandem_heartbeat_age_seconds", kAgeHelp,
+                               {{"peer_role", "scheduler"}, {"peer_rank", "0"}});
+    cluster::Membership* mem = membership.get();
+    stats.AddRefresher([mem, &age] { age.Set(mem->SinceLastHeard().count() / 1e3); });
+    if (scheduler) {
+      cluster::Scheduler* sched = scheduler.get();
+      base::StatsRegistry* reg = &stats;
+      stats.AddRefresher([this, sched, reg] {
+        for (const auto& [id, silence] : sched->Silences()) {
+          const char* role = RoleLabel(id);
+          int rank = std::string_view(role) == "server" ? id - 1 : id - 1 - desc.num_servers;
+          reg->GetGauge("tandem_heartbeat_age_seconds", kAgeHelp,
+                        {{"peer_role", role}, {"peer_rank", std::to_string(rank)}})
+              .Set(silence.count() / 1e3);
+        }
+      });
+    }
+    if (reliable) {
+      net::ReliableTransport* rel = reliable;
+      auto& resent = stats.GetCounter("tandem_retransmits_total",
+                                      "Messages sent again after no acknowledgement (PS_RESEND).");
+      auto& dups = stats.GetCounter("tandem_duplicates_received_total",
+                                    "Copies of already delivered messages dropped (PS_RESEND).");
+      auto& unacked = stats.GetGauge("tandem_unacknowledged_messages",
+                                     "Messages sent and not yet acknowledged (PS_RESEND).");
+      auto& waiting = stats.GetGauge("tandem_send_window_waiting_messages",
+                                     "Messages queued behind a full resend window (PS_RESEND).");
+      stats.AddRefresher([rel, &resent, &dups, &unacked, &waiting] {
+        net::ReliableStats st = rel->Stats();
+        // Mirrors of monotonic counters: add what is new (Refresh runs
+        // one at a time).
+        if (st.resent > resent.value()) resent.Add(st.resent - resent.value());
+        if (st.duplicates > dups.value()) dups.Add(st.duplicates - dups.value());
+        unacked.Set(static_cast<double>(st.unacked_now));
+        waiting.Set(static_cast<double>(st.waiting_now));
+      });
+    }
+    if (timeline) {
+      base::Timeline* tl = timeline.get();
+      membership->AddFailureListener([tl, this](const std::string& text) {
+        tl->Instant("cluster", "job failed: " + text, clock.Now());
+      });
+    }
   }
 
   // The scheduler node of a collectives-only job, hosted by worker 0: it
@@ -142,7 +271,9 @@ struct Cluster::Impl {
     vars.erase("DMLC_WORKER_ID");
     vars.erase("TANDEM_RENDEZVOUS_IN_PROCESS");
     rendezvous = std::make_unique<Impl>(base::Environment(vars));
+    rendezvous->hosted = true;
     rendezvous->Start(nullptr, /*join=*/false);
+    desc.scheduler_port = rendezvous->desc.scheduler_port;  // chosen there when it was 0
     log.Info("worker 0 hosts the rendezvous in-process at {}:{}", desc.scheduler_host,
              desc.scheduler_port);
     rendezvous_thread = std::thread([this] {
@@ -175,7 +306,7 @@ struct Cluster::Impl {
   }
 
   cluster::NodeServices Services() {
-    return {env, config, log, clock, *transport, dispatcher, *membership};
+    return {env, config, log, clock, *transport, dispatcher, *membership, stats, timeline.get()};
   }
 
   ~Impl() {

@@ -27,7 +27,11 @@ namespace tandem::cluster {
 struct LaunchContract {
   std::string name;          ///< "tandem", "ompi", "slurm", "torchrun", ... (for the log)
   std::optional<Role> role;  ///< only when the contract names a role
-  int rank = 0;              ///< 0..world_size-1
+  /// With a role: the job's servers and workers, when the contract gives
+  /// them (Volcano's task sizes); else the role's rank and world size only.
+  std::optional<int> num_servers;
+  std::optional<int> num_workers;
+  int rank = 0;  ///< 0..world_size-1
   int world_size = 1;
   int local_rank = 0;  ///< among the processes on this node
   int local_size = 1;

@@ -298,4 +298,9 @@ void Membership::HeartbeatLoop() {
   }
 }
 
+std::chrono::milliseconds Membership::SinceLastHeard() const {
+  std::lock_guard lock(mu_);
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now() - last_heard_);
+}
+
 }  // namespace tandem::cluster

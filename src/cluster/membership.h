@@ -64,6 +64,10 @@ class Membership final : public net::TransportHandler {
   /// Throws the job's failure (PeerLost, ...) if there is one.
   void CheckHealth() const;
 
+  /// The time since this node last heard from the scheduler (any message;
+  /// heartbeat replies keep it short). Any thread.
+  std::chrono::milliseconds SinceLastHeard() const;
+
   /// Barrier over all nodes, then tells the scheduler this node leaves.
   void Finalize();
 

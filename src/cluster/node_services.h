@@ -19,6 +19,8 @@
 #include "base/config.h"
 #include "base/environment.h"
 #include "base/logger.h"
+#include "base/stats.h"
+#include "base/timeline.h"
 #include "cluster/membership.h"
 #include "net/message_dispatcher.h"
 #include "net/transport.h"
@@ -36,6 +38,11 @@ struct NodeServices {
   net::MessageDispatcher& dispatcher;
   /// table() and self() are valid only once the join completed.
   Membership& membership;
+  /// This process's metrics (docs/metrics.md): a service asks once for what
+  /// it updates. The labels role and rank are added once the join completed.
+  base::StatsRegistry& stats;
+  /// The communication trace (TANDEM_TIMELINE), or null when off.
+  base::Timeline* timeline = nullptr;
 };
 
 /// Runs inside Join, before this node registers with the scheduler.

@@ -450,4 +450,17 @@ void Scheduler::DrainConnections(std::chrono::milliseconds timeout) {
   cv_.wait_for(lock, timeout, [&] { return open_connections_.empty(); });
 }
 
+std::vector<std::pair<int, std::chrono::milliseconds>> Scheduler::Silences() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<int, std::chrono::milliseconds>> out;
+  if (!table_) return out;
+  const auto now = clock_.Now();
+  for (size_t id = 1; id < states_.size(); ++id) {
+    if (states_[id].left) continue;
+    out.emplace_back(static_cast<int>(id), std::chrono::duration_cast<std::chrono::milliseconds>(
+                                               now - states_[id].last_seen));
+  }
+  return out;
+}
+
 }  // namespace tandem::cluster

@@ -58,6 +58,11 @@ class Scheduler final : public net::TransportHandler {
   /// notices of a failure reach every node before the process exits.
   void DrainConnections(std::chrono::milliseconds timeout);
 
+  /// For each node of the formed job that has not left: its id and the time
+  /// since its last message (heartbeat or other). Empty before the job
+  /// formed. Any thread.
+  std::vector<std::pair<int, std::chrono::milliseconds>> Silences() const;
+
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;

@@ -110,6 +110,8 @@ std::optional<LaunchContract> ReadVolcanoContract(const base::Environment& env) 
     c.rank = index;
     c.world_size = own.num;
     c.coordinator_host = tasks.at("SCHEDULER").hosts.front();
+    c.num_servers = tasks.count("SERVER") ? tasks.at("SERVER").num : 0;
+    c.num_workers = tasks.count("WORKER") ? tasks.at("WORKER").num : 0;
   } else {
     int before = 0;
     int total = 0;

@@ -31,6 +31,12 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
     : membership_(services.membership),
       log_(services.log),
       settings_(std::move(settings)),
+      ops_(services.stats, "tandem_collective_duration_seconds",
+           "Seconds a collective operation took on this worker, call to return, by operation.",
+           services.timeline),
+      queued_(services.stats.GetGauge(
+          "tandem_collective_queued_operations",
+          "Collective operations submitted and waiting for their communicator's thread.")),
       mesh_(settings_.mesh, services.transport, services.log) {
   services.dispatcher.Register(msg::kHello, msg::kLast, &mesh_);
   PeerMesh* mesh = &mesh_;
@@ -49,8 +55,8 @@ void CollectiveService::Start() {
   mesh_.Connect(membership_.table(), self.rank, self.id);
   std::vector<int> all;
   for (int r = 0; r < mesh_.size(); ++r) all.push_back(r);
-  world_.reset(new Communicator(
-      std::make_unique<CommunicatorImpl>(mesh_, 0, all, settings_.communicator, log_)));
+  world_.reset(new Communicator(std::make_unique<CommunicatorImpl>(
+      mesh_, 0, all, settings_.communicator, log_, ops_, queued_)));
 }
 
 Communicator& CollectiveService::World() {
@@ -89,8 +95,8 @@ std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>
   for (int r : world_ranks) mix(static_cast<uint32_t>(r));
   mix(nth);
   if (id == 0) id = 1;  // 0 is the world's
-  return std::unique_ptr<Communicator>(new Communicator(
-      std::make_unique<CommunicatorImpl>(mesh_, id, world_ranks, settings_.communicator, log_)));
+  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<CommunicatorImpl>(
+      mesh_, id, world_ranks, settings_.communicator, log_, ops_, queued_)));
 }
 
 }  // namespace tandem::collective

@@ -11,6 +11,8 @@
 #include <memory>
 #include <vector>
 
+#include "base/op_recorder.h"
+#include "base/stats.h"
 #include "cluster/node_services.h"
 #include "collective/communicator_impl.h"
 #include "collective/peer_mesh.h"
@@ -56,6 +58,8 @@ class CollectiveService {
   cluster::Membership& membership_;
   base::Logger& log_;
   CollectiveSettings settings_;
+  base::OpRecorder ops_;  // every communicator's latencies
+  base::Gauge& queued_;   // operations waiting, all communicators
   PeerMesh mesh_;
   std::unique_ptr<Communicator> world_;
   std::mutex groups_mu_;

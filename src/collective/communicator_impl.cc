@@ -3,20 +3,25 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 
 #include "tandem/error.h"
 
 namespace tandem::collective {
 
 CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int> members,
-                                   CommunicatorSettings settings, base::Logger& log)
+                                   CommunicatorSettings settings, base::Logger& log,
+                                   base::OpRecorder& ops, base::Gauge& queued)
     : mesh_(mesh),
       id_(id),
       members_(std::move(members)),
       rank_(static_cast<int>(std::find(members_.begin(), members_.end(), mesh.rank()) -
                              members_.begin())),
       settings_(std::move(settings)),
-      log_(log) {
+      log_(log),
+      ops_(ops),
+      queued_(queued) {
   if (rank_ >= size()) {
     throw InvalidArgument(
         fmt::format("worker {} is not a member of the group it creates", mesh.rank()));
@@ -41,6 +46,7 @@ CollectiveHandle CommunicatorImpl::Submit(std::string what, std::chrono::millise
     queue_.push_back(Task{std::move(what), timeout.count() > 0 ? timeout : settings_.timeout,
                           std::move(body), state});
   }
+  queued_.Add(1);
   cv_.notify_all();
   return CollectiveHandle(state);
 }
@@ -72,12 +78,22 @@ void CommunicatorImpl::Run(std::string what, std::chrono::milliseconds timeout, 
 std::exception_ptr CommunicatorImpl::Execute(const std::string& what,
                                              std::chrono::milliseconds timeout, const Body& body) {
   std::exception_ptr error;
+  const auto start = std::chrono::steady_clock::now();
   try {
     OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout);
     ctx.CheckHealth();
     body(ctx, *this);
   } catch (...) {
     error = std::current_exception();
+  }
+  if (!error) {
+    // "AllReduce of 'grad' (...)" -> op="allreduce" (docs/metrics.md).
+    std::string op = what.substr(0, what.find(' '));
+    std::transform(op.begin(), op.end(), op.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::map<std::string, std::string> args;
+    if (ops_.tracing()) args = {{"what", what}, {"communicator", std::to_string(id_)}};
+    ops_.Record(op, start, std::chrono::steady_clock::now(), args);
   }
   if (error) {
     try {
@@ -98,6 +114,7 @@ void CommunicatorImpl::Loop() {
       if (queue_.empty()) return;
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.Add(-1);
       busy_ = true;
     }
     std::exception_ptr error = Execute(task.what, task.timeout, task.body);

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "base/logger.h"
+#include "base/op_recorder.h"
+#include "base/stats.h"
 #include "collective/algorithm_table.h"
 #include "collective/op_context.h"
 #include "collective/peer_mesh.h"
@@ -50,8 +52,12 @@ class CommunicatorImpl {
 
   /// `members` maps group rank to worker rank; this process is worker
   /// `mesh.rank()`, which must be among them. `mesh` and `log` are borrowed.
+  /// `ops` records each operation's latency (and trace span); `queued`
+  /// counts operations waiting for the communicator's thread (shared by a
+  /// process's communicators). Both borrowed.
   CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int> members,
-                   CommunicatorSettings settings, base::Logger& log);
+                   CommunicatorSettings settings, base::Logger& log, base::OpRecorder& ops,
+                   base::Gauge& queued);
   /// Runs what is queued, then stops the thread.
   ~CommunicatorImpl();
 
@@ -92,6 +98,8 @@ class CommunicatorImpl {
   const int rank_;
   const CommunicatorSettings settings_;
   base::Logger& log_;
+  base::OpRecorder& ops_;
+  base::Gauge& queued_;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -7,6 +7,7 @@
 
 #include "base/dtype.h"
 #include "cluster/node_services.h"
+#include "cluster/startup_environment.h"
 #include "kv/device_sum.h"
 #include "tandem/error.h"
 
@@ -55,8 +56,10 @@ DistKVStore::DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSe
   RequireServers();
 }
 
-std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environment& env) {
+std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environment& given) {
   ModeOf(type);
+  // Whatever launcher started us: the role comes from the resolved contract.
+  const base::Environment env(cluster::ResolveStartupEnvironment(given));
   auto role = env.GetString("DMLC_ROLE", "worker");
   if (role != "worker") {
     throw InvalidArgument(fmt::format(

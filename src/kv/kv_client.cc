@@ -16,8 +16,28 @@ KvClient::Options KvClient::Options::FromEnvironment(const base::Environment& en
   return o;
 }
 
+namespace {
+
+// "row-sparse pull" -> "row_sparse_pull": a label value in Prometheus' style.
+std::string OpLabel(uint16_t type) {
+  std::string s = KvMessageName(type);
+  for (char& c : s) {
+    if (c == ' ' || c == '-') c = '_';
+  }
+  return s;
+}
+
+}  // namespace
+
 KvClient::KvClient(const cluster::NodeServices& services, Options options)
-    : services_(services), options_(options) {
+    : services_(services),
+      options_(options),
+      latency_(services.stats, "tandem_kv_request_duration_seconds",
+               "Seconds from a worker's request to a server until its reply, by operation.",
+               services.timeline),
+      outstanding_(services.stats.GetGauge(
+          "tandem_kv_requests_outstanding",
+          "Requests of this worker queued for or awaiting a server's reply.")) {
   services_.dispatcher.Register(kvmsg::kFirst, kvmsg::kLast, this);
   services_.membership.AddFailureListener([this](const std::string& text) { FailAll(text); });
 }
@@ -72,6 +92,7 @@ void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<Client
       p.op = op;
       p.seq = next_seq_++;
       p.request_id = id;
+      p.submitted = services_.clock.Now();
       for (auto s : r.payload) p.bytes += s.size();
       p.bytes += r.destination.size();
       ServerState& s = servers_[static_cast<size_t>(server)];
@@ -82,6 +103,7 @@ void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<Client
       pending_.emplace(id, std::move(p));
       touched.push_back(server);
     }
+    outstanding_.Set(static_cast<double>(pending_.size()));
     for (int server : touched) {
       auto msgs = TakeSendable(server);
       if (!msgs.empty()) to_send.emplace_back(server, std::move(msgs));
@@ -202,6 +224,10 @@ void KvClient::OnMessage(net::ConnectionId id, net::Message&& msg) {
 void KvClient::Finish(uint64_t request_id, std::exception_ptr error) {
   std::shared_ptr<KvOperation> op;
   int server = -1;
+  uint16_t type = 0;
+  uint64_t key = 0;
+  uint64_t bytes = 0;
+  base::SteadyTime submitted;
   std::vector<net::OutgoingMessage> next;
   {
     std::lock_guard lock(mu_);
@@ -209,10 +235,24 @@ void KvClient::Finish(uint64_t request_id, std::exception_ptr error) {
     if (it == pending_.end()) return;
     op = std::move(it->second.op);
     server = it->second.request.server;
+    type = it->second.request.type;
+    key = it->second.request.key;
+    bytes = it->second.bytes;
+    submitted = it->second.submitted;
     ServerState& s = servers_[static_cast<size_t>(server)];
     if (it->second.sent) s.inflight -= it->second.bytes;
     pending_.erase(it);
+    outstanding_.Set(static_cast<double>(pending_.size()));
     if (!s.lost && !failure_) next = TakeSendable(server);
+  }
+  if (!error) {
+    std::map<std::string, std::string> args;
+    if (latency_.tracing()) {
+      args = {{"server", std::to_string(server)},
+              {"key", std::to_string(key)},
+              {"bytes", std::to_string(bytes)}};
+    }
+    latency_.Record(OpLabel(type), submitted, services_.clock.Now(), args);
   }
   op->Event(server, error);
   if (!next.empty()) SendAll(std::move(next), server);
@@ -246,6 +286,7 @@ void KvClient::FailServer(int server, const std::string& text) {
     }
     s.by_key.clear();
     s.ready = {};
+    outstanding_.Set(static_cast<double>(pending_.size()));
   }
   auto error = std::make_exception_ptr(PeerLost(text));
   for (auto& [op, unsent] : failed) {
@@ -274,6 +315,7 @@ void KvClient::FailAll(const std::string& text) {
       s.by_key.clear();
       s.ready = {};
     }
+    outstanding_.Set(static_cast<double>(pending_.size()));
   }
   auto error = std::make_exception_ptr(PeerLost(text));
   for (auto& [op, server, unsent] : failed) {

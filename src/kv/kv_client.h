@@ -29,6 +29,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/op_recorder.h"
+#include "base/stats.h"
 #include "cluster/node_services.h"
 #include "kv/kv_operation.h"
 
@@ -89,9 +91,10 @@ class KvClient final : public net::TransportHandler {
     ClientRequest request;
     uint64_t seq = 0;
     uint64_t request_id = 0;
-    uint64_t bytes = 0;      // out + in, for the in-flight window
-    bool sent = false;       // handed to the transport
-    bool receiving = false;  // the transport writes into destination
+    uint64_t bytes = 0;          // out + in, for the in-flight window
+    bool sent = false;           // handed to the transport
+    bool receiving = false;      // the transport writes into destination
+    base::SteadyTime submitted;  // for the latency histogram
   };
   struct ServerState {
     std::string name;  // "server 1 (node 2, 127.0.0.1:4000)"
@@ -113,6 +116,9 @@ class KvClient final : public net::TransportHandler {
 
   cluster::NodeServices services_;
   const Options options_;
+  // Request latency, submit to reply, by message type (docs/metrics.md).
+  base::OpRecorder latency_;
+  base::Gauge& outstanding_;  // requests queued or awaiting a reply; set under mu_
   int rank_ = -1;
   int num_workers_ = 0;
   int self_id_ = -1;

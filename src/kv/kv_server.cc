@@ -34,6 +34,9 @@ KvServer::KvServer(const cluster::NodeServices& services, Options options)
   context_.log = &services_.log;
   context_.optimizer = &optimizer_;
   context_.pool = &pool_;
+  context_.queued = &services_.stats.GetGauge(
+      "tandem_kv_server_queued_requests",
+      "Requests this server received and its shard threads have not yet taken up.");
   for (int i = 0; i < options.threads; ++i) {
     shards_.push_back(std::make_unique<ServerShard>(context_, i));
   }

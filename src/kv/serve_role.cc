@@ -12,6 +12,7 @@
 #include "base/environment.h"
 #include "base/exit_code.h"
 #include "cluster/node_services.h"
+#include "cluster/startup_environment.h"
 #include "kv/kv_server.h"
 #include "tandem/error.h"
 
@@ -63,7 +64,9 @@ int RunRole(Role role, std::map<std::string, std::string> env) {
 namespace tandem {
 
 std::optional<int> ServeAssignedRole() {
-  auto env = base::Environment::FromProcess();
+  // The role comes from whatever contract started the process
+  // (startup_environment.h).
+  base::Environment env(cluster::ResolveStartupEnvironment(base::Environment::FromProcess()));
   auto role = env.GetString("DMLC_ROLE", "");
   if (role == "scheduler") return kv::RunRole(Role::kScheduler, env.vars());
   if (role == "server") return kv::RunRole(Role::kServer, env.vars());

@@ -64,6 +64,7 @@ void ServerShard::Post(ShardItem item) {
     std::lock_guard lock(mu_);
     queue_.push_back(std::move(item));
   }
+  if (ctx_.queued) ctx_.queued->Add(1);
   cv_.notify_one();
 }
 
@@ -77,6 +78,7 @@ void ServerShard::Loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
     }
+    if (ctx_.queued) ctx_.queued->Add(-1);
     Handle(item);
   }
 }

@@ -18,6 +18,7 @@
 #include <unordered_map>
 
 #include "base/logger.h"
+#include "base/stats.h"
 #include "kv/buffer_pool.h"
 #include "kv/byte_buffer.h"
 #include "kv/kv_messages.h"
@@ -36,6 +37,9 @@ struct ShardContext {
   BufferPool* pool = nullptr;  ///< recycles payload, merge and value buffers
   int self_id = -1;            ///< this server's node id (the sender of replies)
   int num_workers = 0;
+  /// Requests queued for the shard threads, all shards together
+  /// (tandem_kv_server_queued_requests, docs/metrics.md); may be null.
+  base::Gauge* queued = nullptr;
 };
 
 /// A request as a shard receives it.

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/timeline.h"
 #include "launch/job_credentials.h"
 #include "net/hmac_handshake.h"
 #include "net/unique_fd.h"
@@ -178,8 +179,36 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
                              options.rendezvous_in_worker ? " (in worker 0)" : "",
                              options.num_servers, options.num_servers == 1 ? "" : "s",
                              options.num_workers, options.num_workers == 1 ? "" : "s"));
-  for (const auto& spec : specs) supervisor.Start(spec);
-  return supervisor.Run().exit_code;
+  std::vector<pid_t> pids;
+  for (const auto& spec : specs) pids.push_back(supervisor.Start(spec));
+  const int exit_code = supervisor.Run().exit_code;
+  MergeJobTimeline(specs, pids, OutputSink(supervisor_options.stderr_fd));
+  return exit_code;
+}
+
+void MergeJobTimeline(const std::vector<ProcessSpec>& specs, const std::vector<pid_t>& pids,
+                      OutputSink sink) {
+  if (specs.empty()) return;
+  auto it = specs.front().env.find("TANDEM_TIMELINE");
+  if (it == specs.front().env.end() || it->second.empty()) return;
+  const std::string& path = it->second;
+  std::vector<std::string> inputs;
+  for (pid_t pid : pids) {
+    std::string file = fmt::format("{}.{}", path, pid);
+    if (::access(file.c_str(), R_OK) == 0) inputs.push_back(file);
+  }
+  if (inputs.empty()) return;
+  try {
+    base::MergeTimelines(path, inputs);
+    for (const auto& f : inputs) ::unlink(f.c_str());
+    sink.WriteLine(
+        fmt::format("[launcher] timeline of {} processes written to {}\n", inputs.size(), path));
+  } catch (const std::exception& e) {
+    sink.WriteLine(
+        fmt::format("[launcher] could not merge the timeline into {}: {} (the "
+                    "per-process files {}.<pid> remain)\n",
+                    path, e.what(), path));
+  }
 }
 
 }  // namespace tandem::launch

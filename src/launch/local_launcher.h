@@ -9,6 +9,8 @@
 // role itself (--command-runs-all-roles).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <map>
 #include <string>
@@ -18,6 +20,7 @@
 
 #include "base/environment.h"
 #include "launch/child_process.h"
+#include "launch/prefixed_output.h"
 #include "launch/process_supervisor.h"
 
 namespace tandem::launch {
@@ -106,5 +109,13 @@ std::string CurrentExecutablePath();
 /// SIGCHLD not handled by other threads (see ProcessSupervisor).
 int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervisor_options,
                 const base::Environment& launcher_env);
+
+/// When the job's processes have TANDEM_TIMELINE=PATH: joins the trace files
+/// PATH.<pid> that the processes `pids` wrote into PATH (one track per
+/// process, docs/metrics.md) and removes them; says so on `sink`. A merge
+/// that fails is reported there and leaves the files. Thread: the
+/// launcher's.
+void MergeJobTimeline(const std::vector<ProcessSpec>& specs, const std::vector<pid_t>& pids,
+                      OutputSink sink);
 
 }  // namespace tandem::launch

@@ -21,6 +21,7 @@ std::vector<prometheus::ClientMetric::Label> ToLabels(const base::StatLabels& co
 }
 
 std::vector<prometheus::MetricFamily> Convert(const base::StatsRegistry& registry) {
+  registry.Refresh();
   base::StatLabels constant = registry.constant_labels();
   std::vector<prometheus::MetricFamily> out;
   for (const auto& f : registry.Families()) {

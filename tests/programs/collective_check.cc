@@ -4,6 +4,9 @@
 //   collective_check                 every op x dtype x algorithm on a few
 //                                    sizes; prints "collective_check: ok
 //                                    rank=R size=N checks=K" and exits 0
+//   collective_check --steady N      N checked allreduces 100 ms apart (a job
+//                                    that lasts, for tests/system/
+//                                    test_metrics_launch.py)
 //   collective_check --die-rank R    after two good allreduces, worker R
 //                                    sends itself SIGKILL; the others keep
 //                                    calling AllReduce and must get PeerLost:
@@ -167,10 +170,33 @@ void CheckAll(tandem::Communicator& world) {
 
 }  // namespace
 
+// `rounds` allreduces of 4096 float32 (element i of rank r is i % 10 + r),
+// 100 ms apart, each checked: a job that lasts long enough to be watched
+// (its /metrics scraped).
+void Steady(tandem::Communicator& world, int rounds) {
+  const int n = world.size();
+  for (int round = 0; round < rounds; ++round) {
+    Tensor t(DType::kF32, 4096);
+    for (int64_t i = 0; i < 4096; ++i) t.Set(i, static_cast<double>(i % 10 + world.rank()));
+    tandem::ReduceOptions o;
+    o.name = fmt::format("steady/{}", round);
+    world.AllReduce(t.view(), t.view(), o);
+    for (int64_t i = 0; i < 4096; ++i) {
+      const double want = static_cast<double>(n * (i % 10) + n * (n - 1) / 2);
+      if (t.Get(i) != want)
+        Expect(false, fmt::format("{} [{}]: got {} want {}", o.name, i, t.Get(i), want));
+    }
+    Expect(true, o.name);
+    usleep(100 * 1000);
+  }
+}
+
 int main(int argc, char** argv) {
   int die_rank = -1;
+  int steady = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--die-rank" && i + 1 < argc) die_rank = std::stoi(argv[++i]);
+    if (std::string(argv[i]) == "--steady" && i + 1 < argc) steady = std::stoi(argv[++i]);
   }
   std::unique_ptr<tandem::Collectives> c;
   try {
@@ -197,7 +223,11 @@ int main(int argc, char** argv) {
         world.AllReduce(t.view(), t.view(), o);
       }
     }
-    CheckAll(world);
+    if (steady > 0) {
+      Steady(world, steady);
+    } else {
+      CheckAll(world);
+    }
     std::printf("collective_check: ok rank=%d size=%d checks=%d\n", world.rank(), world.size(),
                 checks);
     std::fflush(stdout);

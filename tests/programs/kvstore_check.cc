@@ -9,9 +9,11 @@
 //
 // The test recomputes every number in closed form (and the compressed ones
 // with its own reference quantiser) and compares. Exits non-zero with the
-// error when a call fails unexpectedly.
+// error when a call fails unexpectedly. A server or scheduler process (under
+// a launcher that starts this one command everywhere) serves its role.
 //
-//   kvstore_check --scenario sync|optimizer|async|compress2|compress1 [--dir D]
+//   kvstore_check --scenario sync|optimizer|async|compress2|compress1|steady [--dir D]
+//                 [--rounds N]   (steady: N push/pull rounds 100 ms apart)
 #include <unistd.h>
 
 #include <cstdio>
@@ -24,6 +26,7 @@
 
 #include "base/dtype.h"
 #include "kv/optimizer/optimizer.h"
+#include "tandem/cluster.h"
 #include "tandem/error.h"
 #include "tandem/kvstore.h"
 
@@ -217,6 +220,21 @@ void WithOptimizer(KVStore& kv, int rank, const std::string& dir) {
   round(5);
 }
 
+// `rounds` push/pull rounds of one key, 100 ms apart: a job that lasts long
+// enough to be watched (tests/system/test_metrics_launch.py). Prints the
+// last pulled value.
+void Steady(KVStore& kv, int rank, int rounds) {
+  Tensor w(DType::kF32, {64});
+  kv.Init(0, w.view());
+  for (int r = 1; r <= rounds; ++r) {
+    Tensor g(DType::kF32, {64}, [&](size_t i) { return (rank + 1) * double(i % 7 + r); });
+    kv.Push(0, g.view());
+    kv.Pull(0, w.view());
+    usleep(100 * 1000);
+  }
+  PrintAll("steady last", w);
+}
+
 void Async(KVStore& kv, int rank) {
   Tensor w(DType::kF32, {16}, [](size_t i) { return 100.0 + double(i); });
   kv.Init(0, w.view());
@@ -261,10 +279,13 @@ void Compressed(KVStore& kv, int rank, const std::string& type) {
 int main(int argc, char** argv) {
   std::string scenario = "sync";
   std::string dir = "/tmp";
+  int rounds = 40;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--scenario" && i + 1 < argc) {
       scenario = argv[++i];
+    } else if (a == "--rounds" && i + 1 < argc) {
+      rounds = std::atoi(argv[++i]);
     } else if (a == "--dir" && i + 1 < argc) {
       dir = argv[++i];
     } else {
@@ -273,6 +294,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
+    // Started by a launcher that runs one command everywhere (mpirun, srun,
+    // torchrun, a Volcano job), a server or scheduler serves here and exits.
+    if (auto code = tandem::ServeAssignedRole()) return *code;
     const std::string type = scenario == "async" ? "dist_async" : "dist_sync";
     auto kv = KVStore::Create(type);
     const int rank = kv->Rank();
@@ -282,6 +306,8 @@ int main(int argc, char** argv) {
       WithOptimizer(*kv, rank, dir);
     } else if (scenario == "async") {
       Async(*kv, rank);
+    } else if (scenario == "steady") {
+      Steady(*kv, rank, rounds);
     } else if (scenario == "compress2") {
       Compressed(*kv, rank, "2bit");
     } else if (scenario == "compress1") {

@@ -47,6 +47,7 @@ struct TestNode {
   base::SteadyClock clock;
   base::Logger log;
   net::MessageDispatcher dispatcher;
+  base::StatsRegistry stats;
   std::unique_ptr<net::InProcTransport> transport;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<Membership> membership;
@@ -65,7 +66,7 @@ struct TestNode {
   }
   // What the layers above cluster/ use; valid once `membership` exists.
   cluster::NodeServices services() {
-    return {env, config, log, clock, *transport, dispatcher, *membership};
+    return {env, config, log, clock, *transport, dispatcher, *membership, stats};
   }
 
   ~TestNode() {
