@@ -25,8 +25,6 @@ class Checker:
         """A fresh contiguous tensor of this worker's kind holding `values`."""
         a = np.ascontiguousarray(values)
         if self.kind == "torch":
-            if a.dtype == np.float16:
-                return self.torch.from_numpy(a.copy())
             return self.torch.from_numpy(a.copy())
         return a.copy()
 
@@ -34,7 +32,7 @@ class Checker:
         return self.tensor(np.zeros(shape, dtype=dtype))
 
     def numpy(self, t) -> np.ndarray:
-        if self.kind == "torch":
+        if self.kind == "torch" and isinstance(t, self.torch.Tensor):
             if t.dtype == self.torch.bfloat16:
                 return t.float().numpy()
             return t.numpy()
