@@ -37,8 +37,13 @@ def init() -> None:
     `tandem launch -n N --no-scheduler` or with a scheduler) and connects to
     every other worker. Idempotent. Raises tandem.ConfigError (not a
     worker), tandem.Timeout (names the workers that did not connect)."""
+    from tandem import kvstore
     with _lock:
         if "collectives" not in _state:
+            if kvstore._open_distributed():
+                raise _core.InvalidArgument(
+                    "tandem.init(): this process already joined the job through a distributed "
+                    "KVStore; a process uses the KVStore or the collectives, not both")
             _state["collectives"] = _core.Collectives()
 
 

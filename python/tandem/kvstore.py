@@ -54,6 +54,11 @@ class KVStore:
     """
 
     def __init__(self, name: str = "local"):
+        from tandem import collective
+        if name.startswith("dist") and collective.is_initialized():
+            raise _core.InvalidArgument(
+                f"kvstore.create('{name}'): this process already joined the job through "
+                "tandem.init(); a process uses the KVStore or the collectives, not both")
         self._store = _core.KVStore(name)
         _OPEN.add(self)
 
@@ -206,6 +211,11 @@ class KVStore:
             return "<tandem.kvstore.KVStore closed>"
         return (f"<tandem.kvstore.KVStore {self.type} rank={self.rank} "
                 f"workers={self.num_workers} servers={self.num_servers}>")
+
+
+def _open_distributed() -> bool:
+    """True while this process holds an open distributed store."""
+    return any(s.type.startswith("dist") for s in list(_OPEN) if not s._store.closed)
 
 
 def _row_list(row_ids) -> list[int]:

@@ -23,6 +23,7 @@ def f32(x: float) -> float:
 def sync(kv, c: Checker) -> None:
     rank, n = kv.rank, kv.num_workers
     tri = n * (n + 1) // 2  # sum of (rank + 1)
+    c.raises("collectives too", tandem.InvalidArgument, "not both", tandem.init)
     i20 = np.arange(20)
     w = c.tensor(i20.astype(np.float32))
     kv.init(0, w)
