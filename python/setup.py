@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -36,24 +37,30 @@ class CMakeBuild(build_ext):
         if not (REPO / "CMakeLists.txt").is_file() or not (REPO / "include" / "tandem").is_dir():
             raise RuntimeError(f"{REPO} is not tandem's source tree: install from a checkout "
                                "(pip install ./python in the repository root)")
-        build_dir = Path(os.environ.get("TANDEM_CMAKE_BUILD_DIR") or
-                         (Path(self.build_temp).resolve() / "cmake"))
-        build_dir.mkdir(parents=True, exist_ok=True)
-        configure = ["cmake", "-S", str(REPO), "-B", str(build_dir),
-                     f"-DPython_EXECUTABLE={sys.executable}", "-DTANDEM_BUILD_PYTHON=ON"]
-        if not (build_dir / "CMakeCache.txt").exists():
-            configure += ["-DCMAKE_BUILD_TYPE=Release", "-DTANDEM_BUILD_TESTS=OFF",
-                          "-DTANDEM_BUILD_BENCH=OFF"]
+        reuse = os.environ.get("TANDEM_CMAKE_BUILD_DIR")
+        build_dir = Path(reuse) if reuse else Path(self.build_temp).resolve() / "cmake"
+        if reuse and (build_dir / "CMakeCache.txt").exists():
+            # A configured tree is the caller's: build in it, never reconfigure it
+            # (that would point its cache at this, perhaps temporary, interpreter).
+            pass
+        else:
+            build_dir.mkdir(parents=True, exist_ok=True)
+            configure = ["cmake", "-S", str(REPO), "-B", str(build_dir),
+                         f"-DPython_EXECUTABLE={sys.executable}", "-DTANDEM_BUILD_PYTHON=ON",
+                         "-DCMAKE_BUILD_TYPE=Release", "-DTANDEM_BUILD_TESTS=OFF",
+                         "-DTANDEM_BUILD_BENCH=OFF"]
             if shutil.which("ninja"):
                 configure += ["-G", "Ninja"]
-        subprocess.run(configure, check=True)
+            subprocess.run(configure, check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
         subprocess.run(["cmake", "--build", str(build_dir), "--target", "tandem_python",
                         "--parallel", jobs], check=True)
-        built = glob.glob(str(build_dir / "python" / "tandem" / "_core*.so"))
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        built = glob.glob(str(build_dir / "python" / "tandem" / f"_core{suffix}"))
         if len(built) != 1:
-            raise RuntimeError(f"expected one _core*.so in {build_dir}/python/tandem, found "
-                               f"{built} (is pybind11-dev installed?)")
+            raise RuntimeError(f"no _core{suffix} (this interpreter's module) in "
+                               f"{build_dir}/python/tandem: is pybind11-dev installed, and was "
+                               "the tree configured for this Python version?")
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built[0], target)
