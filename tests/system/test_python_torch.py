@@ -44,3 +44,8 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mod
     for tag, counts, params in OVERLAP.findall(result.output):
         assert [int(c) for c in counts.split(",")] == [int(params)] * steps, (tag, counts)
     assert len(OVERLAP.findall(result.output)) == workers
+    for rank in range(workers):
+        assert (f"[worker {rank}] torch_worker: misuse second backward: the gradient of "
+                in result.output), result.output
+        assert f"[worker {rank}] torch_worker: misuse zero_grad: zero_grad() while" in \
+            result.output

@@ -104,6 +104,23 @@ def main() -> None:
     changed = digest(model) != digest(make_model(seed=0))
     print(f"torch_worker: done rank={rank} size={n} steps={args.steps} changed={changed} "
           f"max_diff={worst:.3g} sha={digest(model)}", flush=True)
+    # Misuse raises tandem.InvalidArgument with what to do instead.
+    x, y = batch(rank, args.steps)
+    opt.zero_grad()
+    loss_fn(model(x), y).backward()
+    for what, call, needle in (
+            ("second backward", lambda: loss_fn(model(x), y).backward(), "produced twice"),
+            ("zero_grad", opt.zero_grad, "while"),
+    ):
+        try:
+            call()
+        except tandem.InvalidArgument as e:
+            assert needle in str(e), e
+            print(f"torch_worker: misuse {what}: {e}", flush=True)
+        else:
+            print(f"torch_worker: WRONG {what}: no error", file=sys.stderr, flush=True)
+            sys.exit(1)
+    opt.synchronize()  # the reductions that were started still complete
     if kv is not None:
         kv.close()
     else:
