@@ -16,21 +16,27 @@ Through the parameter server instead (gradients pushed, weights pulled):
   build/bin/tandem launch --launcher local -n 2 -s 1 -- \
       /usr/bin/python3 examples/pytorch_ddp/train.py --kvstore dist_sync
 
-PYTHONPATH must reach the package: build/python (a build tree) or nothing
-after `pip install ./python`. docs/python.md.
+The package is imported from where it is installed (`pip install ./python`),
+else from the repository's build/python. docs/python.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-import tandem
+try:
+    import tandem
+except ImportError:  # not installed: the repository's build tree
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "build" / "python"))
+    import tandem
 import tandem.torch as tt
 
 

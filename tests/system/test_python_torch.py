@@ -49,3 +49,25 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mod
                 in result.output), result.output
         assert f"[worker {rank}] torch_worker: misuse zero_grad: zero_grad() while" in \
             result.output
+
+
+EPOCH = re.compile(r"\[worker 0\] epoch (\d+)/(\d+): loss ([0-9.]+) train accuracy ([0-9.]+)%")
+
+
+@pytest.mark.parametrize("kvstore", [None, "dist_sync"])
+def test_the_ddp_example_trains(launch, tandem_bin_dir, kvstore):
+    """examples/pytorch_ddp/train.py, shortened: the loss falls over 3 epochs."""
+    from python_job import PYTHON
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "examples" / "pytorch_ddp" / "train.py"
+    args = [PYTHON, str(script), "--epochs", "3", "--samples", "512"]
+    if kvstore:
+        args += ["--kvstore", kvstore]
+    result = launch(2, 1 if kvstore else 0, args,
+                    extra_args=[] if kvstore else ["--no-scheduler"],
+                    launcher_env=python_env(tandem_bin_dir), timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    epochs = EPOCH.findall(result.output)
+    assert [int(e[0]) for e in epochs] == [1, 2, 3], result.output
+    losses = [float(e[2]) for e in epochs]
+    assert losses[2] < losses[0], losses
