@@ -27,6 +27,10 @@ PACKAGES=(
   clang-format        # scripts/lint.sh
   clang-tidy          # scripts/lint.sh
   python3-pytest      # system tests, run by Debian's /usr/bin/python3
+  python3-dev         # the Python package's extension module (python/)
+  pybind11-dev        # the Python bindings (python/src/)
+  python3-numpy       # the Python package: NumPy arrays as tensors; its tests
+  python3-torch       # tandem.torch, examples/pytorch_ddp and their tests
   python3-jsonschema  # tests/system/test_k8s_render.py: manifests against the CRD schemas
   python3-kubernetes  # tests/system/test_k8s_render.py: core objects against the API types
   python3-yaml        # tests/system/test_k8s_render.py: reading CRDs and rendered YAML

@@ -1,0 +1,232 @@
+#include "collective_binding.h"
+
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "held_tensor.h"
+#include "tandem/collective.h"
+#include "tandem/error.h"
+
+namespace py = pybind11;
+
+namespace tandem::python {
+namespace {
+
+Reduction ToReduction(const std::string& op) {
+  for (Reduction r :
+       {Reduction::kSum, Reduction::kAvg, Reduction::kMin, Reduction::kMax, Reduction::kProd}) {
+    if (ReductionName(r) == op) return r;
+  }
+  throw InvalidArgument("unknown reduction '" + op + "'; expected sum, avg, min, max or prod");
+}
+
+AllReduceAlgorithm ToAlgorithm(const std::string& name) {
+  for (AllReduceAlgorithm a : {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing,
+                               AllReduceAlgorithm::kHalvingDoubling, AllReduceAlgorithm::kDirect}) {
+    if (AllReduceAlgorithmName(a) == name) return a;
+  }
+  throw InvalidArgument("unknown allreduce algorithm '" + name +
+                        "'; expected auto, ring, halving_doubling or direct");
+}
+
+void SetCommon(CollectiveOptions& o, const std::string& name, double timeout_s) {
+  o.name = name;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+}
+
+/// A queued collective and the tensors it reads and writes, referenced
+/// until it is done. Dropping it unfinished waits for it (the communicator
+/// still uses the memory).
+///
+/// Thread-safety: Python calls it with the GIL held; waits release it.
+class PyCollectiveHandle {
+ public:
+  PyCollectiveHandle(CollectiveHandle handle, std::vector<HeldTensor> held)
+      : handle_(std::move(handle)), held_(std::move(held)) {}
+  PyCollectiveHandle(PyCollectiveHandle&&) = default;
+  ~PyCollectiveHandle() {
+    if (!held_.empty() && !handle_.Done()) {
+      py::gil_scoped_release release;
+      try {
+        handle_.Wait();
+      } catch (const std::exception&) {  // NOLINT(bugprone-empty-catch): dropped unobserved
+      }
+    }
+  }
+  void Wait() {
+    {
+      py::gil_scoped_release release;
+      handle_.Wait();
+    }
+    held_.clear();
+  }
+  bool Done() const { return handle_.Done(); }
+
+ private:
+  CollectiveHandle handle_;
+  std::vector<HeldTensor> held_;
+};
+
+HeldTensor In(py::handle t, const char* op, const std::string& name) {
+  return HeldTensor::FromPython(
+      t, std::string(op) + (name.empty() ? "" : "('" + name + "')") + " input", false);
+}
+HeldTensor Out(py::handle t, const char* op, const std::string& name) {
+  return HeldTensor::FromPython(
+      t, std::string(op) + (name.empty() ? "" : "('" + name + "')") + " output", true);
+}
+
+// Runs `start` (which queues one operation on views) without the GIL and
+// wraps its handle with the tensors.
+template <typename F>
+PyCollectiveHandle Start(std::vector<HeldTensor> held, F start) {
+  CollectiveHandle h;
+  {
+    py::gil_scoped_release release;
+    h = start();
+  }
+  return PyCollectiveHandle(std::move(h), std::move(held));
+}
+
+std::vector<HeldTensor> Two(HeldTensor a, HeldTensor b) {
+  std::vector<HeldTensor> v;
+  v.push_back(std::move(a));
+  v.push_back(std::move(b));
+  return v;
+}
+
+}  // namespace
+
+void RegisterCollectives(py::module_& m) {
+  py::class_<PyCollectiveHandle>(m, "CollectiveHandle",
+                                 "A queued collective; keeps its tensors alive until done.")
+      .def("wait", &PyCollectiveHandle::Wait,
+           "Blocks (GIL released) until the operation finished; raises its error.")
+      .def("done", &PyCollectiveHandle::Done, "True once the operation finished.");
+
+  // Every operation is asynchronous here (queued on the communicator's
+  // thread); tandem/collective.py's blocking functions wait at once.
+  py::class_<Communicator>(m, "Communicator", "A group of ranks (include/tandem/collective.h).")
+      .def_property_readonly("rank", &Communicator::rank)
+      .def_property_readonly("size", &Communicator::size)
+      .def_property_readonly("members", &Communicator::members)
+      .def(
+          "allreduce_async",
+          [](Communicator& c, py::handle in, py::handle out, const std::string& op, double prescale,
+             double postscale, const std::string& algorithm, const std::string& name,
+             double timeout) {
+            ReduceOptions o;
+            SetCommon(o, name, timeout);
+            o.op = ToReduction(op);
+            o.prescale = prescale;
+            o.postscale = postscale;
+            o.algorithm = ToAlgorithm(algorithm);
+            auto held = Two(In(in, "allreduce", name), Out(out, "allreduce", name));
+            TensorView vi = held[0].view(), vo = held[1].view();
+            return Start(std::move(held), [&] { return c.AllReduceAsync(vi, vo, o); });
+          },
+          py::arg("input"), py::arg("output"), py::arg("op") = "sum", py::arg("prescale") = 1.0,
+          py::arg("postscale") = 1.0, py::arg("algorithm") = "auto", py::arg("name") = "",
+          py::arg("timeout") = 0.0, py::keep_alive<0, 1>())
+      .def(
+          "broadcast_async",
+          [](Communicator& c, py::handle data, int root, const std::string& name, double timeout) {
+            CollectiveOptions o;
+            SetCommon(o, name, timeout);
+            std::vector<HeldTensor> held;
+            held.push_back(Out(data, "broadcast", name));
+            TensorView v = held[0].view();
+            return Start(std::move(held), [&] { return c.BroadcastAsync(v, root, o); });
+          },
+          py::arg("data"), py::arg("root"), py::arg("name") = "", py::arg("timeout") = 0.0,
+          py::keep_alive<0, 1>())
+      .def(
+          "allgather_async",
+          [](Communicator& c, py::handle in, py::handle out, const std::string& name,
+             double timeout) {
+            CollectiveOptions o;
+            SetCommon(o, name, timeout);
+            auto held = Two(In(in, "allgather", name), Out(out, "allgather", name));
+            TensorView vi = held[0].view(), vo = held[1].view();
+            return Start(std::move(held), [&] { return c.AllGatherAsync(vi, vo, o); });
+          },
+          py::arg("input"), py::arg("output"), py::arg("name") = "", py::arg("timeout") = 0.0,
+          py::keep_alive<0, 1>())
+      .def(
+          "allgatherv_async",
+          [](Communicator& c, py::handle in, py::handle out, std::vector<int64_t> counts,
+             const std::string& name, double timeout) {
+            CollectiveOptions o;
+            SetCommon(o, name, timeout);
+            auto held = Two(In(in, "allgather", name), Out(out, "allgather", name));
+            TensorView vi = held[0].view(), vo = held[1].view();
+            return Start(std::move(held), [&] { return c.AllGatherVAsync(vi, vo, counts, o); });
+          },
+          py::arg("input"), py::arg("output"), py::arg("counts"), py::arg("name") = "",
+          py::arg("timeout") = 0.0, py::keep_alive<0, 1>())
+      .def(
+          "reduce_scatter_async",
+          [](Communicator& c, py::handle in, py::handle out, const std::string& op, double prescale,
+             double postscale, const std::string& name, double timeout) {
+            ReduceOptions o;
+            SetCommon(o, name, timeout);
+            o.op = ToReduction(op);
+            o.prescale = prescale;
+            o.postscale = postscale;
+            auto held = Two(In(in, "reduce_scatter", name), Out(out, "reduce_scatter", name));
+            TensorView vi = held[0].view(), vo = held[1].view();
+            return Start(std::move(held), [&] { return c.ReduceScatterAsync(vi, vo, o); });
+          },
+          py::arg("input"), py::arg("output"), py::arg("op") = "sum", py::arg("prescale") = 1.0,
+          py::arg("postscale") = 1.0, py::arg("name") = "", py::arg("timeout") = 0.0,
+          py::keep_alive<0, 1>())
+      .def(
+          "alltoall_async",
+          [](Communicator& c, py::handle in, py::handle out, const std::string& name,
+             double timeout) {
+            CollectiveOptions o;
+            SetCommon(o, name, timeout);
+            auto held = Two(In(in, "alltoall", name), Out(out, "alltoall", name));
+            TensorView vi = held[0].view(), vo = held[1].view();
+            return Start(std::move(held), [&] { return c.AllToAllAsync(vi, vo, o); });
+          },
+          py::arg("input"), py::arg("output"), py::arg("name") = "", py::arg("timeout") = 0.0,
+          py::keep_alive<0, 1>())
+      .def(
+          "barrier_async",
+          [](Communicator& c, const std::string& name, double timeout) {
+            CollectiveOptions o;
+            SetCommon(o, name, timeout);
+            return Start({}, [&] { return c.BarrierAsync(o); });
+          },
+          py::arg("name") = "", py::arg("timeout") = 0.0, py::keep_alive<0, 1>());
+
+  py::class_<Collectives>(m, "Collectives",
+                          "A worker's collectives: its membership in the job and the mesh "
+                          "of connections to the other workers.")
+      .def(py::init([] {
+        py::gil_scoped_release release;
+        return Collectives::Join();
+      }))
+      .def_property_readonly("rank", [](Collectives& c) { return c.world().rank(); })
+      .def_property_readonly("size", [](Collectives& c) { return c.world().size(); })
+      .def("world", &Collectives::world, py::return_value_policy::reference_internal)
+      .def(
+          "new_group",
+          [](Collectives& c, const std::vector<int>& ranks) {
+            py::gil_scoped_release release;
+            return c.NewGroup(ranks);
+          },
+          py::arg("world_ranks"), py::keep_alive<0, 1>())
+      .def("finalize", [](Collectives& c) {
+        py::gil_scoped_release release;
+        c.Finalize();
+      });
+}
+
+}  // namespace tandem::python

@@ -1,0 +1,32 @@
+"""tandem for Python: the parameter server (tandem.kvstore) and the
+collectives (tandem.allreduce, ...) of the C++ runtime, on NumPy arrays and
+torch tensors without copies. docs/python.md describes the package.
+
+    import tandem
+    kv = tandem.kvstore.create("dist_sync")      # a worker of a `tandem launch` job
+    kv.init(3, weight); kv.push(3, grad); kv.pull(3, out=weight)
+
+    tandem.init()                                # collectives: join the workers' mesh
+    tandem.allreduce_(grad, op="avg")            # in place
+
+tandem.torch (imported on its own: `import tandem.torch`) holds the PyTorch
+integration (DistributedOptimizer, broadcast_parameters, ...).
+"""
+
+from tandem._core import (AuthFailed, ConfigError, Error, InvalidArgument, IoError, PeerLost,
+                          ProtocolError, Timeout)
+from tandem import kvstore
+from tandem.collective import (Handle, allgather, allgather_async, allreduce, allreduce_,
+                               allreduce_async, allreduce_async_, alltoall, alltoall_async,
+                               barrier, broadcast, broadcast_, broadcast_async_, init,
+                               is_initialized, new_group, rank, reduce_scatter,
+                               reduce_scatter_async, shutdown, size)
+
+__all__ = [
+    "AuthFailed", "ConfigError", "Error", "InvalidArgument", "IoError", "PeerLost",
+    "ProtocolError", "Timeout", "kvstore", "Handle", "allgather", "allgather_async",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
+    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "init",
+    "is_initialized", "new_group", "rank", "reduce_scatter", "reduce_scatter_async", "shutdown",
+    "size",
+]

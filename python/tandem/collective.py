@@ -1,0 +1,250 @@
+"""Collectives on NumPy arrays and torch tensors, in Horovod's style, over
+include/tandem/collective.h (docs/collectives.md).
+
+    tandem.init()                        # join the job; connect the workers
+    total = tandem.allreduce(x)          # a new tensor
+    tandem.allreduce_(x, op="avg")       # in place
+    h = tandem.allreduce_async_(g)       # queued; h.wait() returns g
+
+Every worker calls the same operations in the same order. Inputs are used
+in place (no copies); the functions without a trailing underscore allocate
+their output (one new tensor of the input's kind) and never copy the input.
+Operations take `group=` (a communicator from new_group) and `name=` (named
+in errors) and `timeout=` (seconds; 0 means TANDEM_COLLECTIVE_TIMEOUT).
+
+The process's collectives are one object held by this module (the handle
+of the job membership, as Horovod's hvd.init()); init() creates it and
+shutdown() (also run at exit) leaves the job.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from typing import Optional, Sequence
+
+from tandem import _core
+from tandem._tensors import empty_like, shape_of
+
+Communicator = _core.Communicator
+
+_lock = threading.Lock()
+_state: dict[str, object] = {}  # "collectives": the joined _core.Collectives
+
+
+def init() -> None:
+    """Joins the job the environment describes as a worker (DMLC contract;
+    `tandem launch -n N --no-scheduler` or with a scheduler) and connects to
+    every other worker. Idempotent. Raises tandem.ConfigError (not a
+    worker), tandem.Timeout (names the workers that did not connect)."""
+    from tandem import kvstore
+    with _lock:
+        if "collectives" not in _state:
+            if kvstore._open_distributed():
+                raise _core.InvalidArgument(
+                    "tandem.init(): this process already joined the job through a distributed "
+                    "KVStore; a process uses the KVStore or the collectives, not both")
+            _state["collectives"] = _core.Collectives()
+
+
+def is_initialized() -> bool:
+    return "collectives" in _state
+
+
+def shutdown() -> None:
+    """Waits for queued operations and leaves the job. Idempotent."""
+    with _lock:
+        c = _state.pop("collectives", None)
+    if c is not None:
+        c.finalize()
+
+
+def _collectives() -> "_core.Collectives":
+    c = _state.get("collectives")
+    if c is None:
+        raise _core.InvalidArgument("tandem collectives are not initialised: call tandem.init()")
+    return c
+
+
+def _comm(group: Optional[Communicator]) -> Communicator:
+    return group if group is not None else _collectives().world()
+
+
+def rank(group: Optional[Communicator] = None) -> int:
+    """This process's rank in `group` (default: the world = worker rank)."""
+    return _comm(group).rank
+
+
+def size(group: Optional[Communicator] = None) -> int:
+    """The number of ranks in `group` (default: every worker)."""
+    return _comm(group).size
+
+
+def new_group(world_ranks: Sequence[int]) -> Communicator:
+    """A communicator over the workers `world_ranks` (group rank i is
+    world_ranks[i]). Only members call it, in the same order everywhere."""
+    return _collectives().new_group([int(r) for r in world_ranks])
+
+
+class Handle:
+    """A queued collective. wait() blocks (GIL released), raises the
+    operation's error and returns its result tensor; done() never blocks.
+    The tensors stay referenced until the operation finished."""
+
+    def __init__(self, core_handle, result, finish=None):
+        self._handle = core_handle
+        self._result = result
+        self._finish = finish
+
+    def wait(self):
+        self._handle.wait()
+        if self._finish is not None:
+            self._result = self._finish(self._result)
+            self._finish = None
+        return self._result
+
+    def done(self) -> bool:
+        return self._handle.done()
+
+
+# -- allreduce --
+
+
+def allreduce_async(tensor, op: str = "sum", out=None, *, prescale: float = 1.0,
+                    postscale: float = 1.0, algorithm: str = "auto", name: str = "",
+                    timeout: float = 0.0, group: Optional[Communicator] = None) -> Handle:
+    """Queues out = op over every rank's `tensor` (op: sum, avg, min, max,
+    prod); `out` defaults to a new tensor like `tensor`; out may be tensor
+    (in place). prescale/postscale multiply input/result (floating point)."""
+    if out is None:
+        out = empty_like(tensor, shape_of(tensor))
+    h = _comm(group).allreduce_async(tensor, out, op, prescale, postscale, algorithm, name,
+                                     timeout)
+    return Handle(h, out)
+
+
+def allreduce_async_(tensor, op: str = "sum", **kwargs) -> Handle:
+    """allreduce_async in place."""
+    return allreduce_async(tensor, op, out=tensor, **kwargs)
+
+
+def allreduce(tensor, op: str = "sum", out=None, **kwargs):
+    """The blocking allreduce_async; returns the result."""
+    return allreduce_async(tensor, op, out, **kwargs).wait()
+
+
+def allreduce_(tensor, op: str = "sum", **kwargs):
+    """allreduce in place; returns tensor."""
+    return allreduce_async(tensor, op, out=tensor, **kwargs).wait()
+
+
+# -- broadcast --
+
+
+def broadcast_async_(tensor, root_rank: int, *, name: str = "", timeout: float = 0.0,
+                     group: Optional[Communicator] = None) -> Handle:
+    """Queues the copy of root_rank's `tensor` into `tensor` on every rank."""
+    return Handle(_comm(group).broadcast_async(tensor, int(root_rank), name, timeout), tensor)
+
+
+def broadcast_(tensor, root_rank: int, **kwargs):
+    """Blocking broadcast in place; returns tensor."""
+    return broadcast_async_(tensor, root_rank, **kwargs).wait()
+
+
+def broadcast(tensor, root_rank: int, **kwargs):
+    """Returns a new tensor holding root_rank's `tensor` (the input is
+    copied into it first on every rank: the one copy of this function)."""
+    from tandem._tensors import copy_of
+    return broadcast_(copy_of(tensor), root_rank, **kwargs)
+
+
+# -- allgather --
+
+
+def allgather_async(tensor, out=None, *, name: str = "", timeout: float = 0.0,
+                    group: Optional[Communicator] = None) -> Handle:
+    """Queues the concatenation of every rank's `tensor` along dimension 0
+    (a 0-d tensor counts as one row), in rank order. Ranks may differ in
+    their first dimension only; their sizes are all-gathered first when
+    `out` is not given (one small extra operation)."""
+    comm = _comm(group)
+    shape = shape_of(tensor)
+    rows, rest = (shape[0], shape[1:]) if shape else (1, ())
+    per_row = 1
+    for d in rest:
+        per_row *= d
+    if out is None:
+        import numpy
+        mine = numpy.array([rows], dtype=numpy.int64)
+        counts = numpy.empty(comm.size, dtype=numpy.int64)
+        comm.allgather_async(mine, counts, name + ":rows" if name else "allgather rows",
+                             timeout).wait()
+        all_rows = [int(c) for c in counts]
+        out = empty_like(tensor, (sum(all_rows),) + rest)
+    else:
+        all_rows = None
+    if all_rows is None or len(set(all_rows)) == 1:
+        h = comm.allgather_async(tensor, out, name, timeout)
+    else:
+        h = comm.allgatherv_async(tensor, out, [r * per_row for r in all_rows], name, timeout)
+    return Handle(h, out)
+
+
+def allgather(tensor, out=None, **kwargs):
+    """The blocking allgather_async; returns the result."""
+    return allgather_async(tensor, out, **kwargs).wait()
+
+
+# -- reduce_scatter, alltoall --
+
+
+def _block_shape(tensor, n: int, what: str) -> tuple[int, ...]:
+    shape = shape_of(tensor)
+    if not shape or shape[0] % n != 0:
+        raise _core.InvalidArgument(
+            f"{what}: the first dimension of shape {list(shape)} must split into {n} equal "
+            f"blocks (one per rank)")
+    return (shape[0] // n,) + shape[1:]
+
+
+def reduce_scatter_async(tensor, op: str = "sum", out=None, *, prescale: float = 1.0,
+                         postscale: float = 1.0, name: str = "", timeout: float = 0.0,
+                         group: Optional[Communicator] = None) -> Handle:
+    """Queues: `tensor` is size() equal blocks along dimension 0; rank r
+    receives op over every rank's block r (shape (rows/size, *rest))."""
+    comm = _comm(group)
+    if out is None:
+        out = empty_like(tensor, _block_shape(tensor, comm.size, "reduce_scatter"))
+    h = comm.reduce_scatter_async(tensor, out, op, prescale, postscale, name, timeout)
+    return Handle(h, out)
+
+
+def reduce_scatter(tensor, op: str = "sum", out=None, **kwargs):
+    """The blocking reduce_scatter_async; returns the result."""
+    return reduce_scatter_async(tensor, op, out, **kwargs).wait()
+
+
+def alltoall_async(tensor, out=None, *, name: str = "", timeout: float = 0.0,
+                   group: Optional[Communicator] = None) -> Handle:
+    """Queues: block j (of size() equal blocks along dimension 0) of
+    `tensor` goes to rank j, where it lands in block rank() of the result."""
+    comm = _comm(group)
+    if out is None:
+        _block_shape(tensor, comm.size, "alltoall")
+        out = empty_like(tensor, shape_of(tensor))
+    return Handle(comm.alltoall_async(tensor, out, name, timeout), out)
+
+
+def alltoall(tensor, out=None, **kwargs):
+    """The blocking alltoall_async; returns the result."""
+    return alltoall_async(tensor, out, **kwargs).wait()
+
+
+def barrier(*, name: str = "", timeout: float = 0.0,
+            group: Optional[Communicator] = None) -> None:
+    """Returns once every member entered the barrier."""
+    _comm(group).barrier_async(name, timeout).wait()
+
+
+atexit.register(shutdown)

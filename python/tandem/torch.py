@@ -1,0 +1,312 @@
+"""PyTorch integration: data-parallel training with tandem, in Horovod's
+style (collectives) or through the parameter server (KVStore).
+
+    import tandem, tandem.torch as tt
+    tandem.init()
+    opt = tt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters())
+    tt.broadcast_parameters(model.state_dict(), root_rank=0)
+    tt.broadcast_optimizer_state(opt, root_rank=0)
+    ... loss.backward(); opt.step()
+
+DistributedOptimizer registers a hook on every parameter's gradient
+accumulator: as soon as backward() has produced a parameter's gradient, an
+asynchronous in-place allreduce (avg) of it is queued, so communication of
+the last layers overlaps the backward computation of the first ones.
+step() waits for them (synchronize()) and then runs the wrapped optimizer.
+tandem has no order negotiation: every rank must produce its gradients in
+the same order, which holds when every rank runs the same model code (one
+autograd graph shape); a parameter whose hook did not fire is reduced in
+step(), in name order.
+
+KVStoreOptimizer is the parameter-server variant: gradients are pushed to
+the servers during backward and the weights (or summed gradients) pulled
+back. docs/python.md describes both.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Iterable, Optional
+
+import numpy as np
+import torch
+
+from tandem import _core
+from tandem import collective as _coll
+
+
+def _named(named_parameters, optimizer) -> list[tuple[str, torch.nn.Parameter]]:
+    if named_parameters is not None:
+        named = list(named_parameters)
+    else:
+        named = [(f"param.{g}.{i}", p) for g, group in enumerate(optimizer.param_groups)
+                 for i, p in enumerate(group["params"])]
+    names = [n for n, _ in named]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise _core.InvalidArgument(f"named_parameters has duplicate names: {dup}")
+    if optimizer is not None:
+        given = {id(p) for _, p in named}
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in given:
+                    raise _core.InvalidArgument(
+                        f"the optimizer has a parameter of shape {list(p.shape)} that is not "
+                        "in named_parameters")
+    return named
+
+
+def _accumulator(p: torch.Tensor):
+    """The AccumulateGrad node of a leaf parameter (where its .grad is set)."""
+    return p.expand_as(p).grad_fn.next_functions[0][0]
+
+
+class _HookedOptimizer:
+    """What both distributed optimizers share: the wrapped optimizer (its
+    attributes pass through), named parameters, one hook per parameter, and
+    the handles started during backward. Used from the training thread
+    (autograd runs CPU hooks on the thread that called backward())."""
+
+    def __init__(self, optimizer, named_parameters):
+        self._opt = optimizer
+        self._named = [(n, p) for n, p in _named(named_parameters, optimizer) if p.requires_grad]
+        self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
+        self._pending: dict[int, object] = {}  # parameter index -> handle(s)
+        self._started_in_backward = 0
+        self._accumulators = []
+        for i, (_, p) in enumerate(self._named):
+            acc = _accumulator(p)
+            acc.register_hook(self._make_hook(i))
+            self._accumulators.append(acc)  # keeps the node (and its hook) alive
+
+    def _make_hook(self, i: int):
+        def hook(*_):
+            name, p = self._named[i]
+            if i in self._pending:
+                raise _core.InvalidArgument(
+                    f"the gradient of '{name}' was produced twice before step(); tandem "
+                    "reduces one backward pass per step (call step() or synchronize() first)")
+            self._pending[i] = self._start(i, name, p)
+            self._started_in_backward += 1
+        return hook
+
+    @property
+    def started_in_backward(self) -> int:
+        """Gradients whose communication started inside backward() since the
+        last step() (the overlap the hooks bring)."""
+        return self._started_in_backward
+
+    def __getattr__(self, name):
+        opt = self.__dict__.get("_opt")
+        if opt is None:
+            raise AttributeError(name)
+        return getattr(opt, name)
+
+    @property
+    def param_groups(self):
+        return self._opt.param_groups
+
+    @property
+    def state(self):
+        return self._opt.state
+
+    def state_dict(self):
+        return self._opt.state_dict()
+
+    def load_state_dict(self, state_dict) -> None:
+        self._opt.load_state_dict(state_dict)
+
+    def _start_missing(self) -> None:
+        for i, (name, p) in enumerate(self._named):
+            if i not in self._pending:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                self._pending[i] = self._start(i, name, p)
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        if self._pending:
+            raise _core.InvalidArgument(
+                f"zero_grad() while {len(self._pending)} gradients are being reduced; call it "
+                "before backward() or after step()")
+        if self._opt is not None:
+            self._opt.zero_grad(set_to_none=set_to_none)
+        else:
+            for _, p in self._named:
+                if p.grad is not None:
+                    p.grad = None if set_to_none else p.grad.zero_()
+
+
+def _contiguous_grad(p: torch.Tensor) -> torch.Tensor:
+    g = p.grad
+    if not g.is_contiguous():  # a copy, copied back when the reduction is done
+        return g.contiguous()
+    return g
+
+
+class DistributedOptimizer(_HookedOptimizer):
+    """Wraps a torch optimizer: gradients are averaged over every worker
+    (tandem.allreduce, op `op`) before each step, their reduction started by
+    hooks during backward. Requires tandem.init().
+
+    Thread-safety: use from the training thread.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 named_parameters: Optional[Iterable] = None, op: str = "avg",
+                 group: Optional[_coll.Communicator] = None):
+        if not _coll.is_initialized():
+            raise _core.InvalidArgument("DistributedOptimizer needs tandem.init() first")
+        self._op = op
+        self._group = group
+        super().__init__(optimizer, named_parameters)
+
+    def _start(self, i: int, name: str, p: torch.Tensor):
+        g = _contiguous_grad(p)
+        h = _coll.allreduce_async(g, self._op, out=g, name=name, group=self._group)
+        return (h, g)
+
+    def synchronize(self) -> None:
+        """Starts the reductions the hooks did not (unused parameters; zero
+        gradients for those without one), waits for all, and leaves the
+        averaged gradients in .grad."""
+        self._start_missing()
+        for i, (h, g) in sorted(self._pending.items()):
+            h.wait()
+            p = self._named[i][1]
+            if g.data_ptr() != p.grad.data_ptr():
+                p.grad.copy_(g)
+        self._pending.clear()
+        self._started_in_backward = 0
+
+    def step(self, closure=None):
+        """synchronize(), then the wrapped optimizer's step()."""
+        self.synchronize()
+        return self._opt.step(closure) if closure is not None else self._opt.step()
+
+
+class KVStoreOptimizer(_HookedOptimizer):
+    """Data-parallel training through tandem's parameter server.
+
+    Key i is the i-th parameter of named_parameters (requires_grad ones);
+    the constructor initialises every key from worker 0's value and pulls
+    it, so all replicas start from worker 0's weights. During backward each
+    parameter's gradient is pushed (pushpull, asynchronous, priority -i so
+    that the first layers go first). Two modes:
+
+    - `optimizer` (a torch optimizer), update on the workers: the servers
+      only sum (store without an optimizer; dist_sync or local); step()
+      divides the sums by the number of workers into .grad and runs the
+      optimizer. Every replica applies the same update.
+    - `server_optimizer` (MXNet's name, "sgd", "adam", ...; `server_params`
+      its parameters), update on the servers (dist_sync or dist_async):
+      step() copies the pulled weights into the parameters. rescale_grad
+      defaults to 1/num_workers (the average gradient).
+
+    Thread-safety: use from the training thread.
+    """
+
+    def __init__(self, kvstore, named_parameters, optimizer: Optional[torch.optim.Optimizer] = None,
+                 server_optimizer: Optional[str] = None, **server_params):
+        if (optimizer is None) == (server_optimizer is None):
+            raise _core.InvalidArgument(
+                "KVStoreOptimizer takes exactly one of optimizer (update on the workers) and "
+                "server_optimizer (update on the servers)")
+        self._kv = kvstore
+        self._server_side = server_optimizer is not None
+        super().__init__(optimizer, named_parameters)
+        if self._server_side:
+            params = dict(server_params)
+            params.setdefault("rescale_grad", 1.0 / kvstore.num_workers)
+            kvstore.set_optimizer(server_optimizer, **params)
+        self._weights = []
+        for i, (name, p) in enumerate(self._named):
+            if not p.is_contiguous():
+                raise _core.InvalidArgument(f"parameter '{name}' is not contiguous")
+            kvstore.init(i, p.data)
+            kvstore.pull(i, out=p.data)
+            self._weights.append(torch.empty_like(p.data) if self._server_side else None)
+
+    def _start(self, i: int, name: str, p: torch.Tensor):
+        g = _contiguous_grad(p)
+        out = self._weights[i] if self._server_side else g
+        (h,) = self._kv.pushpull_async(i, g, out=out, priority=-i)
+        return (h, g)
+
+    def synchronize(self) -> None:
+        """Pushes what the hooks did not, waits for every push and pull, and
+        leaves the averaged gradients in .grad (update on the workers) or
+        the new weights in the parameters (update on the servers)."""
+        self._start_missing()
+        n = self._kv.num_workers
+        for i, (h, g) in sorted(self._pending.items()):
+            h.wait()
+            p = self._named[i][1]
+            with torch.no_grad():
+                if self._server_side:
+                    p.copy_(self._weights[i])
+                else:
+                    g.div_(n)
+                    if g.data_ptr() != p.grad.data_ptr():
+                        p.grad.copy_(g)
+        self._pending.clear()
+        self._started_in_backward = 0
+
+    def step(self, closure=None):
+        """synchronize(), then (update on the workers) the optimizer's step()."""
+        if closure is not None:
+            with torch.enable_grad():
+                closure()
+        self.synchronize()
+        if not self._server_side:
+            self._opt.step()
+
+
+def broadcast_parameters(params, root_rank: int = 0,
+                         group: Optional[_coll.Communicator] = None) -> None:
+    """Copies root_rank's values of `params` (a state_dict, or an iterable
+    of (name, tensor) such as model.named_parameters()) into every rank's,
+    in place, in name order. Requires tandem.init()."""
+    items = sorted(params.items() if isinstance(params, dict) else list(params),
+                   key=lambda kv: kv[0])
+    handles = []
+    for name, t in items:
+        if not isinstance(t, torch.Tensor):
+            raise _core.InvalidArgument(f"broadcast_parameters: '{name}' is a "
+                                        f"{type(t).__name__}, not a tensor")
+        data = t.data
+        buf = data if data.is_contiguous() else data.contiguous()
+        handles.append((_coll.broadcast_async_(buf, root_rank, name=name, group=group), data, buf))
+    for h, data, buf in handles:
+        h.wait()
+        if buf.data_ptr() != data.data_ptr():
+            data.copy_(buf)
+
+
+def broadcast_object(obj, root_rank: int = 0, group: Optional[_coll.Communicator] = None):
+    """Returns root_rank's `obj` on every rank (serialised with torch.save:
+    tensors, dicts, numbers). Requires tandem.init()."""
+    if _coll.rank(group) == root_rank:
+        stream = io.BytesIO()
+        torch.save(obj, stream)
+        payload = np.frombuffer(stream.getbuffer(), dtype=np.uint8).copy()
+        length = np.array([payload.size], dtype=np.int64)
+    else:
+        length = np.zeros(1, dtype=np.int64)
+    _coll.broadcast_(length, root_rank, name="broadcast_object length", group=group)
+    if _coll.rank(group) != root_rank:
+        payload = np.empty(int(length[0]), dtype=np.uint8)
+    _coll.broadcast_(payload, root_rank, name="broadcast_object payload", group=group)
+    if _coll.rank(group) == root_rank:
+        return obj
+    return torch.load(io.BytesIO(payload.tobytes()))
+
+
+def broadcast_optimizer_state(optimizer, root_rank: int = 0,
+                              group: Optional[_coll.Communicator] = None) -> None:
+    """Makes every rank's optimizer state (momentum buffers, step counts,
+    hyper-parameters) root_rank's: its state_dict is serialised on the root,
+    broadcast, and loaded elsewhere. Requires tandem.init()."""
+    state = broadcast_object(optimizer.state_dict(), root_rank, group)
+    if _coll.rank(group) != root_rank:
+        optimizer.load_state_dict(state)

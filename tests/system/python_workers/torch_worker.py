@@ -1,0 +1,131 @@
+"""A worker of tests/system/test_python_torch.py: trains a small model for
+K steps with tandem.torch and checks (1) the replicas: it prints a hash of
+its parameters (the test compares them across ranks: identical bits), and
+(2) equivalence: every rank regenerates every rank's batch and trains a
+reference copy of the model alone on the union (plain torch, the same
+optimizer); the distributed parameters must equal the reference within
+float reassociation (rtol 1e-5, atol 1e-6): the mean of the ranks' mean-loss
+gradients is the mean-loss gradient of the union when batches are equal.
+
+    torch_worker.py --mode allreduce|ps-worker-update|ps-server-update [--steps K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import sys
+
+import torch
+import torch.nn as nn
+
+import tandem
+import tandem.torch as tt
+
+BATCH = 8
+
+
+def make_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)  # a different start per rank: broadcast must fix it
+    return nn.Sequential(nn.Linear(10, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(),
+                         nn.Linear(16, 3))
+
+
+def batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(BATCH, 10, generator=g), torch.randint(0, 3, (BATCH,), generator=g)
+
+
+def digest(model: nn.Module) -> str:
+    h = hashlib.sha256()
+    for _, p in sorted(model.state_dict().items()):
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mode", choices=["allreduce", "ps-worker-update", "ps-server-update"],
+                    required=True)
+    ap.add_argument("--steps", type=int, default=5)
+    args = ap.parse_args()
+    loss_fn = nn.CrossEntropyLoss()
+
+    kv = None
+    if args.mode == "allreduce":
+        tandem.init()
+        rank, n = tandem.rank(), tandem.size()
+        model = make_model(seed=rank)
+        base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        opt = tt.DistributedOptimizer(base, named_parameters=model.named_parameters())
+        tt.broadcast_parameters(model.state_dict(), root_rank=0)
+        tt.broadcast_optimizer_state(opt, root_rank=0)
+        reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+    else:
+        kv = tandem.kvstore.create("dist_sync")
+        rank, n = kv.rank, kv.num_workers
+        model = make_model(seed=rank)
+        if args.mode == "ps-worker-update":
+            base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+            opt = tt.KVStoreOptimizer(kv, model.named_parameters(), optimizer=base)
+            reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        else:
+            # The servers' SGD without momentum: w -= lr * rescale_grad * sum.
+            opt = tt.KVStoreOptimizer(kv, model.named_parameters(), server_optimizer="sgd",
+                                      learning_rate=0.1)
+            reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1)
+    # The constructor (PS) or broadcast (allreduce) made every replica worker 0's.
+    print(f"torch_worker: start sha={digest(model)}", flush=True)
+    reference = copy.deepcopy(model)
+    ref_opt = reference_opt(reference)
+
+    overlapped = []
+    for step in range(args.steps):
+        x, y = batch(rank, step)
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        overlapped.append(opt.started_in_backward)
+        opt.step()
+        # The reference: one process on the union of the ranks' batches.
+        xs, ys = zip(*(batch(r, step) for r in range(n)))
+        ref_opt.zero_grad()
+        loss_fn(reference(torch.cat(xs)), torch.cat(ys)).backward()
+        ref_opt.step()
+    params = len([p for p in model.parameters()])
+    print(f"torch_worker: overlapped={overlapped} of {params}", flush=True)
+    worst = 0.0
+    for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
+        if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+            print(f"torch_worker: WRONG {name} differs from the single-process reference by "
+                  f"{(p - q).abs().max().item()}", file=sys.stderr, flush=True)
+            sys.exit(1)
+        worst = max(worst, (p - q).abs().max().item())
+    changed = digest(model) != digest(make_model(seed=0))
+    print(f"torch_worker: done rank={rank} size={n} steps={args.steps} changed={changed} "
+          f"max_diff={worst:.3g} sha={digest(model)}", flush=True)
+    # Misuse raises tandem.InvalidArgument with what to do instead.
+    x, y = batch(rank, args.steps)
+    opt.zero_grad()
+    loss_fn(model(x), y).backward()
+    for what, call, needle in (
+            ("second backward", lambda: loss_fn(model(x), y).backward(), "produced twice"),
+            ("zero_grad", opt.zero_grad, "while"),
+    ):
+        try:
+            call()
+        except tandem.InvalidArgument as e:
+            assert needle in str(e), e
+            print(f"torch_worker: misuse {what}: {e}", flush=True)
+        else:
+            print(f"torch_worker: WRONG {what}: no error", file=sys.stderr, flush=True)
+            sys.exit(1)
+    opt.synchronize()  # the reductions that were started still complete
+    if kv is not None:
+        kv.close()
+    else:
+        tandem.shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""tandem.kvstore (the Python bindings) through `tandem launch` on loopback:
+tests/system/python_workers/kvstore_worker.py repeats the scenarios of
+tests/programs/kvstore_check.cc on NumPy arrays and on torch tensors, checks
+every pulled value in closed form and every bad call's mapped exception and
+C++ message; this file checks that every rank did and ran the same checks."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from python_job import PYTHON, check_ok, python_env, worker
+
+
+@pytest.mark.parametrize("kind,workers,servers", [("numpy", 2, 1), ("numpy", 4, 2),
+                                                  ("torch", 3, 2)])
+def test_sync_exact_results_and_mapped_errors(launch, tandem_bin_dir, kind, workers, servers):
+    result = launch(workers, servers, worker("kvstore_worker.py") +
+                    ["--kind", kind, "--scenario", "sync"],
+                    launcher_env=python_env(tandem_bin_dir), timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    checks = check_ok(result.output, "kvstore_worker", workers, kind)
+    assert checks >= 25, checks
+    # The mapped class and the C++ text, on every rank.
+    for rank in range(workers):
+        assert (f"[worker {rank}] kvstore_worker: error dtype: InvalidArgument: key 6: push "
+                f"expected dtype float32, got float64") in result.output, result.output
+
+
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_optimizer_on_the_servers_and_saved_states(launch, tandem_bin_dir, tmp_path, kind):
+    result = launch(2, 2, worker("kvstore_worker.py") +
+                    ["--kind", kind, "--scenario", "optimizer", "--dir", str(tmp_path)],
+                    launcher_env=python_env(tandem_bin_dir), timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    assert check_ok(result.output, "kvstore_worker", 2, kind) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["states.server0", "states.server1"]
+
+
+def test_async_applies_every_push(launch, tandem_bin_dir):
+    result = launch(2, 1, worker("kvstore_worker.py") + ["--kind", "numpy", "--scenario",
+                                                          "async"],
+                    launcher_env=python_env(tandem_bin_dir), timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    assert check_ok(result.output, "kvstore_worker", 2, "numpy") == 1
+
+
+LOCAL = r"""
+import numpy as np, torch, tandem
+kv = tandem.kvstore.create("local")
+assert (kv.rank, kv.num_workers, kv.num_servers, kv.type) == (0, 1, 0, "local")
+w = np.arange(6, dtype=np.float32)
+kv.init("w", w)
+t = torch.zeros(6)
+kv.push("w", [torch.ones(6), np.full(6, 2, np.float32)])   # two devices, mixed kinds
+kv.pull("w", out=t)
+assert t.tolist() == [3.0] * 6, t
+# Zero copy: pull writes the caller's memory, NumPy and torch alike.
+a = np.zeros(6, np.float32); before = a.ctypes.data
+kv.pull("w", out=a)
+assert a.ctypes.data == before and a.tolist() == [3.0] * 6
+shared = torch.zeros(6); view = shared.numpy()
+kv.pull("w", out=shared)
+assert view.tolist() == [3.0] * 6                            # same memory as the tensor
+kv.set_optimizer("sgd", learning_rate=0.5)
+kv.push("w", np.ones(6, np.float32))
+kv.pull("w", out=a)
+assert a.tolist() == [2.5] * 6, a
+try:
+    kv.push("w", torch.ones(6, dtype=torch.float64))
+except tandem.InvalidArgument as e:
+    assert "expected dtype float32, got float64" in str(e), e
+    assert isinstance(e, tandem.Error) and isinstance(e, ValueError)
+else:
+    raise AssertionError("no error")
+try:
+    tandem.kvstore.create("dist_sync")
+except tandem.Error as e:
+    print("dist outside a job:", type(e).__name__, e)
+else:
+    raise AssertionError("no error")
+print("local ok")
+"""
+
+
+def test_local_store_in_one_process_zero_copy_and_errors(tandem_bin_dir):
+    env = python_env(tandem_bin_dir)
+    import os
+    full = dict(os.environ)
+    for k in list(full):
+        if k.startswith("DMLC_") or k.startswith("TANDEM_"):
+            del full[k]
+    full.update(env)
+    out = subprocess.run([PYTHON, "-c", LOCAL], env=full, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "local ok" in out.stdout
+    assert "dist outside a job: " in out.stdout

@@ -1,0 +1,73 @@
+"""tandem.torch through `tandem launch`: DistributedOptimizer (allreduce in
+gradient hooks) and KVStoreOptimizer (parameter server, update on the
+workers or on the servers) keep every replica bit-identical after K steps,
+start from worker 0's weights whatever each rank drew, overlap
+communication with backward (every gradient's reduction starts inside
+backward()), and match one process trained on the union of the batches
+(tests/system/python_workers/torch_worker.py)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from python_job import python_env, worker
+
+DONE = re.compile(r"\[worker (\d+)\] torch_worker: done rank=(\d+) size=(\d+) steps=(\d+) "
+                  r"changed=(\w+) max_diff=\S+ sha=(\w+)")
+START = re.compile(r"\[worker (\d+)\] torch_worker: start sha=(\w+)")
+OVERLAP = re.compile(r"\[worker (\d+)\] torch_worker: overlapped=\[([\d, ]+)\] of (\d+)")
+
+
+@pytest.mark.parametrize("mode,workers,servers", [("allreduce", 2, 0), ("allreduce", 4, 0),
+                                                  ("ps-worker-update", 2, 1),
+                                                  ("ps-server-update", 3, 2)])
+def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mode, workers,
+                                                     servers):
+    steps = 5
+    extra = ["--no-scheduler"] if servers == 0 else []
+    result = launch(workers, servers, worker("torch_worker.py") +
+                    ["--mode", mode, "--steps", str(steps)], extra_args=extra,
+                    launcher_env=python_env(tandem_bin_dir), timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    done = DONE.findall(result.output)
+    assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
+    for tag, rank, size, k, changed, _ in done:
+        assert tag == rank and int(size) == workers and int(k) == steps
+        assert changed == "True"
+    # Bit-identical replicas, at the start and after K steps.
+    assert len({d[5] for d in done}) == 1, done
+    starts = START.findall(result.output)
+    assert len(starts) == workers and len({s[1] for s in starts}) == 1, starts
+    # Every gradient's communication started inside backward(), every step.
+    for tag, counts, params in OVERLAP.findall(result.output):
+        assert [int(c) for c in counts.split(",")] == [int(params)] * steps, (tag, counts)
+    assert len(OVERLAP.findall(result.output)) == workers
+    for rank in range(workers):
+        assert (f"[worker {rank}] torch_worker: misuse second backward: the gradient of "
+                in result.output), result.output
+        assert f"[worker {rank}] torch_worker: misuse zero_grad: zero_grad() while" in \
+            result.output
+
+
+EPOCH = re.compile(r"\[worker 0\] epoch (\d+)/(\d+): loss ([0-9.]+) train accuracy ([0-9.]+)%")
+
+
+@pytest.mark.parametrize("kvstore", [None, "dist_sync"])
+def test_the_ddp_example_trains(launch, tandem_bin_dir, kvstore):
+    """examples/pytorch_ddp/train.py, shortened: the loss falls over 3 epochs."""
+    from python_job import PYTHON
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "examples" / "pytorch_ddp" / "train.py"
+    args = [PYTHON, str(script), "--epochs", "3", "--samples", "512"]
+    if kvstore:
+        args += ["--kvstore", kvstore]
+    result = launch(2, 1 if kvstore else 0, args,
+                    extra_args=[] if kvstore else ["--no-scheduler"],
+                    launcher_env=python_env(tandem_bin_dir), timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    epochs = EPOCH.findall(result.output)
+    assert [int(e[0]) for e in epochs] == [1, 2, 3], result.output
+    losses = [float(e[2]) for e in epochs]
+    assert losses[2] < losses[0], losses
