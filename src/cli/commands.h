@@ -16,5 +16,6 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body);
 void RegisterRoleCommands(CLI::App& app, CommandBody* body);
 void RegisterK8sCommand(CLI::App& app, CommandBody* body);
 void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body);
+void RegisterBenchCommand(CLI::App& app, CommandBody* body);
 
 }  // namespace tandem::cli

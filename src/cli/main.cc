@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   tandem::cli::RegisterRoleCommands(app, &body);
   tandem::cli::RegisterK8sCommand(app, &body);
   tandem::cli::RegisterRemoteExecCommand(app, &body);
+  tandem::cli::RegisterBenchCommand(app, &body);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -97,3 +97,20 @@ def test_framework_engine_over_tcp(launch, tandem_bin_dir, workers):
         assert int(negotiated) + int(cached) == 3 * 24 + 1, (negotiated, cached)
         assert int(cached) > 0 and int(fused) > 0, (cached, fused)
         assert int(collectives) < 3 * 24 + 1
+
+
+@pytest.mark.parametrize("op", ["allreduce", "broadcast", "allgather", "reduce_scatter"])
+def test_tandem_bench_prints_an_nccl_tests_table(tandem_bin_dir, op):
+    """`tandem bench OP -n 3` runs collective_bench through the launcher and
+    prints one row per size with no wrong element."""
+    import subprocess
+    result = subprocess.run(
+        [str(tandem_bin_dir / "tandem"), "bench", op, "-n", "3", "--min-bytes", "4096",
+         "--max-bytes", "65536", "--factor", "4", "--iters", "2", "--warmup", "1"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"# tandem {op}, 3 ranks, float32" in result.stdout, result.stdout
+    rows = re.findall(r"\[worker 0\]\s+(\d+)\s+(\d+)\s+float\s+\S+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+                      r"\s+[\d.]+\s+(\d+)\s*$", result.stdout, re.M)
+    assert [int(r[0]) for r in rows] == [4096, 16384, 65536], result.stdout
+    assert all(r[2] == "0" for r in rows), rows
