@@ -95,8 +95,8 @@ class FusionEngine {
   /// is replaced by `name`. The handle's Wait throws InvalidArgument when
   /// the ranks disagree (naming the tensor and what each rank sent), Timeout
   /// when the tensor stalled past the shutdown time (naming the ranks that
-  /// never submitted it; InvalidArgument when the submitters also disagree), and PeerLost / Timeout / ProtocolError of the
-  /// communicator, after which every request fails alike. Throws
+  /// never submitted it; InvalidArgument when the submitters also disagree), and PeerLost / Timeout
+  /// / ProtocolError of the communicator, after which every request fails alike. Throws
   /// InvalidArgument at once for an empty name, a name already pending on
   /// this rank, or arguments Communicator::AllReduce would refuse.
   CollectiveHandle AllReduce(const std::string& name, const TensorView& in, const TensorView& out,
