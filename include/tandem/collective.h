@@ -29,6 +29,7 @@ namespace tandem {
 namespace collective {
 class CommunicatorImpl;
 class CollectiveService;
+class FusionEngineImpl;
 struct OpState;
 }  // namespace collective
 
@@ -95,6 +96,7 @@ class CollectiveHandle {
 
  private:
   friend class collective::CommunicatorImpl;
+  friend class collective::FusionEngineImpl;
   explicit CollectiveHandle(std::shared_ptr<collective::OpState> state)
       : state_(std::move(state)) {}
   std::shared_ptr<collective::OpState> state_;
@@ -170,6 +172,7 @@ class Communicator {
 
  private:
   friend class collective::CollectiveService;
+  friend class collective::FusionEngineImpl;
   explicit Communicator(std::unique_ptr<collective::CommunicatorImpl> impl);
   std::unique_ptr<collective::CommunicatorImpl> impl_;
 };

@@ -65,6 +65,8 @@ class CommunicatorImpl {
   int size() const { return static_cast<int>(members_.size()); }
   const std::vector<int>& members() const { return members_; }
   const CommunicatorSettings& settings() const { return settings_; }
+  /// The process's logger (borrowed at construction).
+  base::Logger& log() const { return log_; }
 
   /// Queues an operation named `what` (for errors) with `timeout` (zero:
   /// the default). Never throws for the operation's own errors: the handle

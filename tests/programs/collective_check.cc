@@ -12,6 +12,15 @@
 //                                    calling AllReduce and must get PeerLost:
 //                                    they print "collective_check: PeerLost:
 //                                    <text>" and exit 3
+//   collective_check --engine        the framework engine: three steps of
+//                                    tensors submitted in another order on
+//                                    every rank, checked exactly; then a
+//                                    tensor whose shape differs on the last
+//                                    rank must fail on every rank, and the
+//                                    next request must succeed; prints
+//                                    "collective_check: engine ok rank=R
+//                                    size=N mismatch=<error text>" and the
+//                                    counters, exits 0
 // Any wrong element prints what was expected and got and exits 1.
 #include <fmt/format.h>
 #include <unistd.h>
@@ -25,6 +34,7 @@
 #include "base/dtype.h"
 #include "tandem/collective.h"
 #include "tandem/error.h"
+#include "tandem/fusion_engine.h"
 
 namespace {
 
@@ -191,12 +201,69 @@ void Steady(tandem::Communicator& world, int rounds) {
   }
 }
 
+// See --engine above. Throws on any wrong result.
+std::string CheckEngine(tandem::Collectives& c) {
+  const int n = c.world().size();
+  const int rank = c.world().rank();
+  std::vector<int> all(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) all[static_cast<size_t>(r)] = r;
+  tandem::FusionEngine engine(c.NewGroup(all), tandem::FusionEngine::Options::FromEnvironment());
+  constexpr int kTensors = 24;
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> ts;
+    for (int t = 0; t < kTensors; ++t) {
+      ts.emplace_back(t % 3 == 0 ? DType::kI64 : DType::kF32, 1 + t * 977 % 5003);
+      for (int64_t e = 0; e < ts.back().count; ++e) ts.back().Set(e, rank + 1 + e % 7 + step);
+    }
+    std::vector<tandem::CollectiveHandle> hs(kTensors);
+    for (int k = 0; k < kTensors; ++k) {
+      // Another order per rank: rotated, and reversed on odd ranks.
+      const int t =
+          rank % 2 == 1 ? (kTensors - 1 - k + rank) % kTensors : (k + 5 * rank) % kTensors;
+      hs[static_cast<size_t>(t)] =
+          engine.AllReduce(fmt::format("grad.{}", t), ts[static_cast<size_t>(t)].view(),
+                           ts[static_cast<size_t>(t)].view());
+    }
+    for (int t = 0; t < kTensors; ++t) {
+      hs[static_cast<size_t>(t)].Wait();
+      const Tensor& x = ts[static_cast<size_t>(t)];
+      for (int64_t e = 0; e < x.count; ++e) {
+        const double want = n * (n + 1) / 2.0 + n * (e % 7 + step);
+        if (x.Get(e) != want) {
+          throw tandem::Error(fmt::format("engine step {} grad.{} element {}: expected {}, got {}",
+                                          step, t, e, want, x.Get(e)));
+        }
+      }
+    }
+  }
+  Tensor bad(DType::kF32, rank == n - 1 ? 12 : 10);
+  std::string mismatch;
+  try {
+    engine.AllReduce("mismatched", bad.view(), bad.view()).Wait();
+    throw tandem::Error("the mismatched tensor did not fail");
+  } catch (const tandem::InvalidArgument& e) {
+    mismatch = e.what();
+  }
+  Tensor next(DType::kF64, 5);
+  for (int64_t e = 0; e < 5; ++e) next.Set(e, rank);
+  engine.AllReduce("mismatched", next.view(), next.view()).Wait();
+  for (int64_t e = 0; e < 5; ++e) {
+    if (next.Get(e) != n * (n - 1) / 2.0)
+      throw tandem::Error("engine: the request after the mismatch is wrong");
+  }
+  const tandem::FusionEngine::Stats st = engine.stats();
+  return fmt::format("mismatch={} negotiated={} cached={} fused={} collectives={}", mismatch,
+                     st.negotiated, st.cached, st.fused_tensors, st.collectives);
+}
+
 int main(int argc, char** argv) {
+  bool engine = false;
   int die_rank = -1;
   int steady = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--die-rank" && i + 1 < argc) die_rank = std::stoi(argv[++i]);
     if (std::string(argv[i]) == "--steady" && i + 1 < argc) steady = std::stoi(argv[++i]);
+    if (std::string(argv[i]) == "--engine") engine = true;
   }
   std::unique_ptr<tandem::Collectives> c;
   try {
@@ -222,6 +289,14 @@ int main(int argc, char** argv) {
         o.name = "after-death";
         world.AllReduce(t.view(), t.view(), o);
       }
+    }
+    if (engine) {
+      const std::string report = CheckEngine(*c);
+      std::printf("collective_check: engine ok rank=%d size=%d %s\n", world.rank(), world.size(),
+                  report.c_str());
+      std::fflush(stdout);
+      c->Finalize();
+      return 0;
     }
     if (steady > 0) {
       Steady(world, steady);

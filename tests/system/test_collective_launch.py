@@ -72,3 +72,46 @@ def test_kill_9_raises_peer_lost_naming_the_rank(launch, tandem_bin_dir, workers
                    rf"lost worker (rank )?{victim} \(")
         assert re.search(pattern, out), f"worker {rank} did not name worker {victim}\n{out}"
     assert f"worker {victim} (pid" in out and "killed by signal 9" in out, out
+
+
+@pytest.mark.parametrize("workers", [2, 3, 4, 5])
+def test_framework_engine_over_tcp(launch, tandem_bin_dir, workers):
+    """Named requests in another order on every rank come out exact; a shape
+    that differs on the last rank fails on every rank, naming the tensor and
+    what each rank sent; the next request succeeds (collective_check --engine)."""
+    result = launch(workers, 0, [tandem_bin_dir / "collective_check", "--engine"],
+                    extra_args=["--no-scheduler"],
+                    env={"HOROVOD_CYCLE_TIME": "2", "HOROVOD_FUSION_THRESHOLD": "65536"},
+                    timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    found = re.findall(r"\[worker (\d+)\] collective_check: engine ok rank=(\d+) size=(\d+) "
+                       r"mismatch=(.*) negotiated=(\d+) cached=(\d+) fused=(\d+) collectives=(\d+)",
+                       result.output)
+    assert sorted(int(g[1]) for g in found) == list(range(workers)), result.output
+    last = workers - 1
+    for label, rank, size, mismatch, negotiated, cached, fused, collectives in found:
+        assert label == rank and int(size) == workers
+        assert "tensor 'mismatched'" in mismatch, mismatch
+        assert "rank 0 sent allreduce float32[10] sum" in mismatch, mismatch
+        assert f"rank {last} sent allreduce float32[12] sum" in mismatch, mismatch
+        # 3 steps x 24 tensors + the mismatched one + the one after it.
+        assert int(negotiated) + int(cached) == 3 * 24 + 1, (negotiated, cached)
+        assert int(cached) > 0 and int(fused) > 0, (cached, fused)
+        assert int(collectives) < 3 * 24 + 1
+
+
+@pytest.mark.parametrize("op", ["allreduce", "broadcast", "allgather", "reduce_scatter"])
+def test_tandem_bench_prints_an_nccl_tests_table(tandem_bin_dir, op):
+    """`tandem bench OP -n 3` runs collective_bench through the launcher and
+    prints one row per size with no wrong element."""
+    import subprocess
+    result = subprocess.run(
+        [str(tandem_bin_dir / "tandem"), "bench", op, "-n", "3", "--min-bytes", "4096",
+         "--max-bytes", "65536", "--factor", "4", "--iters", "2", "--warmup", "1"],
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"# tandem {op}, 3 ranks, float32" in result.stdout, result.stdout
+    rows = re.findall(r"\[worker 0\]\s+(\d+)\s+(\d+)\s+float\s+\S+\s+[\d.]+\s+[\d.]+\s+[\d.]+"
+                      r"\s+[\d.]+\s+(\d+)\s*$", result.stdout, re.M)
+    assert [int(r[0]) for r in rows] == [4096, 16384, 65536], result.stdout
+    assert all(r[2] == "0" for r in rows), rows

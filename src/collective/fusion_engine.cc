@@ -1,0 +1,593 @@
+// tandem::FusionEngine and its engine thread (fusion_engine.h describes a
+// cycle; docs/collectives.md, "Framework engine", the semantics).
+#include "collective/fusion_engine.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <tuple>
+
+#include "base/dtype.h"
+#include "base/environment.h"
+#include "collective/communicator_impl.h"
+#include "tandem/error.h"
+
+namespace tandem {
+namespace collective {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// One rank's slot of the first exchange: u32 length, then the message's
+// first kSlot - 4 bytes.
+constexpr size_t kSlot = 256;
+constexpr size_t kInline = kSlot - 4;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+void CompleteState(const std::shared_ptr<OpState>& state, std::exception_ptr error) {
+  {
+    std::lock_guard lock(state->mu);
+    state->done = true;
+    state->error = error;
+  }
+  state->cv.notify_all();
+}
+
+std::string Ranks(const std::vector<int>& ranks) {
+  return fmt::format("{}", fmt::join(ranks, ", "));
+}
+
+// The order every rank executes ready requests in: compatible allreduces
+// side by side (so that they fuse), then by name.
+std::tuple<RequestKind, DType, Reduction, double, double, AllReduceAlgorithm, const std::string&>
+OrderKey(const TensorRequest& d) {
+  return {d.kind, d.dtype, d.op, d.prescale, d.postscale, d.algorithm, d.name};
+}
+
+bool Fusable(const TensorRequest& a, const TensorRequest& b) {
+  return a.kind == RequestKind::kAllReduce && b.kind == RequestKind::kAllReduce &&
+         a.dtype == b.dtype && a.op == b.op && a.prescale == b.prescale &&
+         a.postscale == b.postscale && a.algorithm == b.algorithm;
+}
+
+}  // namespace
+
+FusionEngineImpl::FusionEngineImpl(std::unique_ptr<Communicator> comm,
+                                   FusionEngine::Options options)
+    : comm_(std::move(comm)),
+      options_(options),
+      log_(comm_->impl_->log()),
+      rank_(comm_->rank()),
+      size_(comm_->size()) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+FusionEngineImpl::~FusionEngineImpl() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+CollectiveHandle FusionEngineImpl::Submit(TensorRequest request, const TensorView& in,
+                                          const TensorView& out,
+                                          std::chrono::milliseconds timeout) {
+  auto p = std::make_shared<Pending>();
+  p->in = in;
+  p->out = out;
+  p->timeout = timeout;
+  p->state = std::make_shared<OpState>();
+  p->desc = std::move(request);
+  std::lock_guard lock(mu_);
+  if (broken_) {
+    CompleteState(p->state, broken_);
+    return CollectiveHandle(p->state);
+  }
+  if (stopping_) {
+    throw InvalidArgument(fmt::format(
+        "framework engine: '{}' submitted while the engine is being destroyed", p->desc.name));
+  }
+  if (!names_.insert(p->desc.name).second) {
+    throw InvalidArgument(fmt::format(
+        "framework engine: a request named '{}' is already pending on rank {}; wait for it "
+        "before submitting the name again",
+        p->desc.name, rank_));
+  }
+  incoming_.push_back(p);
+  return CollectiveHandle(p->state);
+}
+
+FusionEngine::Stats FusionEngineImpl::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+void FusionEngineImpl::Complete(const std::shared_ptr<Pending>& p, std::exception_ptr error) {
+  {
+    std::lock_guard lock(mu_);
+    names_.erase(p->desc.name);
+  }
+  CompleteState(p->state, error);
+}
+
+void FusionEngineImpl::Loop() {
+  std::exception_ptr failure;
+  bool announced = false;
+  auto next = Clock::now();
+  for (;;) {
+    next += options_.cycle_time;
+    bool stopping = false;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_until(lock, next, [&] { return stopping_ && !announced; });
+      stopping = stopping_;
+      for (auto& p : incoming_) pending_[p->desc.name] = std::move(p);
+      incoming_.clear();
+    }
+    // A cycle that overran does not make the next ones run back to back.
+    if (const auto now = Clock::now(); next < now) next = now;
+    announced = stopping;
+    try {
+      if (Cycle(stopping)) break;
+    } catch (...) {
+      failure = std::current_exception();
+      log_.Error("framework engine: negotiation failed; every pending and later request fails: {}",
+                 [&] {
+                   try {
+                     std::rethrow_exception(failure);
+                   } catch (const std::exception& e) {
+                     return std::string(e.what());
+                   }
+                 }());
+      break;
+    }
+  }
+  std::vector<std::shared_ptr<Pending>> left;
+  {
+    std::lock_guard lock(mu_);
+    if (failure) broken_ = failure;
+    stopping_ = true;
+    for (auto& p : incoming_) left.push_back(std::move(p));
+    incoming_.clear();
+  }
+  for (auto& [name, p] : pending_) left.push_back(p);
+  pending_.clear();
+  for (auto& p : left) {
+    Complete(p, failure ? failure
+                        : std::make_exception_ptr(Error(fmt::format(
+                              "framework engine: '{}' ({}) never ran: the engines stopped before "
+                              "every rank submitted it",
+                              p->desc.name, p->desc.Describe()))));
+  }
+}
+
+std::vector<CycleMessage> FusionEngineImpl::Exchange(const CycleMessage& mine) {
+  const std::string bytes = mine.Encode();
+  std::vector<std::byte> slot(kSlot);
+  const auto length = static_cast<uint32_t>(bytes.size());
+  std::memcpy(slot.data(), &length, 4);
+  std::memcpy(slot.data() + 4, bytes.data(), std::min(bytes.size(), kInline));
+  std::vector<std::byte> slots(kSlot * static_cast<size_t>(size_));
+  const auto slot_elements = static_cast<int64_t>(kSlot);
+  comm_->AllGather({slot.data(), DType::kU8, {slot_elements}},
+                   {slots.data(), DType::kU8, {slot_elements * size_}},
+                   {"framework engine negotiation", {}});
+  std::vector<uint32_t> lengths(static_cast<size_t>(size_));
+  std::vector<int64_t> rest(static_cast<size_t>(size_));
+  int64_t rest_total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    std::memcpy(&lengths[r], slots.data() + r * kSlot, 4);
+    rest[r] = lengths[r] > kInline ? static_cast<int64_t>(lengths[r] - kInline) : 0;
+    rest_total += rest[r];
+  }
+  std::string overflow(static_cast<size_t>(rest_total), '\0');
+  if (rest_total > 0) {
+    const int64_t my_rest = rest[static_cast<size_t>(rank_)];
+    comm_->AllGatherV(
+        {my_rest > 0 ? const_cast<char*>(bytes.data()) + kInline : nullptr, DType::kU8, {my_rest}},
+        {overflow.data(), DType::kU8, {rest_total}}, rest,
+        {"framework engine negotiation (long messages)", {}});
+  }
+  std::vector<CycleMessage> messages;
+  size_t at = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    std::string whole(reinterpret_cast<const char*>(slots.data() + r * kSlot + 4),
+                      std::min<size_t>(lengths[r], kInline));
+    whole.append(overflow, at, static_cast<size_t>(rest[r]));
+    at += static_cast<size_t>(rest[r]);
+    try {
+      messages.push_back(CycleMessage::Decode(whole));
+    } catch (const ProtocolError& e) {
+      throw ProtocolError(fmt::format("framework engine: the message of rank {}: {}", r, e.what()));
+    }
+  }
+  return messages;
+}
+
+void FusionEngineImpl::Remember(const TensorRequest& desc) {
+  auto it = cache_index_.find(desc.name);
+  if (it != cache_index_.end()) {
+    cache_[it->second] = desc;
+  } else if (cache_.size() < options_.cache_capacity) {
+    cache_index_.emplace(desc.name, static_cast<uint32_t>(cache_.size()));
+    cache_.push_back(desc);
+  }
+}
+
+bool FusionEngineImpl::Cycle(bool stopping) {
+  // 1. What this rank holds: cached bits where the description is the
+  // cached one, full descriptions otherwise.
+  CycleMessage mine;
+  mine.stopping = stopping;
+  mine.clock_ms = NowMs();
+  mine.cached.assign(cache_.size(), false);
+  for (auto& [name, p] : pending_) {
+    auto it = cache_index_.find(name);
+    p->sent_in_full = it == cache_index_.end() || !(cache_[it->second] == p->desc);
+    if (p->sent_in_full) {
+      mine.requests.push_back(p->desc);
+    } else {
+      mine.cached[it->second] = true;
+    }
+  }
+  const std::vector<CycleMessage> all = Exchange(mine);
+
+  // 2. Every rank's requests, by name.
+  bool all_stopped = true;
+  std::vector<std::map<std::string, const TensorRequest*>> held(all.size());
+  std::vector<std::set<std::string>> in_full(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    const CycleMessage& m = all[r];
+    all_stopped = all_stopped && m.stopping;
+    if (m.cached.size() != cache_.size()) {
+      throw ProtocolError(fmt::format(
+          "framework engine: rank {} sent {} response-cache bits, rank {} has {} entries (the "
+          "engines diverged)",
+          r, m.cached.size(), rank_, cache_.size()));
+    }
+    for (size_t i = 0; i < m.cached.size(); ++i) {
+      if (m.cached[i]) held[r][cache_[i].name] = &cache_[i];
+    }
+    for (const TensorRequest& q : m.requests) {
+      if (!held[r].emplace(q.name, &q).second) {
+        throw ProtocolError(fmt::format(
+            "framework engine: rank {} sent request '{}' twice in one cycle", r, q.name));
+      }
+      in_full[r].insert(q.name);
+    }
+  }
+  if (all_stopped) return true;
+  const int64_t now0 = all[0].clock_ms;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.cycles;
+  }
+
+  // 3. Decide, identically on every rank.
+  std::set<std::string> names;
+  for (const auto& h : held) {
+    for (const auto& [name, q] : h) names.insert(name);
+  }
+  std::vector<std::shared_ptr<Pending>> ready;
+  std::vector<TensorRequest> agreed;
+  for (const std::string& name : names) {
+    std::vector<int> have;
+    std::vector<int> missing;
+    const TensorRequest* first = nullptr;
+    bool same = true;
+    bool full = false;
+    for (size_t r = 0; r < held.size(); ++r) {
+      auto it = held[r].find(name);
+      if (it == held[r].end()) {
+        missing.push_back(static_cast<int>(r));
+        continue;
+      }
+      have.push_back(static_cast<int>(r));
+      full = full || in_full[r].count(name) > 0;
+      if (first == nullptr) {
+        first = it->second;
+      } else {
+        same = same && *it->second == *first;
+      }
+    }
+    auto local = pending_.find(name);
+    auto fail = [&](std::exception_ptr error) {
+      if (local != pending_.end()) {
+        Complete(local->second, error);
+        pending_.erase(local);
+      }
+      first_seen_.erase(name);
+      stall_reported_.erase(name);
+    };
+    // What each rank sent, when they differ (also while some are missing).
+    std::string sent;
+    if (!same) {
+      for (int r : have) {
+        sent += fmt::format("{}rank {} sent {}", sent.empty() ? "" : "; ", r,
+                            held[static_cast<size_t>(r)].at(name)->Describe());
+      }
+      if (!missing.empty()) sent += fmt::format("; rank(s) {} sent nothing yet", Ranks(missing));
+    }
+    // A disagreement is decided once every rank submitted, so that every
+    // submitter gets the same error for the same request.
+    if (!same && missing.empty()) {
+      const std::string text = fmt::format(
+          "framework engine: tensor '{}': the ranks disagree, so it fails on every rank: {}", name,
+          sent);
+      log_.Error("{}", text);
+      Count([&](FusionEngine::Stats& s) {
+        ++s.mismatches;
+        s.last_report = text;
+      });
+      fail(std::make_exception_ptr(InvalidArgument(text)));
+      continue;
+    }
+    if (missing.empty()) {
+      Count([&](FusionEngine::Stats& s) { ++(full ? s.negotiated : s.cached); });
+      agreed.push_back(*first);
+      ready.push_back(local->second);
+      pending_.erase(local);
+      first_seen_.erase(name);
+      stall_reported_.erase(name);
+      continue;
+    }
+    const int64_t age = now0 - first_seen_.emplace(name, now0).first->second;
+    const std::string text =
+        same ? fmt::format(
+                   "framework engine: tensor '{}' ({}) stalled for {:.1f} s: submitted by rank(s) "
+                   "{}, missing on rank(s) {}",
+                   name, first->Describe(), static_cast<double>(age) / 1000.0, Ranks(have),
+                   Ranks(missing))
+             : fmt::format(
+                   "framework engine: tensor '{}' stalled for {:.1f} s, and the ranks disagree: "
+                   "{}; missing on rank(s) {}",
+                   name, static_cast<double>(age) / 1000.0, sent, Ranks(missing));
+    if (options_.stall_shutdown.count() > 0 && age >= options_.stall_shutdown.count()) {
+      const std::string final_text = fmt::format(
+          "{}; the stall shutdown time ({} s) passed, so it fails on the rank(s) that submitted it",
+          text, static_cast<double>(options_.stall_shutdown.count()) / 1000.0);
+      log_.Error("{}", final_text);
+      Count([&](FusionEngine::Stats& s) {
+        ++s.stalls_failed;
+        s.last_report = final_text;
+      });
+      fail(same ? std::make_exception_ptr(Timeout(final_text))
+                : std::make_exception_ptr(InvalidArgument(final_text)));
+    } else if (options_.stall_check.count() > 0 && age >= options_.stall_check.count() &&
+               stall_reported_.insert(name).second) {
+      log_.Warn("{}", text);
+      Count([&](FusionEngine::Stats& s) {
+        ++s.stalls_reported;
+        s.last_report = text;
+      });
+    }
+  }
+  for (auto it = first_seen_.begin(); it != first_seen_.end();) {
+    it = names.count(it->first) ? std::next(it) : first_seen_.erase(it);
+  }
+  // The cache grows in name order, identically on every rank.
+  for (const TensorRequest& d : agreed) Remember(d);
+
+  std::sort(ready.begin(), ready.end(),
+            [](const auto& a, const auto& b) { return OrderKey(a->desc) < OrderKey(b->desc); });
+  Execute(ready);
+  return false;
+}
+
+void FusionEngineImpl::Execute(std::vector<std::shared_ptr<Pending>>& ready) {
+  size_t i = 0;
+  try {
+    while (i < ready.size()) {
+      const TensorRequest& d = ready[i]->desc;
+      if (d.kind == RequestKind::kBroadcast) {
+        comm_->Broadcast(ready[i]->in, d.root, {d.name, ready[i]->timeout});
+        Count([](FusionEngine::Stats& s) { ++s.collectives; });
+        Complete(ready[i], nullptr);
+        ++i;
+        continue;
+      }
+      // A run of compatible allreduces within the threshold; a request at
+      // least as large as the threshold runs alone, from its own memory.
+      size_t j = i + 1;
+      size_t bytes = ready[i]->in.num_bytes();
+      while (j < ready.size() && Fusable(d, ready[j]->desc) &&
+             bytes + ready[j]->in.num_bytes() <= options_.fusion_threshold) {
+        bytes += ready[j]->in.num_bytes();
+        ++j;
+      }
+      ReduceOptions o;
+      o.op = d.op;
+      o.prescale = d.prescale;
+      o.postscale = d.postscale;
+      o.algorithm = d.algorithm;
+      o.timeout = ready[i]->timeout;
+      if (j == i + 1) {
+        o.name = d.name;
+        comm_->AllReduce(ready[i]->in, ready[i]->out, o);
+        Count([](FusionEngine::Stats& s) { ++s.collectives; });
+        Complete(ready[i], nullptr);
+        i = j;
+        continue;
+      }
+      if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+      size_t at = 0;
+      std::vector<std::string> fused;
+      for (size_t k = i; k < j; ++k) {
+        const size_t b = ready[k]->in.num_bytes();
+        if (b > 0) std::memcpy(fusion_buffer_.data() + at, ready[k]->in.data, b);
+        at += b;
+        fused.push_back(ready[k]->desc.name);
+      }
+      const auto count = static_cast<int64_t>(bytes / ElementSize(d.dtype));
+      const TensorView buffer{fusion_buffer_.data(), d.dtype, {count}};
+      o.name = fmt::format("fusion buffer [{}]", fmt::join(fused, ", "));
+      comm_->AllReduce(buffer, buffer, o);
+      Count([&](FusionEngine::Stats& s) {
+        ++s.collectives;
+        s.fused_tensors += j - i;
+      });
+      at = 0;
+      for (size_t k = i; k < j; ++k) {
+        const size_t b = ready[k]->out.num_bytes();
+        if (b > 0) std::memcpy(ready[k]->out.data, fusion_buffer_.data() + at, b);
+        at += b;
+        Complete(ready[k], nullptr);
+      }
+      i = j;
+    }
+  } catch (...) {
+    // The communicator failed: what did not run fails alike, then the engine.
+    for (; i < ready.size(); ++i) Complete(ready[i], std::current_exception());
+    throw;
+  }
+}
+
+}  // namespace collective
+
+namespace {
+
+void CheckView(const TensorView& t, const char* role, const std::string& what) {
+  if (ElementSize(t.dtype) == 0) {
+    throw InvalidArgument(fmt::format("{}: {} has dtype value {}, not a tandem dtype", what, role,
+                                      static_cast<int>(t.dtype)));
+  }
+  for (int64_t d : t.shape) {
+    if (d < 0)
+      throw InvalidArgument(fmt::format("{}: {} has a negative dimension {}", what, role, d));
+  }
+  if (t.data == nullptr && t.num_elements() > 0) {
+    throw InvalidArgument(
+        fmt::format("{}: {} is null but holds {} elements", what, role, t.num_elements()));
+  }
+}
+
+void CheckName(const std::string& name, const char* op) {
+  if (name.empty())
+    throw InvalidArgument(fmt::format("framework engine: {} needs a tensor name", op));
+  if (name.size() > collective::CycleMessage::kMaxNameBytes) {
+    throw InvalidArgument(fmt::format("framework engine: a tensor name of {} bytes (limit {})",
+                                      name.size(), collective::CycleMessage::kMaxNameBytes));
+  }
+}
+
+// Milliseconds as Horovod's HOROVOD_CYCLE_TIME (a decimal number).
+std::chrono::microseconds ParseCycleTime(const base::Environment& env, const std::string& name,
+                                         std::chrono::microseconds fallback) {
+  const auto value = env.Get(name);
+  if (!value || value->empty()) return fallback;
+  char* end = nullptr;
+  const double ms = std::strtod(value->c_str(), &end);
+  if (end != value->c_str() + value->size() || !std::isfinite(ms) || ms < 0 || ms > 60000) {
+    throw ConfigError(fmt::format(
+        "environment variable {}='{}' is not a number of milliseconds between 0 and 60000", name,
+        *value));
+  }
+  return std::chrono::microseconds(std::llround(ms * 1000.0));
+}
+
+}  // namespace
+
+FusionEngine::Options FusionEngine::Options::FromEnvironment(
+    const std::map<std::string, std::string>& vars) {
+  const base::Environment env(vars);
+  auto pick = [&](const std::string& suffix) {
+    return env.Get("TANDEM_" + suffix) ? "TANDEM_" + suffix : "HOROVOD_" + suffix;
+  };
+  Options o;
+  o.fusion_threshold = static_cast<size_t>(env.GetInt(
+      pick("FUSION_THRESHOLD"), static_cast<int64_t>(o.fusion_threshold), 0, int64_t{1} << 36));
+  o.cycle_time = ParseCycleTime(env, pick("CYCLE_TIME"), o.cycle_time);
+  o.cache_capacity =
+      static_cast<size_t>(env.GetInt(pick("CACHE_CAPACITY"), static_cast<int64_t>(o.cache_capacity),
+                                     0, collective::CycleMessage::kMaxCacheBits));
+  o.stall_check = env.GetSeconds(pick("STALL_CHECK_TIME_SECONDS"), o.stall_check);
+  if (env.GetBool(pick("STALL_CHECK_DISABLE"), false)) o.stall_check = std::chrono::milliseconds(0);
+  o.stall_shutdown = env.GetSeconds(pick("STALL_SHUTDOWN_TIME_SECONDS"),
+                                    env.GetSeconds("TANDEM_COLLECTIVE_TIMEOUT", o.stall_shutdown));
+  return o;
+}
+
+FusionEngine::Options FusionEngine::Options::FromEnvironment() {
+  return FromEnvironment(base::Environment::FromProcess().vars());
+}
+
+FusionEngine::FusionEngine(std::unique_ptr<Communicator> communicator, Options options) {
+  if (!communicator) throw InvalidArgument("FusionEngine needs a communicator, got null");
+  impl_ = std::make_unique<collective::FusionEngineImpl>(std::move(communicator), options);
+}
+
+FusionEngine::~FusionEngine() = default;
+
+int FusionEngine::rank() const { return impl_->communicator().rank(); }
+int FusionEngine::size() const { return impl_->communicator().size(); }
+
+CollectiveHandle FusionEngine::AllReduce(const std::string& name, const TensorView& in,
+                                         const TensorView& out, const ReduceOptions& options) {
+  CheckName(name, "AllReduce");
+  const std::string what = fmt::format("framework engine: AllReduce of '{}'", name);
+  CheckView(in, "input", what);
+  CheckView(out, "output", what);
+  if (in.dtype != out.dtype || in.num_elements() != out.num_elements()) {
+    throw InvalidArgument(fmt::format("{}: output is {} x {}, expected the input's {} x {}", what,
+                                      out.num_elements(), base::DTypeName(out.dtype),
+                                      in.num_elements(), base::DTypeName(in.dtype)));
+  }
+  const auto* a = static_cast<const std::byte*>(in.data);
+  const auto* b = static_cast<const std::byte*>(out.data);
+  if (a != b && in.num_bytes() > 0 && a < b + out.num_bytes() && b < a + in.num_bytes()) {
+    throw InvalidArgument(what + ": input and output overlap without being the same tensor");
+  }
+  ReductionName(options.op);  // throws for a value outside the enum
+  if (!base::IsFloatingPoint(in.dtype) && (options.prescale != 1.0 || options.postscale != 1.0)) {
+    throw InvalidArgument(fmt::format(
+        "{}: pre- and post-scaling need a floating-point dtype, got {} (prescale {}, postscale {})",
+        what, base::DTypeName(in.dtype), options.prescale, options.postscale));
+  }
+  if (static_cast<uint8_t>(options.algorithm) > static_cast<uint8_t>(AllReduceAlgorithm::kDirect)) {
+    throw InvalidArgument(fmt::format("{}: algorithm {} is not one of tandem's", what,
+                                      static_cast<int>(options.algorithm)));
+  }
+  collective::TensorRequest r;
+  r.name = name;
+  r.kind = collective::RequestKind::kAllReduce;
+  r.dtype = in.dtype;
+  r.shape = in.shape;
+  r.op = options.op;
+  r.prescale = options.prescale;
+  r.postscale = options.postscale;
+  r.algorithm = options.algorithm;
+  return impl_->Submit(std::move(r), in, out, options.timeout);
+}
+
+CollectiveHandle FusionEngine::Broadcast(const std::string& name, const TensorView& data,
+                                         int root) {
+  CheckName(name, "Broadcast");
+  const std::string what = fmt::format("framework engine: Broadcast of '{}'", name);
+  CheckView(data, "tensor", what);
+  if (root < 0 || root >= size()) {
+    throw InvalidArgument(
+        fmt::format("{}: root {} is outside the group of {} ranks", what, root, size()));
+  }
+  collective::TensorRequest r;
+  r.name = name;
+  r.kind = collective::RequestKind::kBroadcast;
+  r.dtype = data.dtype;
+  r.shape = data.shape;
+  r.root = root;
+  return impl_->Submit(std::move(r), data, data, std::chrono::milliseconds(0));
+}
+
+FusionEngine::Stats FusionEngine::stats() const { return impl_->stats(); }
+
+}  // namespace tandem

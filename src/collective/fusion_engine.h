@@ -1,0 +1,112 @@
+// The state behind tandem::FusionEngine (include/tandem/fusion_engine.h):
+// the requests this rank holds, the engine's thread that negotiates them
+// with the other ranks each cycle, the response cache and the fusion buffer.
+//
+// A cycle, on every rank's engine thread:
+//  1. exchange: every rank's CycleMessage (negotiation_message.h) through an
+//     AllGather of one 256-byte slot per rank, plus an AllGatherV of what
+//     did not fit (docs/protocol-collective.md, "Framework engine");
+//  2. decide: from the same gathered messages every rank computes the same
+//     decision, with rank 0's clock for every time, so no rank can run
+//     another collective than the others:
+//     - a name every rank holds with equal descriptions is ready;
+//     - a name every rank holds with different descriptions fails on every
+//       rank with InvalidArgument naming the tensor and what each rank sent;
+//     - a name some ranks lack waits; past the stall-check time it is
+//       reported on every rank (tensor, description, ranks that have it
+//       and ranks that lack it); past the stall-shutdown time its requests
+//       fail with Timeout carrying that report;
+//  3. execute the ready requests in an order every rank derives alike
+//     (kind, dtype, reduction, scaling, algorithm, then name), packing
+//     consecutive compatible allreduces into the fusion buffer up to the
+//     threshold; each ready name enters the response cache, so later
+//     cycles send one bit for it while its description stays the same.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/logger.h"
+#include "collective/negotiation_message.h"
+#include "collective/op_context.h"
+#include "tandem/fusion_engine.h"
+
+namespace tandem::collective {
+
+struct OpState;
+
+/// Thread-safety: Submit and stats may be called from any thread; the
+/// incoming queue, the pending names, the stopping flag, the broken error and
+/// the counters are guarded by `mu_`; everything else belongs to the
+/// engine's thread.
+class FusionEngineImpl {
+ public:
+  FusionEngineImpl(std::unique_ptr<Communicator> comm, FusionEngine::Options options);
+  ~FusionEngineImpl();
+
+  /// Queues `request` on `in`/`out` (already checked by the caller).
+  /// Throws InvalidArgument for a name already pending on this rank or an
+  /// engine being destroyed; after the communicator failed, the handle
+  /// carries that failure.
+  CollectiveHandle Submit(TensorRequest request, const TensorView& in, const TensorView& out,
+                          std::chrono::milliseconds timeout);
+
+  FusionEngine::Stats stats() const;
+  Communicator& communicator() { return *comm_; }
+
+ private:
+  struct Pending {
+    TensorRequest desc;
+    TensorView in;
+    TensorView out;
+    std::chrono::milliseconds timeout{0};
+    std::shared_ptr<OpState> state;
+    bool sent_in_full = false;  // engine thread: the last cycle sent it without the cache
+  };
+
+  void Loop();
+  // One cycle; returns true once every rank announced its stop.
+  bool Cycle(bool stopping);
+  std::vector<CycleMessage> Exchange(const CycleMessage& mine);
+  void Execute(std::vector<std::shared_ptr<Pending>>& ready);
+  // Completes a request and frees its name for resubmission.
+  void Complete(const std::shared_ptr<Pending>& p, std::exception_ptr error);
+  void Remember(const TensorRequest& desc);
+  template <typename Update>
+  void Count(Update update) {
+    std::lock_guard lock(mu_);
+    update(stats_);
+  }
+
+  std::unique_ptr<Communicator> comm_;
+  const FusionEngine::Options options_;
+  base::Logger& log_;
+  const int rank_;
+  const int size_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::shared_ptr<Pending>> incoming_;  // guarded by mu_
+  std::set<std::string> names_;                     // pending on this rank; guarded by mu_
+  bool stopping_ = false;                           // guarded by mu_
+  std::exception_ptr broken_;                       // guarded by mu_
+  FusionEngine::Stats stats_;                       // guarded by mu_
+
+  // Engine thread only.
+  std::map<std::string, std::shared_ptr<Pending>> pending_;
+  std::vector<TensorRequest> cache_;             // identical on every rank
+  std::map<std::string, uint32_t> cache_index_;  // name -> entry of cache_
+  std::map<std::string, int64_t> first_seen_;    // rank 0's clock, ms
+  std::set<std::string> stall_reported_;
+  std::vector<std::byte> fusion_buffer_;
+  std::thread thread_;
+};
+
+}  // namespace tandem::collective
