@@ -146,3 +146,31 @@ def test_a_dead_task_fails_the_job_and_the_others_name_it(launch, tandem_bin_dir
     for rank in (0, 1):
         assert re.search(rf"\[worker {rank}\] collective_check: PeerLost: .*lost worker (rank )?2 ",
                          out), f"worker {rank} did not name worker 2\n{out}"
+
+
+def _srun_tasks(slurm_env, argv, tasks: int, extra_env=None, timeout=180) -> list[str]:
+    """Runs `srun --label` itself (no tandem launch): each task finds its
+    role from Slurm's variables alone. Returns each task's output lines."""
+    env = dict(os.environ, **slurm_env, **(extra_env or {}))
+    proc = subprocess.run(["srun", f"--ntasks={tasks}", "--overcommit", "--label",
+                           "--kill-on-bad-exit=0", "--wait=20"] + [str(a) for a in argv],
+                          env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    per = [[] for _ in range(tasks)]
+    for line in (proc.stdout + proc.stderr).splitlines():
+        m = re.match(r"^\s*(\d+): ?(.*)$", line)
+        if m:
+            per[int(m.group(1))].append(m.group(2))
+    return ["\n".join(lines) for lines in per]
+
+
+def test_programs_started_by_plain_srun_find_their_job(tandem_bin_dir, slurm_env):
+    """Zero configuration: `srun -n 4 collective_check` and `srun -n 5
+    kvstore_check` (last 2 tasks servers) read only SLURM_* and give exact
+    results; the log names the contract (docs/contracts.md)."""
+    from test_contracts_start import check_collectives, check_kvstore
+    outputs = _srun_tasks(slurm_env, [tandem_bin_dir / "collective_check"], 4)
+    check_collectives(outputs, 4, "slurm")
+    outputs = _srun_tasks(slurm_env, [tandem_bin_dir / "kvstore_check", "--scenario", "sync"], 5,
+                          extra_env={"TANDEM_NUM_SERVERS": "2"})
+    check_kvstore(outputs, 3, 2, "slurm")
