@@ -12,7 +12,7 @@
 #             against it with find_package(tandem)
 #   asan-build  ASan+UBSan build with clang 14        ($TANDEM_ASAN_BUILD_DIR, build-asan/)
 #   asan-tests  unit and system tests of that build
-#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (60 s per target;
+#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, five targets;
 #             build dir $TANDEM_FUZZ_BUILD_DIR, build-fuzz/)
 #
 # clang-tidy is not a stage: it needs a build's compile commands, takes one to
@@ -29,7 +29,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 BUILD_DIR=${TANDEM_BUILD_DIR:-$ROOT/build}
 ASAN_DIR=${TANDEM_ASAN_BUILD_DIR:-$ROOT/build-asan}
-FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-60}
+FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-30}
 SANITIZE_CC=${TANDEM_SANITIZE_CC:-clang-14}
 SANITIZE_CXX=${TANDEM_SANITIZE_CXX:-clang++-14}
 # The tree was written by hand before .clang-format existed; once it has been
