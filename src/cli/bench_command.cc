@@ -62,15 +62,15 @@ int RunBench(const BenchArguments& args, const std::vector<std::string>& rest) {
   }
   const std::filesystem::path exe = dir / program;
   if (::access(exe.c_str(), X_OK) != 0) {
-    throw ConfigError(fmt::format(
-        "tandem bench {}: {} is not there or not executable (benchmarks are built with "
-        "-DTANDEM_BUILD_BENCH=ON, the default, and live next to the tandem binary)",
-        args.name, exe.string()));
+    throw ConfigError(
+        fmt::format("tandem bench {}: {} is not there or not executable (benchmarks are built with "
+                    "-DTANDEM_BUILD_BENCH=ON, the default, and live next to the tandem binary)",
+                    args.name, exe.string()));
   }
   std::vector<std::string> argv;
   if (IsCollective(args.name)) {
-    argv = {self.string(), "launch",  "--launcher", "local", "-n", std::to_string(args.ranks),
-            "--no-scheduler", "--",   exe.string(),  "--op",  args.name};
+    argv = {self.string(),    "launch", "--launcher", "local", "-n",     std::to_string(args.ranks),
+            "--no-scheduler", "--",     exe.string(), "--op",  args.name};
   } else {
     argv = {exe.string()};
   }

@@ -12,8 +12,8 @@
 #include "base/environment.h"
 #include "cli/commands.h"
 #include "launch/local_launcher.h"
-#include "launch/rank_exec.h"
 #include "launch/process_supervisor.h"
+#include "launch/rank_exec.h"
 
 namespace tandem::cli {
 
@@ -52,8 +52,7 @@ void RegisterRankExecCommand(CLI::App& app, CommandBody* body) {
       o.job.tandem_binary = launch::CurrentExecutablePath();
       for (const auto& e : args->env) o.job.env.push_back(launch::ParseEnvAssignment(e));
       o.loopback = args->loopback;
-      launch::ProcessSpec spec =
-          launch::RankProcess(o, base::Environment::FromProcess().vars());
+      launch::ProcessSpec spec = launch::RankProcess(o, base::Environment::FromProcess().vars());
       launch::FindExecutable(spec.argv[0], spec.env);
       launch::ProcessSupervisor supervisor;
       supervisor.Start(spec);

@@ -57,22 +57,14 @@ ProcessSpec BuildMpirunCommand(const MpiJobOptions& options, const LocalJobIdent
   // tandem's scheduler and servers take ranks beside the workers.
   spec.argv.push_back("--oversubscribe");
   spec.argv.insert(spec.argv.end(), {"-np", std::to_string(ProcessCount(job))});
-  if (!options.hosts.empty()) spec.argv.insert(spec.argv.end(), {"--host", HostList(options.hosts)});
+  if (!options.hosts.empty())
+    spec.argv.insert(spec.argv.end(), {"--host", HostList(options.hosts)});
   for (const auto& [name, value] : spec.env) {
     if (Forwarded(name)) spec.argv.insert(spec.argv.end(), {"-x", name});
   }
   spec.argv.insert(spec.argv.end(), options.mpi_args.begin(), options.mpi_args.end());
-  spec.argv.insert(spec.argv.end(),
-                   {job.tandem_binary, "rank-exec", "--servers", std::to_string(job.num_servers),
-                    "--workers", std::to_string(job.num_workers)});
-  if (job.command_runs_all_roles) spec.argv.push_back("--command-runs-all-roles");
-  if (job.rendezvous_in_worker) spec.argv.push_back("--no-scheduler");
-  if (options.hosts.empty()) spec.argv.push_back("--loopback");
-  for (const auto& [name, value] : job.env) {
-    spec.argv.insert(spec.argv.end(), {"--env", name + "=" + value});
-  }
-  spec.argv.push_back("--");
-  spec.argv.insert(spec.argv.end(), job.command.begin(), job.command.end());
+  const std::vector<std::string> program = RankExecArgv(job, options.hosts.empty());
+  spec.argv.insert(spec.argv.end(), program.begin(), program.end());
   return spec;
 }
 

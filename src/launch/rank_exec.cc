@@ -85,6 +85,19 @@ int ProcessCount(const LocalJobOptions& job) {
   return (job.rendezvous_in_worker ? 0 : 1) + job.num_servers + job.num_workers;
 }
 
+std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback) {
+  std::vector<std::string> argv = {job.tandem_binary, "rank-exec",
+                                   "--servers",       std::to_string(job.num_servers),
+                                   "--workers",       std::to_string(job.num_workers)};
+  if (job.command_runs_all_roles) argv.push_back("--command-runs-all-roles");
+  if (job.rendezvous_in_worker) argv.push_back("--no-scheduler");
+  if (loopback) argv.push_back("--loopback");
+  for (const auto& [name, value] : job.env) argv.insert(argv.end(), {"--env", name + "=" + value});
+  argv.push_back("--");
+  argv.insert(argv.end(), job.command.begin(), job.command.end());
+  return argv;
+}
+
 ProcessSpec RankProcess(const RankProcessOptions& options,
                         const std::map<std::string, std::string>& env) {
   ValidateLocalJobOptions(options.job);
@@ -94,9 +107,8 @@ ProcessSpec RankProcess(const RankProcessOptions& options,
     throw ConfigError(fmt::format(
         "tandem rank-exec: rank {} of {} processes ({}), but the job has {} ({}{} server{} and "
         "{} worker{}): the launcher's process count must match",
-        r.rank, r.size, r.source, expected,
-        options.job.rendezvous_in_worker ? "" : "a scheduler, ", options.job.num_servers,
-        options.job.num_servers == 1 ? "" : "s", options.job.num_workers,
+        r.rank, r.size, r.source, expected, options.job.rendezvous_in_worker ? "" : "a scheduler, ",
+        options.job.num_servers, options.job.num_servers == 1 ? "" : "s", options.job.num_workers,
         options.job.num_workers == 1 ? "" : "s"));
   }
   LocalJobIdentity identity;

@@ -10,6 +10,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "launch/child_process.h"
 #include "launch/local_launcher.h"
@@ -26,6 +27,12 @@ struct RankProcessOptions {
 /// The processes of a job: a scheduler unless rendezvous_in_worker, the
 /// servers and the workers. Pure.
 int ProcessCount(const LocalJobOptions& job);
+
+/// The command line every rank runs: `TANDEM rank-exec --servers S
+/// --workers W [--command-runs-all-roles] [--no-scheduler] [--loopback]
+/// [--env NAME=VALUE]... -- COMMAND...`, the job's own options and command
+/// passed through untouched. Requires job.tandem_binary set. Pure.
+std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback);
 
 /// This rank's process. The rank and world size come from `env`:
 /// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK

@@ -25,31 +25,19 @@ ProcessSpec BuildSrunCommand(const SlurmJobOptions& options, const LocalJobIdent
   spec.env["DMLC_PS_ROOT_PORT"] = std::to_string(identity.scheduler_port);
   // Task 0's node is the scheduler's host; rank-exec finds it in the step's
   // node list.
-  for (const char* stale : {"DMLC_PS_ROOT_URI", "DMLC_NODE_HOST", "DMLC_WORKER_ID",
-                            "DMLC_SERVER_ID"}) {
+  for (const char* stale :
+       {"DMLC_PS_ROOT_URI", "DMLC_NODE_HOST", "DMLC_WORKER_ID", "DMLC_SERVER_ID"}) {
     spec.env.erase(stale);
   }
-  spec.argv = {options.srun,
-               fmt::format("--ntasks={}", ProcessCount(job)),
+  spec.argv = {options.srun, fmt::format("--ntasks={}", ProcessCount(job)),
                // A failed task does not kill the others at once: they notice
                // the loss and say so, within the grace period.
-               "--kill-on-bad-exit=0",
-               fmt::format("--wait={}", std::max(1, options.grace_seconds)),
+               "--kill-on-bad-exit=0", fmt::format("--wait={}", std::max(1, options.grace_seconds)),
                // tandem's scheduler and servers take tasks beside the workers.
-               "--overcommit",
-               "--export=ALL",
-               fmt::format("--job-name={}", identity.job_id)};
+               "--overcommit", "--export=ALL", fmt::format("--job-name={}", identity.job_id)};
   spec.argv.insert(spec.argv.end(), options.srun_args.begin(), options.srun_args.end());
-  spec.argv.insert(spec.argv.end(),
-                   {job.tandem_binary, "rank-exec", "--servers", std::to_string(job.num_servers),
-                    "--workers", std::to_string(job.num_workers)});
-  if (job.command_runs_all_roles) spec.argv.push_back("--command-runs-all-roles");
-  if (job.rendezvous_in_worker) spec.argv.push_back("--no-scheduler");
-  for (const auto& [name, value] : job.env) {
-    spec.argv.insert(spec.argv.end(), {"--env", name + "=" + value});
-  }
-  spec.argv.push_back("--");
-  spec.argv.insert(spec.argv.end(), job.command.begin(), job.command.end());
+  const std::vector<std::string> program = RankExecArgv(job, /*loopback=*/false);
+  spec.argv.insert(spec.argv.end(), program.begin(), program.end());
   return spec;
 }
 

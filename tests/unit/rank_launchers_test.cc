@@ -1,10 +1,6 @@
 // The pure parts of the launchers that start ranks: the mpirun and srun
 // command lines (the secret never on them, the job's process count, the
 // forwarded variables) and the rank-to-process mapping of `tandem rank-exec`.
-#include "launch/mpi_launcher.h"
-#include "launch/rank_exec.h"
-#include "launch/slurm_launcher.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "launch/mpi_launcher.h"
+#include "launch/rank_exec.h"
+#include "launch/slurm_launcher.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -63,8 +62,8 @@ TEST_P(MpirunCommand, CountsEveryRoleAndKeepsTheSecretOffTheCommandLine) {
   EXPECT_EQ(spec.env.at("DMLC_PS_ROOT_URI"), "127.0.0.1");
   EXPECT_EQ(spec.env.at("DMLC_PS_ROOT_PORT"), "41000");
   // Forwarded by name: the job's variables and the launcher's PS_*.
-  for (const char* name : {"TANDEM_SECRET", "TANDEM_JOB_ID", "DMLC_PS_ROOT_URI",
-                           "DMLC_PS_ROOT_PORT", "PS_VERBOSE"}) {
+  for (const char* name :
+       {"TANDEM_SECRET", "TANDEM_JOB_ID", "DMLC_PS_ROOT_URI", "DMLC_PS_ROOT_PORT", "PS_VERBOSE"}) {
     bool found = false;
     for (size_t i = 0; i + 1 < argv.size(); ++i) found |= argv[i] == "-x" && argv[i + 1] == name;
     EXPECT_TRUE(found) << name;
@@ -132,8 +131,8 @@ std::map<std::string, std::string> RankEnv(int rank, int size) {
 TEST(RankProcess, RanksAreTheSchedulerThenServersThenWorkers) {
   RankProcessOptions o;
   o.job = Job(3, 2);
-  const std::vector<std::string> labels = {"scheduler", "server 0", "server 1", "worker 0",
-                                           "worker 1", "worker 2"};
+  const std::vector<std::string> labels = {"scheduler", "server 0", "server 1",
+                                           "worker 0",  "worker 1", "worker 2"};
   for (int rank = 0; rank < 6; ++rank) {
     ProcessSpec p = RankProcess(o, RankEnv(rank, 6));
     EXPECT_EQ(p.label, labels[static_cast<size_t>(rank)]);
@@ -145,7 +144,8 @@ TEST(RankProcess, RanksAreTheSchedulerThenServersThenWorkers) {
     // The MPI variables are not the process's contract.
     EXPECT_EQ(p.env.count("OMPI_COMM_WORLD_RANK"), 0u);
     EXPECT_EQ(p.env.count("PMIX_RANK"), 0u);
-    if (rank == 0) EXPECT_EQ(p.argv, (std::vector<std::string>{"/opt/tandem/bin/tandem", "scheduler"}));
+    if (rank == 0)
+      EXPECT_EQ(p.argv, (std::vector<std::string>{"/opt/tandem/bin/tandem", "scheduler"}));
     if (rank >= 3) EXPECT_EQ(p.argv, o.job.command);
   }
   o.loopback = true;
@@ -176,7 +176,8 @@ TEST(RankProcess, RefusesAMismatchedSizeOrAMissingRank) {
     RankProcess(o, RankEnv(1, 4));
     ADD_FAILURE() << "a size mismatch was accepted";
   } catch (const ConfigError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("rank 1 of 4 processes (OMPI_COMM_WORLD_RANK), but the job has 6"));
+    EXPECT_THAT(e.what(),
+                HasSubstr("rank 1 of 4 processes (OMPI_COMM_WORLD_RANK), but the job has 6"));
   }
   auto env = RankEnv(0, 6);
   env.erase("OMPI_COMM_WORLD_RANK");
