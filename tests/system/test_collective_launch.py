@@ -105,6 +105,8 @@ def test_tandem_bench_prints_an_nccl_tests_table(tandem_bin_dir, op):
     """`tandem bench OP -n 3` runs collective_bench through the launcher and
     prints one row per size with no wrong element."""
     import subprocess
+    if not (tandem_bin_dir / "collective_bench").exists():
+        pytest.skip("benchmarks not built (TANDEM_BUILD_BENCH=OFF)")
     result = subprocess.run(
         [str(tandem_bin_dir / "tandem"), "bench", op, "-n", "3", "--min-bytes", "4096",
          "--max-bytes", "65536", "--factor", "4", "--iters", "2", "--warmup", "1"],
