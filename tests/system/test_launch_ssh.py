@@ -25,6 +25,7 @@ import netbed as netbed_module
 DONE = re.compile(r"\[(scheduler|server \d+|worker \d+)\] cluster_check: done role=(\w+) "
                   r"rank=(\d+) workers=(\d+) servers=(\d+)")
 PID = re.compile(r"\[(scheduler|server \d+|worker \d+)\] cluster_check: pid=(\d+)")
+FORMED = re.compile(r"scheduler: all \d+ nodes registered")
 
 
 class SshBed:
@@ -174,7 +175,10 @@ def test_kill_9_of_a_remote_worker_fails_the_job_and_leaves_nothing(sshbed, tand
                                [str(tandem_bin_dir / "cluster_check"), "--barriers", "1000000",
                                 "--sleep-ms", "5"])
     pids = {m.group(1): int(m.group(2)) for m in wait_for(lines, PID, 6, 60)}
-    time.sleep(1.0)
+    # Kill only once the job has formed: a node lost before that is waited
+    # for (a replacement may still register), not reported as lost.
+    wait_for(lines, FORMED, 1, 60)
+    time.sleep(0.5)
     os.kill(pids["worker 3"], signal.SIGKILL)
     code = proc.wait(timeout=40)
     out = "".join(lines)
