@@ -39,6 +39,9 @@ struct ProcessSpec {
   /// false for a process whose lines carry their own labels (mpirun, whose
   /// ranks prefix theirs).
   bool prefix_output = true;
+  /// Where the process runs when that is not this host ("h2" for the ssh
+  /// launcher); named in the reports of its end. Empty: this host.
+  std::string host;
 };
 
 /// The most bytes ProcessSpec::stdin_data may hold (one pipe buffer, so the

@@ -58,6 +58,7 @@ struct ProcessSupervisor::Child {
   bool exited = false;        // reaped (or given up on)
   bool group_gone = false;    // kill(-pid, 0) failed with ESRCH (or given up on)
   bool service = false;       // ProcessSpec::service
+  std::string host;           // ProcessSpec::host
   net::UniqueFd stdout_pipe;  // closed at EOF
   net::UniqueFd stderr_pipe;  // closed at EOF
   net::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
@@ -80,6 +81,7 @@ std::string LogFileName(std::string_view label) {
 }
 
 std::string ProcessExit::Describe() const {
+  if (!host.empty()) return fmt::format("{} on {} (pid {}) {}", label, host, pid, status.Describe());
   return fmt::format("{} (pid {}) {}", label, pid, status.Describe());
 }
 
@@ -150,6 +152,7 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
     child->stderr_log = std::make_unique<LinePrefixer>("", child->log_sink.get());
   }
   child->service = spec.service;
+  child->host = spec.host;
   children_.push_back(std::move(child));
   return children_.back()->pid;
 }
@@ -292,7 +295,7 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   Drain(child, true, kReadsAtExit);
   child.exited = true;
   child.stdin_pipe.Reset();
-  ProcessExit exit{child.label, child.pid, status};
+  ProcessExit exit{child.label, child.pid, status, child.host};
   exits_.push_back(exit);
   if (!status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_) {
     first_failure_ = exit;

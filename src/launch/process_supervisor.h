@@ -86,8 +86,11 @@ struct ProcessExit {
   std::string label;
   pid_t pid = -1;
   ExitStatus status;
+  std::string host;  ///< ProcessSpec::host
 
-  /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)".
+  /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)", and with a host
+  /// "worker 2 on h2 (pid 4711) ..." (the pid is the launcher's process,
+  /// e.g. ssh).
   std::string Describe() const;
 };
 

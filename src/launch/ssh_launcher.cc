@@ -128,6 +128,7 @@ std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJo
     ProcessSpec spec;
     spec.label = local[i].label;
     spec.service = local[i].service;
+    spec.host = host.host;
     spec.env = launcher_env;  // ssh's own (SSH_AUTH_SOCK, HOME, PATH)
     spec.argv = SshArgv(options, host, RemoteCommand(options, tandem, spec.label, local[i].argv));
     spec.stdin_data = EncodeRemoteEnvironment(remote_env);

@@ -160,7 +160,7 @@ def test_a_job_across_three_hosts_completes(sshbed, tandem_bin_dir):
     # The built-in servers and scheduler ran on their hosts and ended with the job.
     out = "".join(lines)
     for label in ("server 0", "server 1", "scheduler"):
-        assert f"[launcher] {label} (pid" in out and "exited with status 0" in out, out
+        assert re.search(rf"\[launcher\] {label} on h\d \(pid \d+\) exited with status 0", out), out
     assert "every node left; the job is complete" in out, out
     for label, role, rank, nw, ns in found:
         assert (nw, ns) == ("4", "2")
@@ -184,6 +184,9 @@ def test_kill_9_of_a_remote_worker_fails_the_job_and_leaves_nothing(sshbed, tand
     out = "".join(lines)
     assert code != 0, out
     assert re.search(r"lost worker 3 \(node \d+", out), out
+    # The launcher's last line names the failed rank and its host.
+    assert re.search(r"\[launcher\] job failed: worker 3 on h\d \(pid \d+\) exited with status 137",
+                     out), out
     assert_nothing_left(sshbed, within=10)
 
 

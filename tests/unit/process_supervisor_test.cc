@@ -180,6 +180,19 @@ TEST(ProcessSupervisorTest, WritesEachProcessesOutputToItsLogFile) {
   }
 }
 
+TEST(ProcessSupervisorTest, AnExitNamesTheHostOfARemoteProcess) {
+  MemoryFile out, err;
+  ProcessSupervisor supervisor(Options(out, err));
+  ProcessSpec remote = Shell("worker 3", "exit 4");
+  remote.host = "node7";
+  supervisor.Start(remote);
+  JobOutcome outcome = supervisor.Run();
+  EXPECT_EQ(outcome.exit_code, 4);
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_THAT(outcome.first_failure->Describe(), HasSubstr("worker 3 on node7 (pid "));
+  EXPECT_THAT(err.Text(), HasSubstr("job failed: worker 3 on node7 (pid "));
+}
+
 TEST(ProcessSupervisorTest, LogFileNamesAreTheLabelsWithDashes) {
   EXPECT_EQ(LogFileName("scheduler"), "scheduler.log");
   EXPECT_EQ(LogFileName("worker 12"), "worker-12.log");
