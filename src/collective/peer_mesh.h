@@ -82,7 +82,7 @@ class PeerMesh final : public net::TransportHandler {
   /// Worker count and this node's worker rank; valid after Connect().
   int size() const { return static_cast<int>(workers_.size()); }
   int rank() const { return self_rank_; }
-  /// "rank 3 (10.0.0.5:41234)", for messages.
+  /// "rank 3 (127.0.0.5:41234)", for messages.
   std::string Describe(int rank) const;
 
   /// Pieces up to this size are copied into the message and written from

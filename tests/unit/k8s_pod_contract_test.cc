@@ -19,7 +19,7 @@ namespace {
 using nlohmann::json;
 using Vars = std::map<std::string, std::string>;
 
-// The container's variables; a Secret reads as "secret", the pod IP as 10.1.0.1.
+// The container's variables; a Secret reads as "secret", the pod IP as 127.0.0.31.
 Vars ContainerEnv(const json& container) {
   Vars vars;
   for (const auto& e : container["env"]) {
@@ -28,7 +28,7 @@ Vars ContainerEnv(const json& container) {
     } else if (e["valueFrom"].contains("secretKeyRef")) {
       vars[e["name"]] = "secret";
     } else {
-      vars[e["name"]] = "10.1.0.1";
+      vars[e["name"]] = "127.0.0.31";
     }
   }
   return vars;

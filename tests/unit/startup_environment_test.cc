@@ -47,7 +47,7 @@ Env Torchrun(int rank, int world, Env extra = {}) {
            {"WORLD_SIZE", std::to_string(world)},
            {"LOCAL_RANK", std::to_string(rank % 2)},
            {"LOCAL_WORLD_SIZE", "2"},
-           {"MASTER_ADDR", "10.0.0.1"},
+           {"MASTER_ADDR", "127.0.0.21"},
            {"MASTER_PORT", "29400"},
            {"TORCHELASTIC_RUN_ID", "abc"},
            {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
@@ -63,7 +63,7 @@ INSTANTIATE_TEST_SUITE_P(
                                    {"DMLC_WORKER_ID", "0"},
                                    {"DMLC_NUM_WORKER", "4"},
                                    {"DMLC_NUM_SERVER", "0"},
-                                   {"DMLC_PS_ROOT_URI", "10.0.0.1"},
+                                   {"DMLC_PS_ROOT_URI", "127.0.0.21"},
                                    {"DMLC_PS_ROOT_PORT", "29401"},
                                    {"TANDEM_RENDEZVOUS_IN_PROCESS", "1"}}},
                       MappingCase{"torchrun with servers: the last ranks serve",
