@@ -15,4 +15,20 @@ void FillCoordinatorFromEnvironment(const base::Environment& env, LaunchContract
   }
 }
 
+std::optional<LaunchContract> ReadMpiStyleContract(const base::Environment& env, const char* name,
+                                                   const MpiRankVariables& vars) {
+  if (!env.Get(vars.rank) || !env.Get(vars.size)) return std::nullopt;
+  LaunchContract c;
+  c.name = name;
+  c.world_size = static_cast<int>(env.GetInt(vars.size, 1, 1, 1 << 20));
+  c.rank = static_cast<int>(env.GetInt(vars.rank, 0, 0, c.world_size - 1));
+  c.local_size = static_cast<int>(env.GetInt(vars.local_size, 1, 1, c.world_size));
+  c.local_rank = static_cast<int>(env.GetInt(vars.local_rank, 0, 0, c.local_size - 1));
+  c.node_count = (c.world_size + c.local_size - 1) / c.local_size;
+  c.node_rank = c.rank / c.local_size;
+  FillCoordinatorFromEnvironment(env, c);
+  ValidateLaunchContract(c);
+  return c;
+}
+
 }  // namespace tandem::cluster

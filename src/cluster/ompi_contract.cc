@@ -12,18 +12,9 @@
 namespace tandem::cluster {
 
 std::optional<LaunchContract> ReadOmpiContract(const base::Environment& env) {
-  if (!env.Get("OMPI_COMM_WORLD_RANK") || !env.Get("OMPI_COMM_WORLD_SIZE")) return std::nullopt;
-  LaunchContract c;
-  c.name = "ompi";
-  c.world_size = static_cast<int>(env.GetInt("OMPI_COMM_WORLD_SIZE", 1, 1, 1 << 20));
-  c.rank = static_cast<int>(env.GetInt("OMPI_COMM_WORLD_RANK", 0, 0, c.world_size - 1));
-  c.local_size = static_cast<int>(env.GetInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1, 1, c.world_size));
-  c.local_rank = static_cast<int>(env.GetInt("OMPI_COMM_WORLD_LOCAL_RANK", 0, 0, c.local_size - 1));
-  c.node_count = (c.world_size + c.local_size - 1) / c.local_size;
-  c.node_rank = c.rank / c.local_size;
-  FillCoordinatorFromEnvironment(env, c);
-  ValidateLaunchContract(c);
-  return c;
+  return ReadMpiStyleContract(env, "ompi",
+                              {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"});
 }
 
 }  // namespace tandem::cluster

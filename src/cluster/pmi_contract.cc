@@ -9,18 +9,8 @@
 namespace tandem::cluster {
 
 std::optional<LaunchContract> ReadPmiContract(const base::Environment& env) {
-  if (!env.Get("PMI_RANK") || !env.Get("PMI_SIZE")) return std::nullopt;
-  LaunchContract c;
-  c.name = "pmi";
-  c.world_size = static_cast<int>(env.GetInt("PMI_SIZE", 1, 1, 1 << 20));
-  c.rank = static_cast<int>(env.GetInt("PMI_RANK", 0, 0, c.world_size - 1));
-  c.local_size = static_cast<int>(env.GetInt("MPI_LOCALNRANKS", 1, 1, c.world_size));
-  c.local_rank = static_cast<int>(env.GetInt("MPI_LOCALRANKID", 0, 0, c.local_size - 1));
-  c.node_count = (c.world_size + c.local_size - 1) / c.local_size;
-  c.node_rank = c.rank / c.local_size;
-  FillCoordinatorFromEnvironment(env, c);
-  ValidateLaunchContract(c);
-  return c;
+  return ReadMpiStyleContract(env, "pmi",
+                              {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"});
 }
 
 }  // namespace tandem::cluster

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <random>
 
 #include "base/timeline.h"
 #include "launch/job_credentials.h"
@@ -58,6 +59,15 @@ std::vector<std::string> BuiltInRole(const LocalJobOptions& options, const char*
 }
 
 }  // namespace
+
+LocalJobIdentity NewJobIdentity(const std::string& job_id, uint16_t scheduler_port) {
+  return {scheduler_port, GenerateJobSecret(), job_id.empty() ? GenerateJobId() : job_id};
+}
+
+uint16_t RandomSchedulerPort() {
+  std::random_device rd;
+  return static_cast<uint16_t>(20000 + rd() % 40000);
+}
 
 std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text) {
   size_t sep = text.find('=');
@@ -112,8 +122,8 @@ std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
   specs.reserve(1 + options.num_servers + options.num_workers);
   if (!options.rendezvous_in_worker) {
     specs.push_back({"scheduler", BuiltInRole(options, "scheduler"),
-                     RoleEnvironment(options, identity, launcher_env, "scheduler", 0),
-                     std::nullopt, /*service=*/true});
+                     RoleEnvironment(options, identity, launcher_env, "scheduler", 0), std::nullopt,
+                     /*service=*/true});
   }
   for (int i = 0; i < options.num_servers; ++i) {
     specs.push_back({fmt::format("server {}", i), BuiltInRole(options, "server"),
@@ -163,10 +173,7 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
   if (resolved.tandem_binary.empty() && !resolved.command_runs_all_roles) {
     resolved.tandem_binary = CurrentExecutablePath();
   }
-  LocalJobIdentity identity;
-  identity.scheduler_port = PickFreeLoopbackPort();
-  identity.secret = GenerateJobSecret();
-  identity.job_id = options.job_id.empty() ? GenerateJobId() : options.job_id;
+  const LocalJobIdentity identity = NewJobIdentity(options.job_id, PickFreeLoopbackPort());
 
   std::vector<ProcessSpec> specs = BuildLocalJob(resolved, identity, launcher_env.vars());
   // A misspelt program fails here, before any process of the job exists.

@@ -57,6 +57,15 @@ struct LocalJobIdentity {
   std::string job_id;           ///< TANDEM_JOB_ID
 };
 
+/// The job's identity: the scheduler at `scheduler_port`, a fresh secret,
+/// and `job_id` or, when empty, a fresh one (GenerateJobId). Any thread.
+LocalJobIdentity NewJobIdentity(const std::string& job_id, uint16_t scheduler_port);
+
+/// A port for a scheduler on a host the launcher cannot probe (ssh, mpirun,
+/// srun): random in 20000..59999, below the usual ephemeral range. Any
+/// thread.
+uint16_t RandomSchedulerPort();
+
 /// Parses one --env argument: "NAME=VALUE" (split at the first '='), or
 /// launch.py's "NAME:VALUE" when there is no '='. The value may be empty
 /// and may contain anything. Throws InvalidArgument quoting the argument

@@ -4,10 +4,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <random>
 #include <string_view>
 
-#include "launch/job_credentials.h"
 #include "launch/rank_exec.h"
 #include "tandem/error.h"
 
@@ -73,30 +71,18 @@ int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_
   ValidateLocalJobOptions(options.job);
   MpiJobOptions o = options;
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
-  LocalJobIdentity identity;
-  if (o.scheduler_port != 0) {
-    identity.scheduler_port = o.scheduler_port;
-  } else if (o.hosts.empty()) {
-    identity.scheduler_port = PickFreeLoopbackPort();
-  } else {
-    std::random_device rd;
-    identity.scheduler_port = static_cast<uint16_t>(20000 + rd() % 40000);
-  }
-  identity.secret = GenerateJobSecret();
-  identity.job_id = o.job.job_id.empty() ? GenerateJobId() : o.job.job_id;
-
+  const uint16_t port = o.scheduler_port != 0 ? o.scheduler_port
+                        : o.hosts.empty()     ? PickFreeLoopbackPort()
+                                              : RandomSchedulerPort();
+  const LocalJobIdentity identity = NewJobIdentity(o.job.job_id, port);
   ProcessSpec mpirun = BuildMpirunCommand(o, identity, launcher_env.vars());
-  FindExecutable(mpirun.argv[0], mpirun.env);  // "mpirun not found" before anything starts
-  ProcessSupervisor supervisor(supervisor_options);
-  OutputSink(supervisor_options.stderr_fd)
-      .WriteLine(fmt::format(
-          "[launcher] job {}: scheduler at {}:{}{} through {}, {} server{}, {} worker{}{}\n",
-          identity.job_id, mpirun.env["DMLC_PS_ROOT_URI"], identity.scheduler_port,
-          o.job.rendezvous_in_worker ? " (in worker 0)" : "", o.mpirun, o.job.num_servers,
-          o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s",
-          o.hosts.empty() ? " on this host" : fmt::format(" on {} hosts", o.hosts.size())));
-  supervisor.Start(mpirun);
-  return supervisor.Run().exit_code;
+  const std::string announcement = fmt::format(
+      "job {}: scheduler at {}:{}{} through {}, {} server{}, {} worker{}{}", identity.job_id,
+      mpirun.env["DMLC_PS_ROOT_URI"], identity.scheduler_port,
+      o.job.rendezvous_in_worker ? " (in worker 0)" : "", o.mpirun, o.job.num_servers,
+      o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s",
+      o.hosts.empty() ? " on this host" : fmt::format(" on {} hosts", o.hosts.size()));
+  return RunRankLauncher(mpirun, supervisor_options, announcement);
 }
 
 }  // namespace tandem::launch

@@ -81,7 +81,8 @@ std::string LogFileName(std::string_view label) {
 }
 
 std::string ProcessExit::Describe() const {
-  if (!host.empty()) return fmt::format("{} on {} (pid {}) {}", label, host, pid, status.Describe());
+  if (!host.empty())
+    return fmt::format("{} on {} (pid {}) {}", label, host, pid, status.Describe());
   return fmt::format("{} (pid {}) {}", label, pid, status.Describe());
 }
 

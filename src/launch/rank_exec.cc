@@ -98,6 +98,15 @@ std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback)
   return argv;
 }
 
+int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
+                    const std::string& announcement) {
+  FindExecutable(launcher.argv[0], launcher.env);  // "mpirun not found" before anything starts
+  ProcessSupervisor supervisor(supervisor_options);
+  OutputSink(supervisor_options.stderr_fd).WriteLine("[launcher] " + announcement + "\n");
+  supervisor.Start(launcher);
+  return supervisor.Run().exit_code;
+}
+
 ProcessSpec RankProcess(const RankProcessOptions& options,
                         const std::map<std::string, std::string>& env) {
   ValidateLocalJobOptions(options.job);

@@ -14,6 +14,7 @@
 
 #include "launch/child_process.h"
 #include "launch/local_launcher.h"
+#include "launch/process_supervisor.h"
 
 namespace tandem::launch {
 
@@ -33,6 +34,14 @@ int ProcessCount(const LocalJobOptions& job);
 /// [--env NAME=VALUE]... -- COMMAND...`, the job's own options and command
 /// passed through untouched. Requires job.tandem_binary set. Pure.
 std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback);
+
+/// Runs `launcher` (mpirun or srun, which starts the ranks) as the job's
+/// only supervised process: checks that its program exists before anything
+/// starts, writes "[launcher] <announcement>", and returns the launcher's
+/// exit code (ProcessSupervisor::Run). Throws what FindExecutable and
+/// ProcessSupervisor throw.
+int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
+                    const std::string& announcement);
 
 /// This rank's process. The rank and world size come from `env`:
 /// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK

@@ -5,9 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 
-#include "launch/job_credentials.h"
 #include "launch/rank_exec.h"
 #include "tandem/error.h"
 
@@ -48,28 +46,16 @@ int RunSlurmJob(const SlurmJobOptions& options, const SupervisorOptions& supervi
   o.grace_seconds = static_cast<int>(
       std::chrono::ceil<std::chrono::seconds>(supervisor_options.teardown_grace).count());
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
-  LocalJobIdentity identity;
-  if (o.scheduler_port != 0) {
-    identity.scheduler_port = o.scheduler_port;
-  } else {
-    std::random_device rd;
-    identity.scheduler_port = static_cast<uint16_t>(20000 + rd() % 40000);
-  }
-  identity.secret = GenerateJobSecret();
-  identity.job_id = o.job.job_id.empty() ? GenerateJobId() : o.job.job_id;
-
+  const LocalJobIdentity identity = NewJobIdentity(
+      o.job.job_id, o.scheduler_port != 0 ? o.scheduler_port : RandomSchedulerPort());
   ProcessSpec srun = BuildSrunCommand(o, identity, launcher_env.vars());
-  FindExecutable(srun.argv[0], srun.env);  // "srun not found" before anything starts
-  ProcessSupervisor supervisor(supervisor_options);
-  OutputSink(supervisor_options.stderr_fd)
-      .WriteLine(fmt::format(
-          "[launcher] job {}: {} tasks through {} (scheduler on the first node, port {}{}), {} "
-          "server{}, {} worker{}\n",
-          identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
-          o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
-          o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s"));
-  supervisor.Start(srun);
-  return supervisor.Run().exit_code;
+  const std::string announcement = fmt::format(
+      "job {}: {} tasks through {} (scheduler on the first node, port {}{}), {} server{}, {} "
+      "worker{}",
+      identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
+      o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
+      o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s");
+  return RunRankLauncher(srun, supervisor_options, announcement);
 }
 
 }  // namespace tandem::launch

@@ -6,10 +6,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <random>
 #include <thread>
 
-#include "launch/job_credentials.h"
 #include "launch/prefixed_output.h"
 #include "launch/remote_exec.h"
 #include "tandem/error.h"
@@ -271,14 +269,8 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     if (::getcwd(cwd, sizeof(cwd)) == nullptr) throw IoError("getcwd failed");
     o.remote_directory = cwd;
   }
-  LocalJobIdentity identity;
-  if (o.scheduler_port == 0) {
-    std::random_device rd;
-    o.scheduler_port = static_cast<uint16_t>(20000 + rd() % 40000);
-  }
-  identity.scheduler_port = o.scheduler_port;
-  identity.secret = GenerateJobSecret();
-  identity.job_id = o.job.job_id.empty() ? GenerateJobId() : o.job.job_id;
+  if (o.scheduler_port == 0) o.scheduler_port = RandomSchedulerPort();
+  const LocalJobIdentity identity = NewJobIdentity(o.job.job_id, o.scheduler_port);
 
   const auto& env = launcher_env.vars();
   FindExecutable(o.ssh_program, env);
