@@ -2,7 +2,8 @@
 down when a process fails and starts it again with a fresh identity and
 TANDEM_RESTART_COUNT, up to N times; set-up errors and interrupts are never
 restarted. The job's processes run tests/programs/restart_check, which fails
-in worker 1 on the early attempts. docs/launch.md, "Restarts"."""
+in worker 1 on the early attempts. docs/launch.md, "Restarts". (The ssh
+launcher's restart is tested in test_launch_ssh.py, on its bed.)"""
 
 from __future__ import annotations
 
@@ -206,3 +207,4 @@ def test_the_mpi_launcher_restarts_the_whole_job_too(launch, tandem_bin_dir):
     assert "[launcher] job succeeded after 1 restart" in out, out
     assert set(starts(out, 0)) == LABELS and set(starts(out, 1)) == LABELS, out
     job.assert_no_leftovers()
+
