@@ -205,6 +205,9 @@ def test_the_mpi_launcher_restarts_the_whole_job_too(launch, tandem_bin_dir):
     assert re.search(r"\[launcher\] restarting the job \(restart 1 of 1\) after mpirun \(pid \d+\)",
                      out), out
     assert "[launcher] job succeeded after 1 restart" in out, out
-    assert set(starts(out, 0)) == LABELS and set(starts(out, 1)) == LABELS, out
+    first, second = starts(out, 0), starts(out, 1)
+    assert set(first) == LABELS and set(second) == LABELS, out
+    # Through mpirun's -x and rank-exec, every rank was told the attempt.
+    assert {p["max"] for p in (*first.values(), *second.values())} == {"1"}, out
     job.assert_no_leftovers()
 

@@ -7,12 +7,18 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "launch/mpi_launcher.h"
+#include "launch/remote_exec.h"
+#include "launch/slurm_launcher.h"
+#include "launch/ssh_launcher.h"
 #include "support/memory_file.h"
 #include "tandem/error.h"
 
@@ -65,6 +71,52 @@ TEST(AttemptEnvironmentTest, AddsTheRestartCountAndTheLimitOverInheritedValues) 
             (Env{{"PATH", "/bin"}, {"TANDEM_RESTART_COUNT", "2"}, {"TANDEM_MAX_RESTARTS", "5"}}));
   EXPECT_EQ(AttemptEnvironment({}, 0, 0),
             (Env{{"TANDEM_RESTART_COUNT", "0"}, {"TANDEM_MAX_RESTARTS", "0"}}));
+}
+
+// The launchers that start processes elsewhere build them from the
+// attempt's environment: the restart count reaches every host and rank.
+TEST(AttemptEnvironmentTest, ReachesTheProcessesOfEveryLauncher) {
+  const Env env = AttemptEnvironment({{"PATH", "/bin"}}, 2, 3);
+  const LocalJobIdentity id{4242, "secret-hex", "job-1"};
+  LocalJobOptions job;
+  job.num_workers = 1;
+  job.command = {"train"};
+  job.tandem_binary = "/opt/tandem";
+
+  SshJobOptions ssh;
+  ssh.job = job;
+  ssh.hosts = {{"h1", "h1", 1}};
+  ssh.remote_tandem = "/opt/tandem";
+  ssh.remote_directory = "/work";
+  for (const ProcessSpec& spec : BuildSshJob(ssh, id, env)) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    ASSERT_EQ(::write(fds[1], spec.stdin_data->data(), spec.stdin_data->size()),
+              static_cast<ssize_t>(spec.stdin_data->size()));
+    Env remote = ReadRemoteEnvironment(fds[0], std::chrono::seconds(5));
+    ::close(fds[0]);
+    ::close(fds[1]);
+    EXPECT_EQ(remote["TANDEM_RESTART_COUNT"], "2") << spec.label;
+    EXPECT_EQ(remote["TANDEM_MAX_RESTARTS"], "3") << spec.label;
+  }
+
+  MpiJobOptions mpi;
+  mpi.job = job;
+  const ProcessSpec mpirun = BuildMpirunCommand(mpi, id, env);
+  EXPECT_EQ(mpirun.env.at("TANDEM_RESTART_COUNT"), "2");
+  for (const char* name : {"TANDEM_RESTART_COUNT", "TANDEM_MAX_RESTARTS"}) {
+    const auto& argv = mpirun.argv;
+    bool forwarded = false;
+    for (size_t i = 0; i + 1 < argv.size(); ++i)
+      forwarded |= argv[i] == "-x" && argv[i + 1] == name;
+    EXPECT_TRUE(forwarded) << name << " is not passed to the ranks with -x";
+  }
+
+  SlurmJobOptions slurm;
+  slurm.job = job;
+  const ProcessSpec srun = BuildSrunCommand(slurm, id, env);
+  EXPECT_EQ(srun.env.at("TANDEM_MAX_RESTARTS"), "3");
+  EXPECT_NE(std::find(srun.argv.begin(), srun.argv.end(), "--export=ALL"), srun.argv.end());
 }
 
 struct RestartCase {
