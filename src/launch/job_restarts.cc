@@ -28,7 +28,9 @@ int RunWithRestarts(const RestartOptions& restarts, const SupervisorOptions& sup
   for (int restart = 0;; ++restart) {
     // One supervisor per attempt, alive through the delay that follows it:
     // its signalfd is what notices an interrupt during the delay.
-    ProcessSupervisor supervisor(supervisor_options);
+    SupervisorOptions options = supervisor_options;
+    options.append_logs = options.append_logs || restart > 0;  // keep the failed attempts' logs
+    ProcessSupervisor supervisor(options);
     const JobOutcome outcome = attempt(
         supervisor, AttemptEnvironment(launcher_env.vars(), restart, restarts.max_restarts));
     if (restarts.max_restarts == 0) return outcome.exit_code;

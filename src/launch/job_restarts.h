@@ -36,7 +36,8 @@ using JobAttempt = std::function<JobOutcome(ProcessSupervisor& supervisor,
                                             const std::map<std::string, std::string>& env)>;
 
 /// Runs `attempt` under a new ProcessSupervisor(supervisor_options) with
-/// restart count 0, then again with 1, 2, ... while DecideRestart says
+/// restart count 0, then again with 1, 2, ... (appending to the log files
+/// of SupervisorOptions::log_dir, not truncating them) while DecideRestart says
 /// kRestart, waiting restarts.delay between attempts, and returns the exit
 /// code of the last attempt: with max_restarts 0, or after an interrupt, or
 /// when nothing failed, ProcessSupervisor::Run's; else the code of the

@@ -136,7 +136,8 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   std::string log_path;
   if (!options_.log_dir.empty()) {
     log_path = (std::filesystem::path(options_.log_dir) / LogFileName(spec.label)).string();
-    log_fd.Reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    const int mode = options_.append_logs ? O_APPEND : O_TRUNC;
+    log_fd.Reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | mode | O_CLOEXEC, 0644));
     if (!log_fd) {
       throw IoError(fmt::format("cannot create the log file of {}: {}: {}", spec.label, log_path,
                                 std::strerror(errno)));

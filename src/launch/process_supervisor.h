@@ -75,6 +75,10 @@ struct SupervisorOptions {
   /// ("worker-3.log"), created or truncated by Start. The directory must
   /// exist. docs/launch.md, "Per-process log files".
   std::string log_dir;
+  /// Append to existing log files instead of truncating them: the later
+  /// attempts of a restarted job (job_restarts.h) keep the earlier ones'
+  /// output.
+  bool append_logs = false;
 };
 
 /// The log file name of a process labelled `label` ("worker 3" ->

@@ -11,6 +11,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -239,6 +242,36 @@ TEST(RunWithRestartsTest, AnInterruptDuringTheDelayStopsAtOnce) {
   EXPECT_THAT(err.Lines().back(),
               HasSubstr("received SIGINT during the restart delay; not restarting the job "
                         "(attempt 1: worker 0 (pid "));
+}
+
+TEST(RunWithRestartsTest, LaterAttemptsAppendToTheLogFiles) {
+  MemoryFile out, err;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("job-restarts-logs-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  {
+    // A log of an earlier job in the same directory is truncated by the first attempt.
+    std::ofstream(dir / "worker-1.log") << "an earlier job\n";
+  }
+  SupervisorOptions options = Options(out, err);
+  options.log_dir = dir.string();
+  RestartOptions restarts;
+  restarts.max_restarts = 2;
+  restarts.delay = milliseconds(0);
+  int attempts = 0;
+  const int code = RunWithRestarts(
+      restarts, options, base::Environment(Env{{"PATH", "/bin"}}),
+      TwoWorkers(1, "echo attempt $TANDEM_RESTART_COUNT fails; kill -9 $$", &attempts));
+  EXPECT_EQ(code, 0) << err.Text();
+  std::ifstream log(dir / "worker-1.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "attempt 0 fails\n");  // attempt 1 succeeds silently, after it
+  std::ifstream log0(dir / "worker-0.log");
+  const std::string text0((std::istreambuf_iterator<char>(log0)), std::istreambuf_iterator<char>());
+  EXPECT_THAT(text0, ::testing::MatchesRegex("pid=[0-9]+ restart=0 max=2\npid=[0-9]+ restart=1 "
+                                             "max=2\n"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(RunWithRestartsTest, InvalidOptionsAreRefusedBeforeAnythingStarts) {

@@ -70,10 +70,14 @@ TEST_P(RestartDecisionTest, DecidesAsTheExitCodeTableSays) {
       options, Outcome(c.ends, c.interrupt_signal, c.interrupt_first, c.torn_down_from),
       c.restarts_done);
   // The cause is what the reason names (an interrupt names the signal).
-  if (d.cause && c.interrupt_signal == 0) EXPECT_THAT(d.reason, HasSubstr(d.cause->Describe()));
+  if (d.cause && c.interrupt_signal == 0) {
+    EXPECT_THAT(d.reason, HasSubstr(d.cause->Describe()));
+  }
   EXPECT_EQ(d.verdict, c.verdict) << d.reason;
   EXPECT_THAT(d.reason, HasSubstr(c.reason));
-  if (c.verdict == RestartVerdict::kFinished) EXPECT_EQ(d.reason, "");
+  if (c.verdict == RestartVerdict::kFinished) {
+    EXPECT_EQ(d.reason, "");
+  }
 }
 
 constexpr auto kExit = RestartPolicy::kExitCode;
