@@ -296,6 +296,24 @@ TEST(WaitForInterruptTest, WaitsTheWholeDurationWithoutASignal) {
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
 }
 
+TEST(TornDownTest, TheSupervisorMarksTheEndsItsTearDownBrought) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(100);
+  ProcessSupervisor supervisor(options);
+  supervisor.Start({"worker 0", {"/bin/sh", "-c", "exit 3"}, {}});
+  supervisor.Start({"worker 1", {"/bin/sleep", "30"}, {}});
+  const JobOutcome outcome = supervisor.Run();
+  ASSERT_EQ(outcome.exits.size(), 2u) << err.Text();
+  EXPECT_EQ(outcome.exits[0].label, "worker 0");
+  EXPECT_FALSE(outcome.exits[0].torn_down);
+  EXPECT_EQ(outcome.exits[1].label, "worker 1");
+  EXPECT_EQ(outcome.exits[1].status.signal, SIGTERM) << err.Text();
+  EXPECT_TRUE(outcome.exits[1].torn_down);
+  // So the cause is the exit 3, whatever the order of the reports.
+  EXPECT_EQ(AttemptCause(outcome)->label, "worker 0");
+}
+
 class WaitForInterruptSignalTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(WaitForInterruptSignalTest, ReturnsTheInterruptThatArrived) {
