@@ -1,0 +1,291 @@
+"""Faults on purpose, on the multi-host bed (netbed.py, bed_job.py): tandem
+either survives them with exact results or every process reports them and
+exits. docs/reliability.md has the table these tests measure.
+
+Every process runs inside its host (a network namespace) with the plain DMLC
+environment, as a cluster manager would start it. Each test ends by checking
+that no process it started is alive and no process is left in the bed's
+namespaces, then removes the bed and checks that its namespaces are gone.
+
+- packet loss on the bridge (nftables, 2 % and 5 %) with PS_RESEND=1: the
+  parameter server's dist_sync scenario gives its exact closed-form numbers;
+- kill -9 of a worker, a server or the scheduler at a seeded random moment
+  during push/pull rounds: every survivor exits non-zero within the heartbeat
+  timeout plus a few seconds, naming the lost node (role, rank and its host's
+  address); the detection times are printed;
+- a link cut shorter than the heartbeat timeout: the job finishes exactly;
+  longer: it fails as above, naming the cut-off worker;
+- a soak of 8 workers and 2 servers with the resident memory of every process
+  sampled (TANDEM_SOAK_SECONDS, default 60, makes it longer).
+
+Heartbeats are short (PS_HEARTBEAT_INTERVAL=0.5, PS_HEARTBEAT_TIMEOUT=4) so
+that the file runs in a few minutes.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import statistics
+import time
+
+import pytest
+
+import netbed
+from bed_job import BedJob
+from test_kvstore_launch import LINE, SERVERS, WORKERS, check_sync_scenario
+
+HB_INTERVAL = 0.5
+HB_TIMEOUT = 4.0
+# What "within the heartbeat timeout plus a few seconds" allows: the
+# timeout, one heartbeat interval, and the scheduler's 3 s wait for notices
+# to reach the others before it exits.
+DETECTION_SLACK = 5.0
+HEARTBEATS = {"PS_HEARTBEAT_INTERVAL": str(HB_INTERVAL), "PS_HEARTBEAT_TIMEOUT": str(HB_TIMEOUT)}
+# Keys above this many elements are split across the servers.
+SPLIT = {"MXNET_KVSTORE_BIGARRAY_BOUND": "100000"}
+
+# Six hosts: the scheduler alone on h1 (with worker 4's process), one server
+# on each of h2 and h3, one worker on each of h4..h6 (and h1). A kill or a cut
+# of a worker's or server's host then names an address of its own.
+PLACEMENT = [(1, "scheduler"), (2, "server"), (3, "server"), (4, "worker"), (5, "worker"),
+             (6, "worker"), (1, "worker")]
+ROUND_OK = r"kv_rounds: rank=\d+ round=(\d+) ok"
+
+
+def finish(bed: netbed.NetBed, job: BedJob) -> None:
+    """Every test's end: nothing of the job alive, then the bed removed entirely."""
+    job.stop()
+    left = job.leftovers()
+    namespaces = [h.netns for h in bed.hosts] + [bed.bridge_netns]
+    bed.destroy()
+    assert not left, "left behind: " + "; ".join(left)
+    remaining = sorted(set(namespaces) & set(netbed.list_namespaces()))
+    assert not remaining, f"namespaces left: {remaining}"
+
+
+def endless_rounds(bin_dir) -> list[str]:
+    """kv_rounds until a fault ends it: 1000 small and 200000 split elements
+    a round, 20 ms apart, a progress line every 5 rounds."""
+    return [str(bin_dir / "kv_rounds"), "--rounds", "1000000", "--small", "1000", "--big",
+            "200000", "--pause-ms", "20", "--report-every", "5"]
+
+
+def lost_node_text(role: str, rank: int | None, ip: str) -> str:
+    """The start of what every survivor must print about the lost node."""
+    if role == "scheduler":
+        return "lost the scheduler ("
+    return f"lost {role} {rank} (node "
+
+
+def check_failure_reported(job: BedJob, event_at: float, lost: list, role: str, rank: int | None,
+                           ip: str, label: str) -> dict[str, float]:
+    """Every process but those in `lost` exited non-zero within the heartbeat
+    timeout plus DETECTION_SLACK of `event_at`, naming the lost node and its
+    host's address; returns each survivor's detection time."""
+    assert job.wait_all(timeout=HB_TIMEOUT + DETECTION_SLACK + 10), \
+        f"{label}: processes still running\n{job.describe()}"
+    times = {}
+    expected = lost_node_text(role, rank, ip)
+    for p in job.procs:
+        if p in lost:
+            continue
+        took = p.exited_at - event_at
+        times[p.name()] = took
+        assert p.returncode == 200, \
+            f"{label}: {p.name()} exited {p.returncode}, not 200 (a lost peer)\n{job.describe()}"
+        assert took <= HB_TIMEOUT + DETECTION_SLACK, \
+            f"{label}: {p.name()} took {took:.2f} s to exit\n{job.describe()}"
+        lines = [t for t in p.output.splitlines() if expected in t]
+        assert lines, f"{label}: {p.name()} never said '{expected}'\n{job.describe()}"
+        assert any(f"{ip}:" in t for t in lines), \
+            f"{label}: {p.name()} named the lost node without its host {ip}\n{job.describe()}"
+    print(f"\n{label}: detection (event to exit) per survivor:")
+    for name, took in sorted(times.items(), key=lambda kv: kv[1]):
+        print(f"  {took:6.2f} s  {name}")
+    print(f"  min {min(times.values()):.2f} s, max {max(times.values()):.2f} s, "
+          f"median {statistics.median(times.values()):.2f} s")
+    return times
+
+
+# -- packet loss ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("loss", [2, 5])
+def test_sync_results_exact_under_packet_loss(netbed, tandem_bin_dir, loss):
+    assert (WORKERS, SERVERS) == (4, 2)
+    bed = netbed(6, loss_percent=loss)
+    env = {"PS_RESEND": "1", **HEARTBEATS, "PS_HEARTBEAT_TIMEOUT": "20"}
+    job = BedJob(bed, PLACEMENT, [tandem_bin_dir / "kvstore_check", "--scenario", "sync"],
+                 env=env)
+    started = time.monotonic()
+    finished = job.wait_all(timeout=240)
+    took = time.monotonic() - started
+    dropped = bed.dropped_packets()
+    description = job.describe(last=400)
+    try:
+        assert finished, f"the job did not finish in 240 s\n{description}"
+        assert all(p.returncode == 0 for p in job.procs), description
+        # The launcher's "[worker R] " prefix, so that the closed-form checks of
+        # test_kvstore_launch.py read these lines as they read a launched job's.
+        output = []
+        for p in job.role("worker"):
+            m = re.search(r"kvstore_check: done scenario=sync rank=(\d+)", p.output)
+            assert m, description
+            output += [f"[worker {m.group(1)}] {line}" for line in p.output.splitlines()]
+        text = "\n".join(output)
+        seen = {r: {} for r in range(WORKERS)}
+        for rank, label, value in LINE.findall(text):
+            seen[int(rank)][label] = value
+        check_sync_scenario(text, seen)
+        assert dropped > 0, "the loss rule dropped nothing"
+        print(f"\n{loss}% loss: exact in {took:.1f} s, {dropped} frames dropped on the bridge")
+    finally:
+        finish(bed, job)
+
+
+# -- kill -9 ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role,seed", [("worker", 501), ("server", 502), ("scheduler", 503)])
+def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed):
+    rng = random.Random(seed)
+    bed = netbed(6)
+    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
+    try:
+        after_round = rng.choice([5, 10, 20, 40])
+        job.wait_for(rf"kv_rounds: rank=\d+ round={after_round} ok", count=WORKERS, timeout=90,
+                     role="worker")
+        delay = rng.uniform(0.0, 1.0)
+        time.sleep(delay)
+        if role == "scheduler":
+            victim, rank = job.role("scheduler")[0], None
+        else:
+            rank = rng.randrange(SERVERS if role == "server" else WORKERS)
+            victim = job.by_rank(role, rank)
+        print(f"\nseed {seed}: kill -9 {victim.name()} {delay:.3f} s after round {after_round}")
+        killed_at = job.kill(victim)
+        times = check_failure_reported(job, killed_at, [victim], role, rank, victim.host.ip,
+                                       f"kill -9 {role}")
+        assert len(times) == len(PLACEMENT) - 1
+    finally:
+        finish(bed, job)
+
+
+# -- link cuts ---------------------------------------------------------------------------
+
+
+def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_dir):
+    rounds = 150
+    bed = netbed(6)
+    job = BedJob(bed, PLACEMENT,
+                 [tandem_bin_dir / "kv_rounds", "--rounds", str(rounds), "--small", "1000",
+                  "--big", "200000", "--pause-ms", "20", "--report-every", "5"],
+                 env={**HEARTBEATS, **SPLIT})
+    try:
+        job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
+                     role="worker")
+        cut_host = bed.host(6)
+        cut_for = HB_TIMEOUT / 2
+        bed.cut(cut_host)
+        cut_at = time.monotonic()
+        time.sleep(cut_for)
+        bed.restore(cut_host)
+        print(f"\n{cut_host.name} cut off for {cut_for:.1f} s "
+              f"(PS_HEARTBEAT_TIMEOUT={HB_TIMEOUT:g})")
+        assert job.wait_all(timeout=120), job.describe()
+        assert all(p.returncode == 0 for p in job.procs), job.describe()
+        for p in job.role("worker"):
+            assert f"kv_rounds: done rank={p.rank()} rounds={rounds} workers={WORKERS} " \
+                   f"servers={SERVERS}" in p.output, job.describe()
+            # The rounds went on after the cut (all workers move in lockstep).
+            assert any(t > cut_at + cut_for and re.search(ROUND_OK, text)
+                       for t, text in p.lines), job.describe()
+        print(f"every process finished {rounds} exact rounds")
+    finally:
+        finish(bed, job)
+
+
+def test_link_cut_longer_than_heartbeat_timeout_fails_the_job(netbed, tandem_bin_dir):
+    bed = netbed(6)
+    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
+    try:
+        job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
+                     role="worker")
+        cut_host = bed.host(5)
+        cut_off = [p for p in job.procs if p.host == cut_host]
+        assert len(cut_off) == 1 and cut_off[0].role == "worker"
+        rank = cut_off[0].rank()
+        bed.cut(cut_host)
+        cut_at = time.monotonic()
+        print(f"\n{cut_host.name} ({cut_off[0].name()}) cut off until the job fails")
+        try:
+            check_failure_reported(job, cut_at, cut_off, "worker", rank, cut_host.ip,
+                                   "link cut > heartbeat timeout")
+            # The cut-off worker hears nothing from the scheduler and gives up too.
+            p = cut_off[0]
+            assert p.returncode != 0 and "lost the scheduler" in p.output, job.describe()
+            assert p.exited_at - cut_at <= HB_TIMEOUT + DETECTION_SLACK, job.describe()
+            print(f"  {p.exited_at - cut_at:6.2f} s  {p.name()} (the cut-off one)")
+        finally:
+            bed.restore(cut_host)
+    finally:
+        finish(bed, job)
+
+
+# -- soak ----------------------------------------------------------------------------------
+
+
+SOAK_WORKERS = 8
+# Six hosts: scheduler on h1, servers on h2 and h3, eight workers spread over
+# all six.
+SOAK_PLACEMENT = [(1, "scheduler"), (2, "server"), (3, "server")] + \
+    [((i % 6) + 1, "worker") for i in range(SOAK_WORKERS)]
+# The criterion: after a warm-up (the first quarter of the run, at least 10 s)
+# no process's resident memory grows by more than this. A leak of one
+# message buffer per round (>= 4 KiB, hundreds of rounds) exceeds it.
+SOAK_GROWTH_LIMIT_MIB = 8.0
+
+
+def test_soak_memory_is_stable(netbed, tandem_bin_dir):
+    seconds = int(os.environ.get("TANDEM_SOAK_SECONDS", "60"))
+    warmup = max(10.0, seconds / 4)
+    bed = netbed(6)
+    job = BedJob(bed, SOAK_PLACEMENT,
+                 [tandem_bin_dir / "kv_rounds", "--seconds", str(seconds), "--small", "1000",
+                  "--big", "200000", "--report-every", "50", "--vote-every", "10"],
+                 env={**HEARTBEATS, **SPLIT})
+    samples: dict[int, list[tuple[float, int]]] = {i: [] for i in range(len(job.procs))}
+    try:
+        job.wait_for(r"joined: ", count=len(job.procs), timeout=60)
+        t0 = time.monotonic()
+        while job.alive() and time.monotonic() - t0 < seconds + 60:
+            now = time.monotonic() - t0
+            for i, p in enumerate(job.procs):
+                rss = p.rss_kib()
+                if rss is not None and p.exited_at is None:
+                    samples[i].append((now, rss))
+            time.sleep(1.0)
+        assert job.wait_all(timeout=30), job.describe()
+        assert all(p.returncode == 0 for p in job.procs), job.describe()
+        rounds = {int(m.group(1)) for p in job.role("worker")
+                  for m in [re.search(r"kv_rounds: done rank=\d+ rounds=(\d+)", p.output)] if m}
+        assert len(rounds) == 1, job.describe()
+        print(f"\nsoak: {seconds} s, {SOAK_WORKERS} workers, {len(job.role('server'))} servers, "
+              f"{rounds.pop()} exact rounds; resident memory (MiB) per process:")
+        print(f"  {'process':34} {'at warm-up':>10} {'end':>8} {'max':>8} {'growth':>8}")
+        failures = []
+        for i, p in enumerate(job.procs):
+            after = [rss for t, rss in samples[i] if t >= warmup]
+            assert len(after) >= 5, f"too few samples of {p.name()}: {samples[i]}"
+            base = statistics.median(after[:3]) / 1024
+            end = statistics.median(after[-3:]) / 1024
+            peak = max(after) / 1024
+            growth = max(end, peak) - base
+            print(f"  {p.name():34} {base:10.1f} {end:8.1f} {peak:8.1f} {growth:8.2f}")
+            if growth > SOAK_GROWTH_LIMIT_MIB:
+                failures.append(f"{p.name()} grew {growth:.1f} MiB after warm-up")
+        assert not failures, "; ".join(failures)
+    finally:
+        finish(bed, job)
