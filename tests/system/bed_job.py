@@ -190,15 +190,17 @@ class BedJob:
                                      f"{timeout} s (got {len(stamps)})\n{self.describe()}")
             time.sleep(0.02)
 
-    def wait_all(self, timeout: float) -> bool:
-        """Waits until every process exited; False if some are alive after `timeout` s."""
+    def wait_all(self, timeout: float, only: Sequence[BedProcess] | None = None) -> bool:
+        """Waits until every process (or every one of `only`) exited; False if
+        some are alive after `timeout` s."""
         end = time.monotonic() + timeout
-        while self.alive():
+        while [p for p in self.alive() if only is None or p in only]:
             if time.monotonic() > end:
                 return False
             time.sleep(0.02)
-        for t in self._threads:
-            t.join(timeout=5)
+        if only is None:
+            for t in self._threads:
+                t.join(timeout=5)
         return True
 
     # -- breaking and cleaning up --

@@ -10,11 +10,13 @@ namespaces, then removes the bed and checks that its namespaces are gone.
 - packet loss on the bridge (nftables, 2 % and 5 %) with PS_RESEND=1: the
   parameter server's dist_sync scenario gives its exact closed-form numbers;
 - kill -9 of a worker, a server or the scheduler at a seeded random moment
-  during push/pull rounds: every survivor exits non-zero within the heartbeat
+  during push/pull rounds (TANDEM_FAULT_SEED picks other ones): every survivor exits non-zero within the heartbeat
   timeout plus a few seconds, naming the lost node (role, rank and its host's
   address); the detection times are printed;
 - a link cut shorter than the heartbeat timeout: the job finishes exactly;
   longer: it fails as above, naming the cut-off worker;
+- SIGSTOP of a worker (a frozen process: only heartbeats can tell): the
+  same, after the heartbeat timeout;
 - a soak of 8 workers and 2 servers with the resident memory of every process
   sampled (TANDEM_SOAK_SECONDS, default 60, makes it longer).
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import signal
 import statistics
 import time
 
@@ -52,6 +55,12 @@ SPLIT = {"MXNET_KVSTORE_BIGARRAY_BOUND": "100000"}
 PLACEMENT = [(1, "scheduler"), (2, "server"), (3, "server"), (4, "worker"), (5, "worker"),
              (6, "worker"), (1, "worker")]
 ROUND_OK = r"kv_rounds: rank=\d+ round=(\d+) ok"
+
+
+def fault_seed(default: int) -> int:
+    """The seed of a test's random choices: TANDEM_FAULT_SEED when set (to try
+    other moments and victims), else the test's own; always printed."""
+    return int(os.environ.get("TANDEM_FAULT_SEED", default))
 
 
 def finish(bed: netbed.NetBed, job: BedJob) -> None:
@@ -80,11 +89,12 @@ def lost_node_text(role: str, rank: int | None, ip: str) -> str:
 
 
 def check_failure_reported(job: BedJob, event_at: float, lost: list, role: str, rank: int | None,
-                           ip: str, label: str) -> dict[str, float]:
-    """Every process but those in `lost` exited non-zero within the heartbeat
-    timeout plus DETECTION_SLACK of `event_at`, naming the lost node and its
-    host's address; returns each survivor's detection time."""
-    assert job.wait_all(timeout=HB_TIMEOUT + DETECTION_SLACK + 10), \
+                           ip: str, label: str, wait_for: list | None = None) -> dict[str, float]:
+    """Every process but those in `lost` exited with 200 (a lost peer) within
+    the heartbeat timeout plus DETECTION_SLACK of `event_at`, naming the lost
+    node and its host's address; returns each survivor's detection time.
+    Waits for every process, or for those in `wait_for`."""
+    assert job.wait_all(timeout=HB_TIMEOUT + DETECTION_SLACK + 10, only=wait_for), \
         f"{label}: processes still running\n{job.describe()}"
     times = {}
     expected = lost_node_text(role, rank, ip)
@@ -115,7 +125,9 @@ def check_failure_reported(job: BedJob, event_at: float, lost: list, role: str, 
 @pytest.mark.parametrize("loss", [2, 5])
 def test_sync_results_exact_under_packet_loss(netbed, tandem_bin_dir, loss):
     assert (WORKERS, SERVERS) == (4, 2)
-    bed = netbed(6, loss_percent=loss)
+    # Offloads off: the bridge sees (and drops) MTU-sized frames, not 64 KiB
+    # segmentation-offload super-frames.
+    bed = netbed(6, loss_percent=loss, offloads_off=True)
     env = {"PS_RESEND": "1", **HEARTBEATS, "PS_HEARTBEAT_TIMEOUT": "20"}
     job = BedJob(bed, PLACEMENT, [tandem_bin_dir / "kvstore_check", "--scenario", "sync"],
                  env=env)
@@ -140,7 +152,13 @@ def test_sync_results_exact_under_packet_loss(netbed, tandem_bin_dir, loss):
             seen[int(rank)][label] = value
         check_sync_scenario(text, seen)
         assert dropped > 0, "the loss rule dropped nothing"
-        print(f"\n{loss}% loss: exact in {took:.1f} s, {dropped} frames dropped on the bridge")
+        # Every process ran its messages through the reliable layer.
+        summaries = [re.findall(r"reliable delivery: \d+ messages sent, (\d+) resent", p.output)
+                     for p in job.procs]
+        assert all(summaries), description
+        resent = sum(int(n) for found in summaries for n in found)
+        print(f"\n{loss}% loss: exact in {took:.1f} s, {dropped} frames dropped on the bridge, "
+              f"{resent} messages resent by PS_RESEND")
     finally:
         finish(bed, job)
 
@@ -150,6 +168,7 @@ def test_sync_results_exact_under_packet_loss(netbed, tandem_bin_dir, loss):
 
 @pytest.mark.parametrize("role,seed", [("worker", 501), ("server", 502), ("scheduler", 503)])
 def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed):
+    seed = fault_seed(seed)
     rng = random.Random(seed)
     bed = netbed(6)
     job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
@@ -169,6 +188,32 @@ def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed):
         times = check_failure_reported(job, killed_at, [victim], role, rank, victim.host.ip,
                                        f"kill -9 {role}")
         assert len(times) == len(PLACEMENT) - 1
+    finally:
+        finish(bed, job)
+
+
+def test_frozen_worker_is_found_by_heartbeats(netbed, tandem_bin_dir):
+    """SIGSTOP: the process lives and its sockets stay open, so only the
+    heartbeat timeout can tell; once thawed it finds the job gone and exits."""
+    seed = fault_seed(504)
+    rng = random.Random(seed)
+    bed = netbed(6)
+    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
+    try:
+        job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
+                     role="worker")
+        time.sleep(rng.uniform(0.0, 1.0))
+        rank = rng.randrange(WORKERS)
+        victim = job.by_rank("worker", rank)
+        print(f"\nseed {seed}: SIGSTOP {victim.name()}")
+        stopped_at = job.kill(victim, signal.SIGSTOP)
+        check_failure_reported(job, stopped_at, [victim], "worker", rank, victim.host.ip,
+                               "SIGSTOP worker", wait_for=[p for p in job.procs if p is not victim])
+        assert victim.exited_at is None, job.describe()
+        thawed_at = job.kill(victim, signal.SIGCONT)
+        assert job.wait_all(timeout=HB_TIMEOUT + DETECTION_SLACK), job.describe()
+        assert victim.returncode == 200 and "lost the scheduler" in victim.output, job.describe()
+        print(f"  {victim.exited_at - thawed_at:6.2f} s  {victim.name()} after SIGCONT")
     finally:
         finish(bed, job)
 
@@ -274,7 +319,8 @@ def test_soak_memory_is_stable(netbed, tandem_bin_dir):
         assert len(rounds) == 1, job.describe()
         print(f"\nsoak: {seconds} s, {SOAK_WORKERS} workers, {len(job.role('server'))} servers, "
               f"{rounds.pop()} exact rounds; resident memory (MiB) per process:")
-        print(f"  {'process':34} {'at warm-up':>10} {'end':>8} {'max':>8} {'growth':>8}")
+        print(f"  {'process':34} {'start':>8} {'at warm-up':>10} {'end':>8} {'max':>8} "
+              f"{'growth':>8}")
         failures = []
         for i, p in enumerate(job.procs):
             after = [rss for t, rss in samples[i] if t >= warmup]
@@ -283,7 +329,9 @@ def test_soak_memory_is_stable(netbed, tandem_bin_dir):
             end = statistics.median(after[-3:]) / 1024
             peak = max(after) / 1024
             growth = max(end, peak) - base
-            print(f"  {p.name():34} {base:10.1f} {end:8.1f} {peak:8.1f} {growth:8.2f}")
+            first = samples[i][0][1] / 1024
+            print(f"  {p.name():34} {first:8.1f} {base:10.1f} {end:8.1f} {peak:8.1f} "
+                  f"{growth:8.2f}")
             if growth > SOAK_GROWTH_LIMIT_MIB:
                 failures.append(f"{p.name()} grew {growth:.1f} MiB after warm-up")
         assert not failures, "; ".join(failures)
