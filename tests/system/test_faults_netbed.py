@@ -36,7 +36,7 @@ import time
 import pytest
 
 import netbed
-from bed_job import BedJob
+from bed_job import BedJob, BedProcess
 from test_kvstore_launch import LINE, SERVERS, WORKERS, check_sync_scenario
 
 HB_INTERVAL = 0.5
@@ -81,23 +81,28 @@ def endless_rounds(bin_dir) -> list[str]:
             "200000", "--pause-ms", "20", "--report-every", "5"]
 
 
-def lost_node_text(role: str, rank: int | None, ip: str) -> str:
-    """The start of what every survivor must print about the lost node."""
-    if role == "scheduler":
-        return "lost the scheduler ("
-    return f"lost {role} {rank} (node "
+def names_node(output: str, node: BedProcess) -> bool:
+    """True when a line of `output` names `node` as lost: its role, its rank and
+    its host (address or name), e.g. "lost worker 2 (node 5, 10.77.9.5:4123)"
+    or "lost the scheduler (h1:9200): ..."."""
+    if node.role == "scheduler":
+        start = "lost the scheduler ("
+    else:
+        start = f"lost {node.role} {node.rank()} (node "
+    return any(start in line and (f"{node.host.ip}:" in line or f"{node.host.name}:" in line)
+               for line in output.splitlines())
 
 
-def check_failure_reported(job: BedJob, event_at: float, lost: list, role: str, rank: int | None,
-                           ip: str, label: str, wait_for: list | None = None) -> dict[str, float]:
+def check_failure_reported(job: BedJob, event_at: float, lost: list[BedProcess],
+                           named: BedProcess, label: str,
+                           wait_for: list[BedProcess] | None = None) -> dict[str, float]:
     """Every process but those in `lost` exited with 200 (a lost peer) within
-    the heartbeat timeout plus DETECTION_SLACK of `event_at`, naming the lost
-    node and its host's address; returns each survivor's detection time.
-    Waits for every process, or for those in `wait_for`."""
+    the heartbeat timeout plus DETECTION_SLACK of `event_at`, naming `named`
+    (role, rank, host); returns each survivor's detection time. Waits for
+    every process, or for those in `wait_for`."""
     assert job.wait_all(timeout=HB_TIMEOUT + DETECTION_SLACK + 10, only=wait_for), \
         f"{label}: processes still running\n{job.describe()}"
     times = {}
-    expected = lost_node_text(role, rank, ip)
     for p in job.procs:
         if p in lost:
             continue
@@ -107,10 +112,8 @@ def check_failure_reported(job: BedJob, event_at: float, lost: list, role: str, 
             f"{label}: {p.name()} exited {p.returncode}, not 200 (a lost peer)\n{job.describe()}"
         assert took <= HB_TIMEOUT + DETECTION_SLACK, \
             f"{label}: {p.name()} took {took:.2f} s to exit\n{job.describe()}"
-        lines = [t for t in p.output.splitlines() if expected in t]
-        assert lines, f"{label}: {p.name()} never said '{expected}'\n{job.describe()}"
-        assert any(f"{ip}:" in t for t in lines), \
-            f"{label}: {p.name()} named the lost node without its host {ip}\n{job.describe()}"
+        assert names_node(p.output, named), \
+            f"{label}: {p.name()} did not name {named.name()} with its host\n{job.describe()}"
     print(f"\n{label}: detection (event to exit) per survivor:")
     for name, took in sorted(times.items(), key=lambda kv: kv[1]):
         print(f"  {took:6.2f} s  {name}")
@@ -185,8 +188,7 @@ def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed):
             victim = job.by_rank(role, rank)
         print(f"\nseed {seed}: kill -9 {victim.name()} {delay:.3f} s after round {after_round}")
         killed_at = job.kill(victim)
-        times = check_failure_reported(job, killed_at, [victim], role, rank, victim.host.ip,
-                                       f"kill -9 {role}")
+        times = check_failure_reported(job, killed_at, [victim], victim, f"kill -9 {role}")
         assert len(times) == len(PLACEMENT) - 1
     finally:
         finish(bed, job)
@@ -207,8 +209,8 @@ def test_frozen_worker_is_found_by_heartbeats(netbed, tandem_bin_dir):
         victim = job.by_rank("worker", rank)
         print(f"\nseed {seed}: SIGSTOP {victim.name()}")
         stopped_at = job.kill(victim, signal.SIGSTOP)
-        check_failure_reported(job, stopped_at, [victim], "worker", rank, victim.host.ip,
-                               "SIGSTOP worker", wait_for=[p for p in job.procs if p is not victim])
+        check_failure_reported(job, stopped_at, [victim], victim, "SIGSTOP worker",
+                               wait_for=[p for p in job.procs if p is not victim])
         assert victim.exited_at is None, job.describe()
         thawed_at = job.kill(victim, signal.SIGCONT)
         assert job.wait_all(timeout=HB_TIMEOUT + DETECTION_SLACK), job.describe()
@@ -221,8 +223,14 @@ def test_frozen_worker_is_found_by_heartbeats(netbed, tandem_bin_dir):
 # -- link cuts ---------------------------------------------------------------------------
 
 
-def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_dir):
-    rounds = 150
+# The host cut off: a worker's (h5), a server's (h2), the scheduler's (h1,
+# which also runs worker 0's process).
+CUT_HOSTS = [("worker", 5), ("server", 2), ("scheduler", 1)]
+
+
+@pytest.mark.parametrize("whose,host", CUT_HOSTS)
+def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_dir, whose, host):
+    rounds = 120
     bed = netbed(6)
     job = BedJob(bed, PLACEMENT,
                  [tandem_bin_dir / "kv_rounds", "--rounds", str(rounds), "--small", "1000",
@@ -231,13 +239,14 @@ def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_
     try:
         job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
                      role="worker")
-        cut_host = bed.host(6)
+        cut_host = bed.host(host)
+        assert any(p.role == whose for p in job.procs if p.host == cut_host)
         cut_for = HB_TIMEOUT / 2
         bed.cut(cut_host)
         cut_at = time.monotonic()
         time.sleep(cut_for)
         bed.restore(cut_host)
-        print(f"\n{cut_host.name} cut off for {cut_for:.1f} s "
+        print(f"\n{cut_host.name} ({whose}'s host) cut off for {cut_for:.1f} s "
               f"(PS_HEARTBEAT_TIMEOUT={HB_TIMEOUT:g})")
         assert job.wait_all(timeout=120), job.describe()
         assert all(p.returncode == 0 for p in job.procs), job.describe()
@@ -252,27 +261,42 @@ def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_
         finish(bed, job)
 
 
-def test_link_cut_longer_than_heartbeat_timeout_fails_the_job(netbed, tandem_bin_dir):
+LOST_ANY = re.compile(r"lost (?:server|worker) \d+ \(node \d+, ([0-9.]+):")
+
+
+@pytest.mark.parametrize("whose,host", CUT_HOSTS)
+def test_link_cut_longer_than_heartbeat_timeout_fails_the_job(netbed, tandem_bin_dir, whose,
+                                                             host):
     bed = netbed(6)
     job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
     try:
         job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
                      role="worker")
-        cut_host = bed.host(5)
+        cut_host = bed.host(host)
         cut_off = [p for p in job.procs if p.host == cut_host]
-        assert len(cut_off) == 1 and cut_off[0].role == "worker"
-        rank = cut_off[0].rank()
+        named = next(p for p in cut_off if p.role == whose)
         bed.cut(cut_host)
         cut_at = time.monotonic()
-        print(f"\n{cut_host.name} ({cut_off[0].name()}) cut off until the job fails")
+        print(f"\n{cut_host.name} ({', '.join(p.name() for p in cut_off)}) cut off until the "
+              "job fails")
         try:
-            check_failure_reported(job, cut_at, cut_off, "worker", rank, cut_host.ip,
-                                   "link cut > heartbeat timeout")
-            # The cut-off worker hears nothing from the scheduler and gives up too.
-            p = cut_off[0]
-            assert p.returncode != 0 and "lost the scheduler" in p.output, job.describe()
-            assert p.exited_at - cut_at <= HB_TIMEOUT + DETECTION_SLACK, job.describe()
-            print(f"  {p.exited_at - cut_at:6.2f} s  {p.name()} (the cut-off one)")
+            label = f"link cut of the {whose}'s host > heartbeat timeout"
+            check_failure_reported(job, cut_at, cut_off, named, label)
+            # The cut-off side fails too: it hears nothing from the other side
+            # within the heartbeat timeout (without the scheduler: nothing from
+            # the scheduler; with it: nothing from the nodes across the cut).
+            others = {h.ip for h in bed.hosts if h != cut_host}
+            for p in cut_off:
+                took = p.exited_at - cut_at
+                assert p.returncode == 200, job.describe()
+                assert took <= HB_TIMEOUT + DETECTION_SLACK, job.describe()
+                if whose == "scheduler":
+                    named_ips = {m.group(1) for m in LOST_ANY.finditer(p.output)}
+                    assert named_ips & others, \
+                        f"{p.name()} named no node across the cut\n{job.describe()}"
+                else:
+                    assert "lost the scheduler" in p.output, job.describe()
+                print(f"  {took:6.2f} s  {p.name()} (cut off)")
         finally:
             bed.restore(cut_host)
     finally:
