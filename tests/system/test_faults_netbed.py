@@ -55,6 +55,16 @@ SPLIT = {"MXNET_KVSTORE_BIGARRAY_BOUND": "100000"}
 PLACEMENT = [(1, "scheduler"), (2, "server"), (3, "server"), (4, "worker"), (5, "worker"),
              (6, "worker"), (1, "worker")]
 ROUND_OK = r"kv_rounds: rank=\d+ round=(\d+) ok"
+RESEND_LABEL = {False: "", True: " (PS_RESEND=1)"}
+
+
+def job_env(resend: bool = False, **overrides: str) -> dict[str, str]:
+    """The fault jobs' extra environment: short heartbeats, split big keys and,
+    with `resend`, reliable delivery."""
+    env = {**HEARTBEATS, **SPLIT, **overrides}
+    if resend:
+        env["PS_RESEND"] = "1"
+    return env
 
 
 def fault_seed(default: int) -> int:
@@ -169,12 +179,13 @@ def test_sync_results_exact_under_packet_loss(netbed, tandem_bin_dir, loss):
 # -- kill -9 ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("role,seed", [("worker", 501), ("server", 502), ("scheduler", 503)])
-def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed):
+@pytest.mark.parametrize("role,seed,resend", [("worker", 501, False), ("server", 502, False),
+                                              ("scheduler", 503, False), ("server", 505, True)])
+def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed, resend):
     seed = fault_seed(seed)
     rng = random.Random(seed)
     bed = netbed(6)
-    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
+    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env=job_env(resend))
     try:
         after_round = rng.choice([5, 10, 20, 40])
         job.wait_for(rf"kv_rounds: rank=\d+ round={after_round} ok", count=WORKERS, timeout=90,
@@ -188,7 +199,8 @@ def test_kill_is_reported_by_every_survivor(netbed, tandem_bin_dir, role, seed):
             victim = job.by_rank(role, rank)
         print(f"\nseed {seed}: kill -9 {victim.name()} {delay:.3f} s after round {after_round}")
         killed_at = job.kill(victim)
-        times = check_failure_reported(job, killed_at, [victim], victim, f"kill -9 {role}")
+        times = check_failure_reported(job, killed_at, [victim], victim,
+                                       f"kill -9 {role}{RESEND_LABEL[resend]}")
         assert len(times) == len(PLACEMENT) - 1
     finally:
         finish(bed, job)
@@ -200,7 +212,7 @@ def test_frozen_worker_is_found_by_heartbeats(netbed, tandem_bin_dir):
     seed = fault_seed(504)
     rng = random.Random(seed)
     bed = netbed(6)
-    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
+    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env=job_env())
     try:
         job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
                      role="worker")
@@ -224,37 +236,43 @@ def test_frozen_worker_is_found_by_heartbeats(netbed, tandem_bin_dir):
 
 
 # The host cut off: a worker's (h5), a server's (h2), the scheduler's (h1,
-# which also runs worker 0's process).
-CUT_HOSTS = [("worker", 5), ("server", 2), ("scheduler", 1)]
+# which also runs worker 0's process); and with PS_RESEND=1 too.
+CUT_CASES = [("worker", 5, False), ("server", 2, False), ("scheduler", 1, False),
+             ("worker", 5, True), ("scheduler", 1, True)]
+# A short cut lasts a third of the heartbeat timeout: TCP's retransmission
+# backoff (200 ms, doubling) can stretch a cut of c seconds into a silence
+# of up to about 2c before the first retransmission after it gets through.
+SHORT_CUT_TIMEOUT = 6.0
+SHORT_CUT = SHORT_CUT_TIMEOUT / 3
 
 
-@pytest.mark.parametrize("whose,host", CUT_HOSTS)
-def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_dir, whose, host):
+@pytest.mark.parametrize("whose,host,resend", CUT_CASES)
+def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_dir, whose, host,
+                                                            resend):
     rounds = 120
     bed = netbed(6)
     job = BedJob(bed, PLACEMENT,
                  [tandem_bin_dir / "kv_rounds", "--rounds", str(rounds), "--small", "1000",
                   "--big", "200000", "--pause-ms", "20", "--report-every", "5"],
-                 env={**HEARTBEATS, **SPLIT})
+                 env=job_env(resend, PS_HEARTBEAT_TIMEOUT=str(SHORT_CUT_TIMEOUT)))
     try:
         job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
                      role="worker")
         cut_host = bed.host(host)
         assert any(p.role == whose for p in job.procs if p.host == cut_host)
-        cut_for = HB_TIMEOUT / 2
         bed.cut(cut_host)
         cut_at = time.monotonic()
-        time.sleep(cut_for)
+        time.sleep(SHORT_CUT)
         bed.restore(cut_host)
-        print(f"\n{cut_host.name} ({whose}'s host) cut off for {cut_for:.1f} s "
-              f"(PS_HEARTBEAT_TIMEOUT={HB_TIMEOUT:g})")
+        print(f"\n{cut_host.name} ({whose}'s host) cut off for {SHORT_CUT:.1f} s "
+              f"(PS_HEARTBEAT_TIMEOUT={SHORT_CUT_TIMEOUT:g}){RESEND_LABEL[resend]}")
         assert job.wait_all(timeout=120), job.describe()
         assert all(p.returncode == 0 for p in job.procs), job.describe()
         for p in job.role("worker"):
             assert f"kv_rounds: done rank={p.rank()} rounds={rounds} workers={WORKERS} " \
                    f"servers={SERVERS}" in p.output, job.describe()
             # The rounds went on after the cut (all workers move in lockstep).
-            assert any(t > cut_at + cut_for and re.search(ROUND_OK, text)
+            assert any(t > cut_at + SHORT_CUT and re.search(ROUND_OK, text)
                        for t, text in p.lines), job.describe()
         print(f"every process finished {rounds} exact rounds")
     finally:
@@ -264,11 +282,15 @@ def test_link_cut_shorter_than_heartbeat_timeout_is_survived(netbed, tandem_bin_
 LOST_ANY = re.compile(r"lost (?:server|worker) \d+ \(node \d+, ([0-9.]+):")
 
 
-@pytest.mark.parametrize("whose,host", CUT_HOSTS)
+@pytest.mark.parametrize("whose,host,resend", CUT_CASES)
 def test_link_cut_longer_than_heartbeat_timeout_fails_the_job(netbed, tandem_bin_dir, whose,
-                                                             host):
+                                                             host, resend):
+    """With PS_RESEND=1 this found a bug: the cut-off process noticed the lost
+    scheduler in time but then lingered for the unacknowledged messages'
+    whole retry budget (11 s) before it exited; now it does not
+    (ReliableTransport::AbandonUnacknowledged, docs/protocol-resend.md)."""
     bed = netbed(6)
-    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env={**HEARTBEATS, **SPLIT})
+    job = BedJob(bed, PLACEMENT, endless_rounds(tandem_bin_dir), env=job_env(resend))
     try:
         job.wait_for(r"kv_rounds: rank=\d+ round=20 ok", count=WORKERS, timeout=90,
                      role="worker")
@@ -280,7 +302,7 @@ def test_link_cut_longer_than_heartbeat_timeout_fails_the_job(netbed, tandem_bin
         print(f"\n{cut_host.name} ({', '.join(p.name() for p in cut_off)}) cut off until the "
               "job fails")
         try:
-            label = f"link cut of the {whose}'s host > heartbeat timeout"
+            label = f"link cut of the {whose}'s host > heartbeat timeout{RESEND_LABEL[resend]}"
             check_failure_reported(job, cut_at, cut_off, named, label)
             # The cut-off side fails too: it hears nothing from the other side
             # within the heartbeat timeout (without the scheduler: nothing from
@@ -324,7 +346,7 @@ def test_soak_memory_is_stable(netbed, tandem_bin_dir):
     job = BedJob(bed, SOAK_PLACEMENT,
                  [tandem_bin_dir / "kv_rounds", "--seconds", str(seconds), "--small", "1000",
                   "--big", "200000", "--report-every", "50", "--vote-every", "10"],
-                 env={**HEARTBEATS, **SPLIT})
+                 env=job_env())
     samples: dict[int, list[tuple[float, int]]] = {i: [] for i in range(len(job.procs))}
     try:
         job.wait_for(r"joined: ", count=len(job.procs), timeout=60)

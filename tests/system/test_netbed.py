@@ -152,6 +152,22 @@ def test_loss_drops_packets_and_tcp_still_delivers(netbed):
     assert bed.dropped_packets() == 0
 
 
+def test_cut_isolates_a_host_until_restored(netbed):
+    bed = netbed(3)
+    start_server(bed, 1)
+    probe = [PYTHON, "-c", "import socket, sys; socket.create_connection((sys.argv[1], "
+             f"{PORT}), timeout=1).close()", bed.hosts[0].ip]
+    bed.cut(3)
+    assert bed.cut_hosts() == ["h3"]
+    assert bed.run(3, probe, check=False).returncode != 0  # h3 reaches nobody...
+    got, length, sent, _ = transfer(bed, 2, bed.hosts[0].ip, 100_000)  # ...the others still
+    assert (got, length) == (sent, 100_000)
+    bed.restore(3)
+    assert bed.cut_hosts() == []
+    got, length, sent, _ = transfer(bed, 3, bed.hosts[0].ip, 100_000)
+    assert (got, length) == (sent, 100_000)
+
+
 def test_teardown_after_an_exception_removes_everything():
     require_namespaces()
     with pytest.raises(RuntimeError, match="boom"):
