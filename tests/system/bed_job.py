@@ -39,7 +39,9 @@ JOINED = re.compile(r"joined: (scheduler|server (\d+)|worker (\d+)) \(node \d+, 
 
 @dataclasses.dataclass
 class BedProcess:
-    """One process of a job: where it runs, what it printed, when it ended."""
+    """One process of a job: where it runs, what it printed, when it ended.
+    `lines` and `exited_at` are written by the job's reader and waiter
+    threads (appends and one assignment); the test's thread reads them."""
 
     host: netbed.Host
     role: str  # scheduler, server, worker
@@ -220,10 +222,10 @@ class BedJob:
         self.wait_all(timeout=10)
 
     def leftovers(self) -> list[str]:
-        """What outlives the job: its own PIDs still alive, and any process left in
-        the bed's host namespaces (a child a process might have forked)."""
-        left = [f"{p.name()} still alive" for p in self.procs
-                if p.exited_at is None or _pid_exists(p.pid)]
+        """What outlives the job: its own PIDs not yet exited (an exit is stamped
+        when waitpid() returned for that PID), and any process left in the
+        bed's host namespaces (a child a process might have forked)."""
+        left = [f"{p.name()} still alive" for p in self.procs if p.exited_at is None]
         for h in self.bed.hosts:
             pids = netbed.namespace_pids(h.netns)
             if pids:
@@ -239,13 +241,3 @@ class BedJob:
             parts.append(f"--- {p.name()} [{state}]\n" + "\n".join(t for _, t in tail))
         return "\n".join(parts)
 
-
-def _pid_exists(pid: int) -> bool:
-    """True while `pid` names a process that has not been reaped (zombies count
-    as gone: they hold no resources but their exit status)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat[stat.rfind(b")") + 2:stat.rfind(b")") + 3] not in (b"Z", b"X")

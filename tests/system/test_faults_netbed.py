@@ -339,8 +339,17 @@ SOAK_PLACEMENT = [(1, "scheduler"), (2, "server"), (3, "server")] + \
 SOAK_GROWTH_LIMIT_MIB = 8.0
 
 
+def sanitized(binary) -> bool:
+    """True for a build with AddressSanitizer (scripts/test.sh's asan stage),
+    whose quarantine keeps freed memory on purpose: resident memory then
+    grows by design, and the soak checks only exactness there."""
+    with open(binary, "rb") as f:
+        return b"AddressSanitizer" in f.read()
+
+
 def test_soak_memory_is_stable(netbed, tandem_bin_dir):
-    seconds = int(os.environ.get("TANDEM_SOAK_SECONDS", "60"))
+    asan = sanitized(tandem_bin_dir / "kv_rounds")
+    seconds = int(os.environ.get("TANDEM_SOAK_SECONDS", "30" if asan else "60"))
     warmup = max(10.0, seconds / 4)
     bed = netbed(6)
     job = BedJob(bed, SOAK_PLACEMENT,
@@ -378,8 +387,11 @@ def test_soak_memory_is_stable(netbed, tandem_bin_dir):
             first = samples[i][0][1] / 1024
             print(f"  {p.name():34} {first:8.1f} {base:10.1f} {end:8.1f} {peak:8.1f} "
                   f"{growth:8.2f}")
-            if growth > SOAK_GROWTH_LIMIT_MIB:
+            if growth > SOAK_GROWTH_LIMIT_MIB and not asan:
                 failures.append(f"{p.name()} grew {growth:.1f} MiB after warm-up")
+        if asan:
+            print("  (AddressSanitizer build: its quarantine holds freed memory, so the growth "
+                  "criterion is not applied)")
         assert not failures, "; ".join(failures)
     finally:
         finish(bed, job)
