@@ -233,6 +233,35 @@ JobOutcome ProcessSupervisor::Run() {
   return outcome;
 }
 
+int ProcessSupervisor::WaitForInterrupt(milliseconds duration) {
+  if (!ran_ || !AllExited()) {
+    throw InvalidArgument("ProcessSupervisor::WaitForInterrupt() called before Run() returned");
+  }
+  const auto end = std::chrono::steady_clock::now() + duration;
+  while (true) {
+    signalfd_siginfo info{};
+    const ssize_t n = ::read(signal_fd_.get(), &info, sizeof(info));
+    if (n == static_cast<ssize_t>(sizeof(info))) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return sig;
+      continue;  // SIGCHLD of nothing we wait for, SIGPIPE
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+      throw IoError(fmt::format("process supervisor: reading the signalfd failed: {}",
+                                n < 0 ? std::strerror(errno) : "short read"));
+    }
+    const auto left =
+        std::chrono::ceil<milliseconds>(end - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return 0;
+    pollfd p{signal_fd_.get(), POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
+    if (ready < 0 && errno != EINTR) {
+      throw IoError(fmt::format("process supervisor: poll failed: {}", std::strerror(errno)));
+    }
+  }
+}
+
 void ProcessSupervisor::HandleSignals(TimePoint now) {
   while (true) {
     signalfd_siginfo info{};
@@ -296,7 +325,8 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   Drain(child, true, kReadsAtExit);
   child.exited = true;
   child.stdin_pipe.Reset();
-  ProcessExit exit{child.label, child.pid, status, child.host};
+  ProcessExit exit{child.label, child.pid, status, child.host,
+                   phase_ == Phase::kTerminating || phase_ == Phase::kKilling};
   exits_.push_back(exit);
   if (!status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_) {
     first_failure_ = exit;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cluster/launch_contract.h"
+#include "launch/job_restarts.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -98,13 +99,19 @@ std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback)
   return argv;
 }
 
-int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
-                    const std::string& announcement) {
-  FindExecutable(launcher.argv[0], launcher.env);  // "mpirun not found" before anything starts
-  ProcessSupervisor supervisor(supervisor_options);
-  OutputSink(supervisor_options.stderr_fd).WriteLine("[launcher] " + announcement + "\n");
-  supervisor.Start(launcher);
-  return supervisor.Run().exit_code;
+int RunRankLauncher(
+    const std::function<RankLaunch(const std::map<std::string, std::string>& env)>& build,
+    const RestartOptions& restarts, const SupervisorOptions& supervisor_options,
+    const base::Environment& launcher_env) {
+  auto attempt = [&](ProcessSupervisor& supervisor, const std::map<std::string, std::string>& env) {
+    const RankLaunch launch = build(env);
+    // "mpirun not found" before anything starts
+    FindExecutable(launch.launcher.argv[0], launch.launcher.env);
+    OutputSink(supervisor_options.stderr_fd).WriteLine("[launcher] " + launch.announcement + "\n");
+    supervisor.Start(launch.launcher);
+    return supervisor.Run();
+  };
+  return RunWithRestarts(restarts, supervisor_options, launcher_env, attempt);
 }
 
 ProcessSpec RankProcess(const RankProcessOptions& options,

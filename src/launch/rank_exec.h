@@ -8,10 +8,12 @@
 // docs/launch.md.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "base/environment.h"
 #include "launch/child_process.h"
 #include "launch/local_launcher.h"
 #include "launch/process_supervisor.h"
@@ -35,13 +37,25 @@ int ProcessCount(const LocalJobOptions& job);
 /// passed through untouched. Requires job.tandem_binary set. Pure.
 std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback);
 
-/// Runs `launcher` (mpirun or srun, which starts the ranks) as the job's
-/// only supervised process: checks that its program exists before anything
-/// starts, writes "[launcher] <announcement>", and returns the launcher's
-/// exit code (ProcessSupervisor::Run). Throws what FindExecutable and
-/// ProcessSupervisor throw.
-int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
-                    const std::string& announcement);
+/// What one attempt of an mpirun or srun job starts: the process that
+/// starts the ranks, and the line that announces it. Thread-safety: a
+/// value type.
+struct RankLaunch {
+  ProcessSpec launcher;      ///< mpirun or srun, with the attempt's identity
+  std::string announcement;  ///< "job ...: scheduler at ..."
+};
+
+/// Runs the job's attempts (RunWithRestarts with `restarts`): for each,
+/// `build` makes the launcher process (mpirun or srun, which starts the
+/// ranks) from the attempt's environment (AttemptEnvironment) with a fresh
+/// identity; its program is checked to exist before anything starts,
+/// "[launcher] <announcement>" is written, and it runs as the attempt's only
+/// supervised process. Returns the launcher's exit code. Throws what
+/// `build`, FindExecutable, RunWithRestarts and ProcessSupervisor throw.
+int RunRankLauncher(
+    const std::function<RankLaunch(const std::map<std::string, std::string>& env)>& build,
+    const RestartOptions& restarts, const SupervisorOptions& supervisor_options,
+    const base::Environment& launcher_env);
 
 /// This rank's process. The rank and world size come from `env`:
 /// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK
