@@ -126,3 +126,34 @@ def test_corrupt_newest_round_falls_back_to_the_previous(launch, trainer, tmp_pa
     assert re.search(rf"resuming from the store checkpoint in \S+ after step {previous} ",
                      result.output), result.output
     np.testing.assert_array_equal(np.fromfile(dump, dtype="<f4"), expected)
+
+
+def test_launcher_restarts_the_job_from_the_last_checkpoint(launch, trainer, tmp_path):
+    """tandem launch --max-restarts 2: a worker killed mid-run makes the
+    launcher tear the job down and start it again (TANDEM_RESTART_COUNT=1);
+    the job resumes from its newest checkpoint and ends with the undisturbed
+    run's weights."""
+    expected = undisturbed_weights(launch, trainer, tmp_path)
+    directory = tmp_path / "gang"
+    dump = tmp_path / "restarted.bin"
+    job = launch.start(2, 1, [trainer, *ARGS, "--checkpoint-dir", str(directory),
+                              "--dump-weights", str(dump)],
+                       extra_args=["--max-restarts", "2", "--restart-delay", "0"])
+    deadline = time.monotonic() + 120
+    while not (directory / f"round-{KILL_AFTER_ROUND}" / "MANIFEST").is_file():
+        assert job.returncode is None, job.describe()
+        assert time.monotonic() < deadline, "no checkpoint within 120 s\n" + job.describe()
+        time.sleep(0.005)
+    workers = job.role_processes("worker")
+    assert len(workers) == 2, workers
+    os.kill(workers[1].pid, signal.SIGKILL)
+    assert job.wait(timeout=180) == 0, job.describe()
+    job.assert_no_leftovers()
+    output = job.output
+    assert re.search(r"restarting the job \(restart 1 of 2\) after worker \d \(pid "
+                     rf"{workers[1].pid}\) killed by signal 9", output), job.describe()
+    m = re.search(r"restart 1: resuming from the store checkpoint in \S+ after step (\d+) ",
+                  output)
+    assert m and int(m.group(1)) >= KILL_AFTER_ROUND, job.describe()
+    assert "job succeeded after 1 restart" in output, job.describe()
+    np.testing.assert_array_equal(np.fromfile(dump, dtype="<f4"), expected)
