@@ -24,13 +24,16 @@ import numpy as np
 # The trainer fixture (skips without LibTorch or the data set) of the main job's tests.
 from test_fashion_mnist import trainer  # noqa: F401
 
-# 2 workers x 32 over 3200 examples: 50 steps per epoch, 100 in all; a
-# checkpoint every 5 steps. The job is killed once round 10 is complete,
-# 90 steps before its end.
+# 2 workers x 32 over 1920 examples: 30 steps per epoch, 60 in all; a
+# checkpoint every 5 steps. The job is killed once round 10 is complete, 50
+# steps before its end, so the resumed run finishes the first epoch mid-way
+# and goes through the second.
+STEPS_PER_EPOCH = 30
+TOTAL_STEPS = 2 * STEPS_PER_EPOCH
 EVERY = 5
 KILL_AFTER_ROUND = 10
 ARGS = ["--quiet", "--threads", "1", "--kvstore", "dist_sync", "--epochs", "2",
-        "--train-limit", "3200", "--test-limit", "200", "--batch-size", "32", "--seed", "11",
+        "--train-limit", str(64 * STEPS_PER_EPOCH), "--test-limit", "200", "--batch-size", "32", "--seed", "11",
         "--checkpoint-every", str(EVERY)]
 
 
@@ -54,8 +57,8 @@ def undisturbed_weights(launch, trainer: Path, tmp_path: Path) -> np.ndarray:
     result = launch(2, 1, [trainer, *ARGS, "--checkpoint-dir", str(tmp_path / "undisturbed"),
                            "--dump-weights", str(out)], timeout=180)
     assert result.returncode == 0, result.job.describe()
-    # Only the two newest complete rounds are kept: rounds 100 and 95.
-    assert complete_rounds(tmp_path / "undisturbed") == [100, 95]
+    # Only the two newest complete rounds are kept.
+    assert complete_rounds(tmp_path / "undisturbed") == [TOTAL_STEPS, TOTAL_STEPS - EVERY]
     _undisturbed.append(np.fromfile(out, dtype="<f4"))
     return _undisturbed[0]
 
@@ -104,9 +107,10 @@ def test_killed_job_resumes_to_the_undisturbed_weights(launch, trainer, tmp_path
                   r"\(epoch (\d+), step (\d+)\)", result.output)
     assert m, result.output
     assert int(m.group(1)) == newest, result.output
-    assert (int(m.group(2)), int(m.group(3))) == (newest // 50 + 1, newest % 50)
+    assert (int(m.group(2)), int(m.group(3))) == (newest // STEPS_PER_EPOCH + 1,
+                                                  newest % STEPS_PER_EPOCH)
     np.testing.assert_array_equal(np.fromfile(dump, dtype="<f4"), expected)
-    assert complete_rounds(directory) == [100, 95]
+    assert complete_rounds(directory) == [TOTAL_STEPS, TOTAL_STEPS - EVERY]
 
 
 def test_corrupt_newest_round_falls_back_to_the_previous(launch, trainer, tmp_path):
