@@ -559,7 +559,7 @@ void DistKVStore::WriteOwnCheckpoint(const std::string& dir, uint64_t round,
                    EncodeWorkerCheckpoint(c));
 }
 
-KVCheckpoint DistKVStore::LoadOwnCheckpoint(const std::string& dir, uint64_t round) {
+WorkerCheckpoint DistKVStore::ReadOwnCheckpoint(const std::string& dir, uint64_t round) {
   const auto rank = static_cast<uint32_t>(client_.rank());
   const auto workers = static_cast<uint32_t>(client_.num_workers());
   const std::string path = CheckpointRoundDir(dir, round) + "/" + WorkerCheckpointName(rank);
@@ -571,7 +571,7 @@ KVCheckpoint DistKVStore::LoadOwnCheckpoint(const std::string& dir, uint64_t rou
         path, c.header.round, c.header.rank, c.header.ranks, round, rank, workers));
   }
   std::lock_guard lock(mu_);
-  // Verify every residual before changing any.
+  // Every residual must belong to a compressed key of this worker, of its size.
   for (const SavedResidual& s : c.residuals) {
     const KeyInfo* info = keys_.FindById(s.key);
     if (info == nullptr || info->residual.size() != s.values.size()) {
@@ -584,6 +584,12 @@ KVCheckpoint DistKVStore::LoadOwnCheckpoint(const std::string& dir, uint64_t rou
                              "before LoadCheckpoint)")));
     }
   }
+  return c;
+}
+
+KVCheckpoint DistKVStore::ApplyOwnCheckpoint(WorkerCheckpoint c) {
+  const uint64_t round = c.header.round;
+  std::lock_guard lock(mu_);
   keys_.ForEach([&](KeyInfo& info) {
     std::fill(info.residual.begin(), info.residual.end(), 0.0f);
     info.pushes = 0;
@@ -653,7 +659,7 @@ std::optional<KVCheckpoint> DistKVStore::LoadCheckpoint(const std::string& dir) 
     membership.Barrier(group::kWorkers);  // worker 0 chose, verified and loaded
     const auto [found, round] = QueryOutcome();
     if (!found) return std::nullopt;
-    return LoadOwnCheckpoint(dir, round);
+    return ApplyOwnCheckpoint(ReadOwnCheckpoint(dir, round));
   }
   std::exception_ptr error;
   std::optional<KVCheckpoint> result;
@@ -673,6 +679,8 @@ std::optional<KVCheckpoint> DistKVStore::LoadCheckpoint(const std::string& dir) 
             *round, dir, manifest->num_servers, manifest->num_workers, client_.num_servers(),
             client_.num_workers()));
       }
+      // This worker's own file first: nothing is staged unless it fits.
+      WorkerCheckpoint own = ReadOwnCheckpoint(dir, *round);
       try {
         CheckpointCommandToServers(CheckpointCommand::Phase::kStage, dir, *round);
       } catch (const PeerLost&) {
@@ -686,7 +694,7 @@ std::optional<KVCheckpoint> DistKVStore::LoadCheckpoint(const std::string& dir) 
         throw;
       }
       CheckpointCommandToServers(CheckpointCommand::Phase::kCommit, dir, *round);
-      result = LoadOwnCheckpoint(dir, *round);
+      result = ApplyOwnCheckpoint(std::move(own));
       client_.services().log.Info("checkpoint: loaded round {} of {}", *round, dir);
     }
   } catch (const PeerLost&) {

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "base/thread_pool.h"
+#include "kv/checkpoint_format.h"
 #include "kv/compression/gradient_compression.h"
 #include "kv/key_registry.h"
 #include "kv/kv_client.h"
@@ -86,7 +87,11 @@ class DistKVStore final : public KVStore {
   // The others ask server 0 for it: {found, round}; throws worker 0's error.
   std::pair<bool, uint64_t> QueryOutcome();
   void WriteOwnCheckpoint(const std::string& dir, uint64_t round, std::string_view user_state);
-  KVCheckpoint LoadOwnCheckpoint(const std::string& dir, uint64_t round);
+  // Reads and checks this worker's file of `round` against its keys;
+  // changes nothing. Throws IoError, InvalidArgument naming the file.
+  WorkerCheckpoint ReadOwnCheckpoint(const std::string& dir, uint64_t round);
+  // Applies what ReadOwnCheckpoint returned (residuals, the round).
+  KVCheckpoint ApplyOwnCheckpoint(WorkerCheckpoint c);
   const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
                           const std::shared_ptr<KvOperation>& op);
 

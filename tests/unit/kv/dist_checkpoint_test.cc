@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -237,6 +238,71 @@ TEST_P(DistCheckpointShape, OtherServerCountIsRefusedAndNothingLoads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Servers, DistCheckpointShape, ::testing::Values(1, 3));
+
+// Gradient compression's residuals are a worker's own state: they come back
+// with its file, so the rounds after a load quantise exactly as the first
+// job's did. (Without an optimizer the value is each round's merged sum,
+// which depends on the residuals.)
+class DistCheckpointCompression : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DistCheckpointCompression, ResidualsComeBack) {
+  const std::string type = GetParam();
+  const std::string dir = FreshDir("dist_ckpt_residuals");
+  const KVParams compression = {{"type", type}, {"threshold", "0.5"}};
+  constexpr int64_t kElements = 40;
+  // Small against the threshold: most pushes send 0 and carry the rest over.
+  auto grad = [](int rank, int, size_t i) { return 0.2 * (rank + 1) * double(1 + i % 2); };
+  auto push = [&](KVStore& kv, int rank, int first, int last) {
+    for (int r = first; r <= last; ++r) {
+      Tensor g(DType::kF32, {kElements}, [&](size_t i) { return grad(rank, r, i); });
+      kv.Push(0, g.view());
+    }
+  };
+  std::vector<double> first_job;
+  {
+    KvJob job(Options(2));
+    auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+      kv.SetGradientCompression(compression);
+      Tensor w(DType::kF32, {kElements});
+      kv.Init(0, w.view());
+      push(kv, rank, 1, 3);
+      EXPECT_EQ(kv.SaveCheckpoint(dir, ""), 3u);
+      push(kv, rank, 4, 5);
+      Tensor out(DType::kF32, {kElements});
+      kv.Pull(0, out.view());
+      if (rank == 0) {
+        for (size_t i = 0; i < out.size(); ++i) first_job.push_back(out.at(i));
+      }
+    });
+    ExpectNoErrors(errors);
+  }
+  // The saved residuals are not all zero, or this test would prove nothing.
+  const std::string path = dir + "/round-3/worker-1.ckpt";
+  const auto saved = kv::DecodeWorkerCheckpoint(kv::ReadCheckpointFile(path), path);
+  ASSERT_EQ(saved.residuals.size(), 1u);
+  ASSERT_EQ(saved.residuals[0].values.size(), static_cast<size_t>(kElements));
+  double magnitude = 0;
+  for (float v : saved.residuals[0].values) magnitude += std::abs(v);
+  EXPECT_GT(magnitude, 1.0);
+  {
+    KvJob job(Options(2));
+    auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+      kv.SetGradientCompression(compression);
+      Tensor w(DType::kF32, {kElements}, [](size_t) { return -7.0; });
+      kv.Init(0, w.view());
+      ASSERT_TRUE(kv.LoadCheckpoint(dir).has_value());
+      push(kv, rank, 4, 5);
+      Tensor out(DType::kF32, {kElements});
+      kv.Pull(0, out.view());
+      ASSERT_EQ(first_job.size(), out.size());
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out.at(i), first_job[i]) << i;
+    });
+    ExpectNoErrors(errors);
+  }
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, DistCheckpointCompression, ::testing::Values("2bit", "1bit"));
 
 TEST(DistCheckpointEmpty, NothingToLoadOnEveryWorker) {
   const std::string dir = FreshDir("dist_ckpt_empty");
