@@ -132,6 +132,9 @@ std::optional<LaunchContract> ReadPmixContract(const base::Environment& env) {
   const auto timeout = base::Config::FromEnvironment(env).start_timeout;
   std::unique_ptr<PmixSession> session = ConnectToPmixServer(env);
   PmixContract done = CompletePmixContract(*session, env, timeout);
+  // Disconnected first: libpmix's progress thread ends with the session,
+  // and nothing else of tandem runs yet to read the environment meanwhile.
+  session.reset();
   if (done.source == PmixCoordinatorSource::kExchanged) {
     const std::string memo = fmt::format(
         "{} {}", done.nspace,
