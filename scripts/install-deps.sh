@@ -41,6 +41,8 @@ PACKAGES=(
   libgloo-dev         # bench/peers: Gloo's allreduce, the collectives' peer
   libopenmpi-dev      # bench/peers: MPI_Allreduce and friends, the other peer
   openmpi-bin         # mpirun, to run the MPI peer
+  libpmix-dev         # the PMIx start-up contract (src/cluster/pmix_client.cc): zero-config mpirun and srun --mpi=pmix
+  pkg-config          # CMake finds libpmix through it
   libtorch-dev        # examples/fashion_mnist: the main job's model (LibTorch)
   dataset-fashion-mnist  # examples/fashion_mnist: the main job's data (IDX files)
   zlib1g-dev          # examples/fashion_mnist: reading the gzipped IDX files
