@@ -31,6 +31,7 @@
 #include "net/inproc_transport.h"
 #include "net/socket_address.h"
 #include "net/tcp_transport.h"
+#include "support/log_capture.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -137,36 +138,7 @@ class Recorder : public TransportHandler {
   int destination_calls_ = 0;
 };
 
-// Log lines go to an unlinked temporary file the test can read back.
-class LogCapture {
- public:
-  LogCapture() : file_(std::tmpfile()), logger_("test", 1, ::fileno(file_)) {}
-  ~LogCapture() { std::fclose(file_); }
-  base::Logger& logger() { return logger_; }
-  std::string Text() {
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    off_t at = 0;
-    while ((n = ::pread(::fileno(file_), buf, sizeof(buf), at)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-      at += n;
-    }
-    return out;
-  }
-  bool WaitFor(const std::string& needle) {
-    auto until = std::chrono::steady_clock::now() + kPatience;
-    while (std::chrono::steady_clock::now() < until) {
-      if (Text().find(needle) != std::string::npos) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }
-
- private:
-  FILE* file_;
-  base::Logger logger_;
-};
+using tandem::testing::LogCapture;
 
 TransportOptions Options(std::string secret = "s3cret", std::string job = "job-a") {
   TransportOptions o;
