@@ -81,3 +81,19 @@ def test_an_unreadable_key_stops_the_job_naming_the_file(launch, tandem_bin_dir,
     assert result.returncode != 0, result.job.describe()
     assert f"TANDEM_TLS_KEY: cannot read {missing}: No such file or directory" in result.output, \
         result.output
+
+
+def test_bench_transport_tls_compares_both_modes(tandem_bin_dir):
+    """`tandem bench transport --tls` runs its correctness pass through TLS and
+    prints one row per size with plaintext and TLS figures."""
+    if not (tandem_bin_dir / "transport_bench").exists():
+        pytest.skip("benchmarks not built (TANDEM_BUILD_BENCH=OFF)")
+    result = subprocess.run(
+        [tandem_bin_dir / "tandem", "bench", "transport", "--tls", "--quick", "--rounds", "1",
+         "--size", "65536"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "TLS 1.3 against plaintext" in result.stdout, result.stdout
+    rows = re.findall(r"^\| 64 KiB \| ([0-9.]+) \| ([0-9.]+) \| [0-9.]+ \| ([0-9.]+) \| ([0-9.]+) \|",
+                      result.stdout, re.M)
+    assert len(rows) == 1, result.stdout
+    assert all(float(x) > 0 for x in rows[0]), rows
