@@ -479,8 +479,8 @@ std::unique_ptr<Side> ConnectSide(uint16_t port, std::shared_ptr<const net::TlsC
 // --tls: tandem with TLS against tandem in plaintext, same sizes for
 // throughput and round trip; per round and size both run back to back,
 // alternating which goes first.
-int RunTlsComparison(uint16_t plain_port, uint16_t tls_port, const net::TlsFiles& files,
-                     int rounds, bool quick, size_t only_size, int sockbuf) {
+int RunTlsComparison(uint16_t plain_port, uint16_t tls_port, const net::TlsFiles& files, int rounds,
+                     bool quick, size_t only_size, int sockbuf) {
   base::Logger log("bench", 0);
   auto plain = ConnectSide(plain_port, nullptr, log, sockbuf);
   auto tls = ConnectSide(tls_port, net::TlsContext::Load(files), log, sockbuf);
@@ -503,8 +503,7 @@ int RunTlsComparison(uint16_t plain_port, uint16_t tls_port, const net::TlsFiles
       for (int k = 0; k < 2; ++k) {
         int which = (r + k) % 2;
         Side& side = which == 0 ? *plain : *tls;
-        gbps[which][size].push_back(
-            TandemThroughput(*side.transport, side.client, side.id, p, n));
+        gbps[which][size].push_back(TandemThroughput(*side.transport, side.client, side.id, p, n));
       }
       for (int k = 0; k < 2; ++k) {
         int which = (r + k) % 2;

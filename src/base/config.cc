@@ -53,12 +53,12 @@ Config Config::FromEnvironment(const Environment& env) {
   c.tls_key = env.GetString("TANDEM_TLS_KEY", "");
   c.tls_ca = env.GetString("TANDEM_TLS_CA", "");
   if (c.tls) {
-    for (auto [name, value] : {std::pair{"TANDEM_TLS_CERT", &c.tls_cert},
-                               std::pair{"TANDEM_TLS_KEY", &c.tls_key},
-                               std::pair{"TANDEM_TLS_CA", &c.tls_ca}}) {
+    for (auto [name, value] :
+         {std::pair{"TANDEM_TLS_CERT", &c.tls_cert}, std::pair{"TANDEM_TLS_KEY", &c.tls_key},
+          std::pair{"TANDEM_TLS_CA", &c.tls_ca}}) {
       if (value->empty()) {
-        throw ConfigError(fmt::format(
-            "TANDEM_TLS=1 needs {} (a PEM file; see docs/environment.md)", name));
+        throw ConfigError(
+            fmt::format("TANDEM_TLS=1 needs {} (a PEM file; see docs/environment.md)", name));
       }
     }
   }

@@ -89,7 +89,8 @@ struct Cluster::Impl {
     topts.handshake_timeout = config.handshake_timeout;
     // TANDEM_TLS=1: the files are checked here, so a bad one stops this
     // process with its name rather than failing connections elsewhere.
-    if (config.tls) topts.tls = net::TlsContext::Load({config.tls_cert, config.tls_key, config.tls_ca});
+    if (config.tls)
+      topts.tls = net::TlsContext::Load({config.tls_cert, config.tls_key, config.tls_ca});
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
       return std::make_unique<net::TcpTransport>(topts, handler, log);
     };
