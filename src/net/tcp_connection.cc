@@ -139,7 +139,10 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
       if (pending.msg.on_sent) failed.push_back(std::move(pending.msg.on_sent));
       error = write_error_;
     } else {
-      bool idle = queue_.empty();
+      // With TLS the queue empties as soon as its messages are encrypted,
+      // while their ciphertext may still wait for EPOLLOUT; then the loop
+      // writes, and a sender only appends (no wake-up per message).
+      bool idle = queue_.empty() && !want_write_;
       bool has_callback = static_cast<bool>(pending.msg.on_sent);
       queue_.push_back(std::move(pending));
       // Who writes (docs/transport.md, "Zero-copy send"):
