@@ -18,7 +18,8 @@ PACKAGES=(
   libcli11-dev        # the `tandem` command line
   nlohmann-json3-dev  # JSON (node tables, bench output)
   libfmt-dev          # formatting and logging
-  libssl-dev          # HMAC-SHA256 of the handshake (OpenSSL)
+  libssl-dev          # HMAC-SHA256 of the handshake, TLS (TANDEM_TLS=1) (OpenSSL)
+  openssl             # tests/system/test_tls_launch.py makes its certificates with it
   prometheus-cpp-dev  # the opt-in /metrics endpoint (src/metrics/)
   prometheus          # promtool, which checks the metrics text in the tests
   clang-14            # sanitizer and libFuzzer builds

@@ -91,6 +91,10 @@ struct Cluster::Impl {
     topts.limits.max_meta_bytes = config.max_meta_bytes;
     topts.limits.max_payload_bytes = config.max_payload_bytes;
     topts.handshake_timeout = config.handshake_timeout;
+    // TANDEM_TLS=1: the files are checked here, so a bad one stops this
+    // process with its name rather than failing connections elsewhere.
+    if (config.tls)
+      topts.tls = net::TlsContext::Load({config.tls_cert, config.tls_key, config.tls_ca});
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
       return std::make_unique<net::TcpTransport>(topts, handler, log);
     };
