@@ -25,8 +25,14 @@
 #             launcher, contract and config suites are single-threaded and
 #             left out. No system tests. Any
 #             report fails the stage; tests/tsan.supp says what is suppressed
-#             and why. Budget: both stages together at most ~10 minutes on 2
-#             cores (measured: see the commit that added them).
+#             and why. Budget: ~10 minutes for both stages on 2 cores. Measured
+#             2026-11-23 on the shared 2-core VM with load 11-13 (six builds at
+#             once): tsan-build 2057 s from scratch without ccache (165 steps,
+#             the whole library plus three test binaries), tsan-tests 150 s
+#             for tandem_unit_tests (245 tests of the filter) and
+#             tandem_kv_tests (404) side by side, then tandem_collective_tests.
+#             The build is what exceeds the budget; with ccache (as every
+#             other build here) a rebuild after a change is a few files.
 #   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, nine targets;
 #             build dir $TANDEM_FUZZ_BUILD_DIR, build-fuzz/)
 #
