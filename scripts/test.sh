@@ -28,9 +28,9 @@
 #             and why. Budget: ~10 minutes for both stages on 2 cores. Measured
 #             2026-11-23 on the shared 2-core VM with load 11-13 (six builds at
 #             once): tsan-build 2057 s from scratch without ccache (165 steps,
-#             the whole library plus three test binaries), tsan-tests 150 s
-#             for tandem_unit_tests (245 tests of the filter) and
-#             tandem_kv_tests (404) side by side, then tandem_collective_tests.
+#             the whole library plus three test binaries), tsan-tests 284 s:
+#             tandem_unit_tests (245 tests of the filter) and tandem_kv_tests
+#             (404) side by side in ~150 s, then tandem_collective_tests (226).
 #             The build is what exceeds the budget; with ccache (as every
 #             other build here) a rebuild after a change is a few files.
 #   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, nine targets;
