@@ -11,6 +11,9 @@
 # committed seeds are never modified); a failing input is written to
 # <build>/fuzz-findings/<target>/ and its log to <build>/fuzz-<target>.log.
 # Reproduce a finding with: <build>/bin/fuzz/<target> <finding-file>
+#
+# Every tests/fuzz/<name>_fuzz.cc is a target (tests/fuzz/CMakeLists.txt lists
+# them); each must have a committed seed corpus, or this script fails.
 set -euo pipefail
 
 seconds=${1:-60}

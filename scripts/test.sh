@@ -12,7 +12,28 @@
 #             against it with find_package(tandem)
 #   asan-build  ASan+UBSan build with clang 14        ($TANDEM_ASAN_BUILD_DIR, build-asan/)
 #   asan-tests  unit and system tests of that build
-#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, five targets;
+#   tsan-build  ThreadSanitizer build with clang 14   ($TANDEM_TSAN_BUILD_DIR, build-tsan/):
+#             only the unit binaries of the concurrent layers (tandem_unit_tests for
+#             net and cluster, tandem_kv_tests, tandem_collective_tests), no
+#             benchmarks, programs or Python module
+#   tsan-tests  those binaries under TSan, 2 at a time: tandem_kv_tests and
+#             tandem_collective_tests whole, tandem_unit_tests only its suites
+#             that run threads ($TSAN_UNIT_FILTER below: transports (TCP,
+#             in-process, reliable, metered), event loop, send-queue bound,
+#             dispatcher, thread pool, cluster formation and membership, the
+#             concurrent logger, stats and timeline suites); the codec,
+#             launcher, contract and config suites are single-threaded and
+#             left out. No system tests. Any
+#             report fails the stage; tests/tsan.supp says what is suppressed
+#             and why. Budget: ~10 minutes for both stages on 2 cores. Measured
+#             2026-11-23 on the shared 2-core VM with load 11-13 (six builds at
+#             once): tsan-build 2057 s from scratch without ccache (165 steps,
+#             the whole library plus three test binaries), tsan-tests 284 s:
+#             tandem_unit_tests (245 tests of the filter) and tandem_kv_tests
+#             (404) side by side in ~150 s, then tandem_collective_tests (226).
+#             The build is what exceeds the budget; with ccache (as every
+#             other build here) a rebuild after a change is a few files.
+#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, nine targets;
 #             build dir $TANDEM_FUZZ_BUILD_DIR, build-fuzz/)
 #
 # clang-tidy is not a stage: it needs a build's compile commands, takes one to
@@ -20,7 +41,7 @@
 # check that fires wrongly is tuned in .clang-tidy, not silenced in a hurry).
 # Run scripts/lint.sh --tidy before sending a change.
 #
-# Environment: TANDEM_BUILD_DIR, TANDEM_ASAN_BUILD_DIR, TANDEM_FUZZ_SECONDS,
+# Environment: TANDEM_BUILD_DIR, TANDEM_ASAN_BUILD_DIR, TANDEM_TSAN_BUILD_DIR, TANDEM_FUZZ_SECONDS,
 # TANDEM_FORMAT_ENFORCED (1: an unformatted file fails the run),
 # TANDEM_SANITIZE_CC/TANDEM_SANITIZE_CXX (default clang-14/clang++-14).
 set -euo pipefail
@@ -29,6 +50,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 BUILD_DIR=${TANDEM_BUILD_DIR:-$ROOT/build}
 ASAN_DIR=${TANDEM_ASAN_BUILD_DIR:-$ROOT/build-asan}
+TSAN_DIR=${TANDEM_TSAN_BUILD_DIR:-$ROOT/build-tsan}
+# The unit binaries built and run under ThreadSanitizer, and the suites of
+# tandem_unit_tests that start threads (the rest of it is single-threaded).
+TSAN_BINARIES=(tandem_unit_tests tandem_kv_tests tandem_collective_tests)
+TSAN_UNIT_FILTER='*TransportTest.*:*TcpMisbehaviourTest.*:*TransportPayloadTest.*:*EventLoopTest.*:*Reliable*:StatsRegistryRefresh.*:*SendQueueBound*:MessageDispatcher.*:*ThreadPool*:*ParallelFor*:Cluster.*:ClusterFormation.*:*LoggerConcurrencyTest.*:ConcurrentCounting.*:*TimelineTest.*'
 FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-30}
 SANITIZE_CC=${TANDEM_SANITIZE_CC:-clang-14}
 SANITIZE_CXX=${TANDEM_SANITIZE_CXX:-clang++-14}
@@ -139,6 +165,46 @@ sanitized_tests() {
   system_tests "$ASAN_DIR"
 }
 
+tsan_build() {
+  local configure=(cmake -S "$ROOT" -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+                   -DTANDEM_TSAN=ON -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_PYTHON=OFF)
+  if [[ ! -f "$TSAN_DIR/CMakeCache.txt" ]]; then
+    export CC=$SANITIZE_CC CXX=$SANITIZE_CXX
+    if command -v ninja >/dev/null 2>&1; then configure+=(-G Ninja); fi
+  fi
+  "${configure[@]}"
+  cmake --build "$TSAN_DIR" -j "$(nproc)" --target "${TSAN_BINARIES[@]}"
+}
+
+# tsan_run BINARY [GTEST ARGS...]: one binary under TSan; its log is kept
+# and shown when it fails.
+tsan_run() {
+  local bin=$1
+  shift
+  local log="$LOG_DIR/tsan-$bin.log"
+  if "$TSAN_DIR/bin/$bin" --gtest_brief=1 "$@" >"$log" 2>&1; then
+    echo "   $bin: $(grep -E '^\[  PASSED  \]' "$log" || echo passed)"
+  else
+    echo "   $bin: FAILED (log follows)" >&2
+    cat "$log" >&2
+    return 1
+  fi
+}
+
+tsan_tests() {
+  # halt_on_error: the first report ends the binary with a failure.
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$ROOT/tests/tsan.supp"
+  if [[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]]; then
+    export TSAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
+  fi
+  local pids=() rc=0 p
+  tsan_run tandem_unit_tests --gtest_filter="$TSAN_UNIT_FILTER" & pids+=($!)
+  tsan_run tandem_kv_tests & pids+=($!)
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  tsan_run tandem_collective_tests || rc=1
+  return "$rc"
+}
+
 fuzzers() {
   if [[ -f scripts/run-fuzzers.sh ]]; then
     bash scripts/run-fuzzers.sh "$FUZZ_SECONDS"
@@ -166,6 +232,8 @@ stage system system_tests "$BUILD_DIR"
 stage package package_check
 stage asan-build sanitized_build
 stage asan-tests sanitized_tests
+stage tsan-build tsan_build
+stage tsan-tests tsan_tests
 stage fuzz fuzzers
 load_counts
 summary

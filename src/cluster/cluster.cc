@@ -28,6 +28,7 @@
 #include "metrics/prometheus_endpoint.h"
 #include "net/message_dispatcher.h"
 #include "net/metered_transport.h"
+#include "net/send_queue_bound.h"
 #include "net/reliable_transport.h"
 #include "net/tcp_transport.h"
 #include "tandem/error.h"
@@ -44,6 +45,7 @@ struct Cluster::Impl {
   base::StatsRegistry stats;
   std::unique_ptr<base::Timeline> timeline;  // TANDEM_TIMELINE, else null
   std::unique_ptr<net::TrafficMeter> meter;
+  std::unique_ptr<net::SendQueueMeter> send_queue_meter;
   // Owns the real transport; counts traffic (docs/metrics.md).
   std::unique_ptr<net::MeteredTransport> transport;
   net::ReliableTransport* reliable = nullptr;  // inside `transport` with PS_RESEND=1
@@ -95,11 +97,18 @@ struct Cluster::Impl {
     // process with its name rather than failing connections elsewhere.
     if (config.tls)
       topts.tls = net::TlsContext::Load({config.tls_cert, config.tls_key, config.tls_ca});
+    // TANDEM_MAX_INFLIGHT_BYTES bounds each connection's send queue
+    // (docs/transport.md, "Back-pressure").
+    net::TcpTuning tuning;
+    tuning.send_queue = net::SendQueueBound::FromEnvironment(env);
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
-      return std::make_unique<net::TcpTransport>(topts, handler, log);
+      return std::make_unique<net::TcpTransport>(topts, handler, log, tuning);
     };
     StartObservability();
     meter = std::make_unique<net::TrafficMeter>(stats, [this](int id) { return RoleLabel(id); });
+    send_queue_meter =
+        std::make_unique<net::SendQueueMeter>(stats, [this](int id) { return RoleLabel(id); });
+    tuning.send_queue.meter = send_queue_meter.get();
     transport = std::make_unique<net::MeteredTransport>(*meter, &dispatcher);
     if (config.resend) {
       // PS_RESEND=1: every message of this process, cluster ones included,

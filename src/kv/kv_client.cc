@@ -95,6 +95,8 @@ void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<Client
       p.submitted = services_.clock.Now();
       for (auto s : r.payload) p.bytes += s.size();
       p.bytes += r.destination.size();
+      // At least what the server books for it (request_window.h).
+      p.bytes += net::kHeaderSize + r.meta.size();
       ServerState& s = servers_[static_cast<size_t>(server)];
       auto& fifo = s.by_key[r.key];
       fifo.push_back(id);

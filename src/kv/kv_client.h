@@ -33,6 +33,7 @@
 #include "base/stats.h"
 #include "cluster/node_services.h"
 #include "kv/kv_operation.h"
+#include "kv/request_window.h"
 
 namespace tandem::kv {
 
@@ -55,8 +56,11 @@ struct ClientRequest {
 class KvClient final : public net::TransportHandler {
  public:
   struct Options {
-    /// TANDEM_KV_INFLIGHT_BYTES: per server.
-    uint64_t inflight_bytes = uint64_t{64} << 20;
+    /// TANDEM_KV_INFLIGHT_BYTES: per server, bytes of unanswered requests
+    /// (header, metadata, payload and the reply's destination); the next
+    /// request is sent only while below it, as the server requires
+    /// (request_window.h).
+    uint64_t inflight_bytes = kDefaultInflightBytes;
     /// TANDEM_KV_TIMEOUT (seconds): the default wait of a handle.
     std::chrono::milliseconds timeout{std::chrono::seconds(600)};
     static Options FromEnvironment(const base::Environment& env);

@@ -24,13 +24,24 @@ KvServer::Options KvServer::Options::FromEnvironment(const base::Environment& en
       env.GetInt("TANDEM_KV_SERVER_POOL_BYTES", static_cast<int64_t>(o.pool_bytes), 0));
   o.threads =
       static_cast<int>(env.GetInt("TANDEM_KV_SERVER_THREADS", std::min<int64_t>(cores, 8), 1, 256));
+  o.inflight_bytes = static_cast<uint64_t>(
+      env.GetInt("TANDEM_KV_INFLIGHT_BYTES", static_cast<int64_t>(o.inflight_bytes), 1));
   return o;
 }
 
 KvServer::KvServer(const cluster::NodeServices& services, Options options)
     : services_(services),
       optimizer_(std::move(options.optimizer_factory)),
-      pool_(options.pool_bytes) {
+      pool_(options.pool_bytes),
+      window_(options.inflight_bytes,
+              &services_.stats.GetGauge("tandem_kv_server_inflight_bytes",
+                                        "Bytes of workers' requests this server received and "
+                                        "has not yet answered (queued, merging or waiting for "
+                                        "their round)."),
+              &services_.stats.GetCounter(
+                  "tandem_kv_server_refused_requests_total",
+                  "Requests refused because their worker was over TANDEM_KV_INFLIGHT_BYTES "
+                  "of unanswered requests at this server.")) {
   if (options.threads < 1) {
     throw InvalidArgument(fmt::format("a server needs at least 1 thread, got {}", options.threads));
   }
@@ -38,6 +49,7 @@ KvServer::KvServer(const cluster::NodeServices& services, Options options)
   context_.log = &services_.log;
   context_.optimizer = &optimizer_;
   context_.pool = &pool_;
+  context_.window = &window_;
   context_.queued = &services_.stats.GetGauge(
       "tandem_kv_server_queued_requests",
       "Requests this server received and its shard threads have not yet taken up.");
@@ -77,7 +89,10 @@ std::span<std::byte> KvServer::PayloadDestination(net::ConnectionId id, const ne
   return b.span();
 }
 
-void KvServer::OnDisconnected(net::ConnectionId id, const std::string&) { receiving_.erase(id); }
+void KvServer::OnDisconnected(net::ConnectionId id, const std::string&) {
+  receiving_.erase(id);
+  window_.Forget(id);
+}
 
 void KvServer::OnMessage(net::ConnectionId id, net::Message&& msg) {
   if (auto it = receiving_.find(id); it != receiving_.end()) {
@@ -117,6 +132,12 @@ void KvServer::OnMessage(net::ConnectionId id, net::Message&& msg) {
       return;
     }
     shard = static_cast<size_t>(item.request->key % shards_.size());
+  }
+  // Booked until the shard answers it (ServerShard::Send releases it).
+  const uint64_t bytes = net::kHeaderSize + msg.meta.size() + msg.payload.bytes.size();
+  if (std::string why = window_.Admit(id, h.request_id, bytes); !why.empty()) {
+    Reject(id, h, ErrorKind::kProtocol, why);
+    return;
   }
   item.msg = std::move(msg);
   shards_[shard]->Post(std::move(item));

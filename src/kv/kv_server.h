@@ -3,12 +3,13 @@
 // dispatcher before the node registers with the scheduler, and serves until
 // the node leaves.
 //
-// Threads: the transport thread only decodes a request's metadata and
-// routes it to the shard that owns its key (key % shards); each shard is a
-// thread of its own (ServerShard). Server-wide commands (set-optimizer,
-// save/load of optimizer states) run on shard 0. Store checkpoints
-// (docs/checkpoints.md) stop every shard at a ShardRendezvous and run on the
-// last shard thread to arrive.
+// Threads: the transport thread only decodes a request's metadata, books
+// its bytes in the connection's RequestWindow (refusing it when the worker is
+// over its bound) and routes it to the shard that owns its key (key %
+// shards); each shard is a thread of its own (ServerShard). Server-wide
+// commands (set-optimizer, save/load of optimizer states) run on shard 0.
+// Store checkpoints (docs/checkpoints.md) stop every shard at a
+// ShardRendezvous and run on the last shard thread to arrive.
 #pragma once
 
 #include <map>
@@ -20,6 +21,7 @@
 #include "cluster/node_services.h"
 #include "kv/buffer_pool.h"
 #include "kv/checkpoint_format.h"
+#include "kv/request_window.h"
 #include "kv/server_optimizer.h"
 #include "kv/server_shard.h"
 
@@ -36,10 +38,15 @@ class KvServer final : public net::TransportHandler {
     int threads = 2;
     /// TANDEM_KV_SERVER_POOL_BYTES: idle receive buffers kept for reuse.
     size_t pool_bytes = size_t{1} << 30;
+    /// TANDEM_KV_INFLIGHT_BYTES: request bytes one connection (one worker)
+    /// may have unanswered here before further requests are refused
+    /// (request_window.h); workers apply the same bound before sending.
+    uint64_t inflight_bytes = kDefaultInflightBytes;
     /// Makes the optimizer SetOptimizer names.
     OptimizerFactory optimizer_factory;
     /// Reads TANDEM_KV_SERVER_THREADS (default: the number of cores, at
-    /// least 1 and at most 8) and makes optimizers with
+    /// least 1 and at most 8), TANDEM_KV_SERVER_POOL_BYTES and
+    /// TANDEM_KV_INFLIGHT_BYTES, and makes optimizers with
     /// kv::Optimizer::Create.
     static Options FromEnvironment(const base::Environment& env);
   };
@@ -75,7 +82,8 @@ class KvServer final : public net::TransportHandler {
 
   cluster::NodeServices services_;
   ServerOptimizer optimizer_;
-  BufferPool pool_;  // outlives the shards and their values
+  BufferPool pool_;       // outlives the shards and their values
+  RequestWindow window_;  // outlives the shards, which release into it
   // The buffer being received into, per connection; transport thread only.
   std::map<net::ConnectionId, ByteBuffer> receiving_;
   ShardContext context_;

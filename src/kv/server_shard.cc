@@ -503,6 +503,9 @@ void ServerShard::ReplyError(net::ConnectionId c, const net::Header& request, Er
 }
 
 void ServerShard::Send(net::ConnectionId c, net::OutgoingMessage m) {
+  // Before the reply leaves: the worker may send its next request the
+  // moment the reply arrives (request_window.h).
+  if (ctx_.window) ctx_.window->Release(c, m.header.request_id);
   try {
     ctx_.transport->Send(c, std::move(m));
   } catch (const std::exception& e) {

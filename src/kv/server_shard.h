@@ -24,6 +24,7 @@
 #include "kv/byte_buffer.h"
 #include "kv/checkpoint_format.h"
 #include "kv/kv_messages.h"
+#include "kv/request_window.h"
 #include "kv/server_optimizer.h"
 #include "kv/shard_rendezvous.h"
 #include "kv/sync_merge.h"
@@ -43,6 +44,9 @@ struct ShardContext {
   /// Requests queued for the shard threads, all shards together
   /// (tandem_kv_server_queued_requests, docs/metrics.md); may be null.
   base::Gauge* queued = nullptr;
+  /// The request bytes each connection has unanswered; every reply releases
+  /// its request here before it is sent. May be null.
+  RequestWindow* window = nullptr;
 };
 
 /// A request as a shard receives it.

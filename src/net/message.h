@@ -45,6 +45,11 @@ struct OutgoingMessage {
   /// Storage the message owns (e.g. a small payload built on the fly);
   /// `payload` may point into it.
   std::vector<std::byte> owned_storage;
+  /// Whether Send may block this thread while the connection's send queue is
+  /// full (docs/transport.md, "Back-pressure"). False for senders that hold a
+  /// lock the transport's own thread may need (a decorating transport's
+  /// internal sends): they are queued at once, over the bound if need be.
+  bool may_wait = true;
 };
 
 }  // namespace tandem::net

@@ -14,14 +14,14 @@ int ServiceOf(uint16_t type) {
   return 3;
 }
 
-int RoleIndex(const char* role) {
+}  // namespace
+
+int TrafficMeter::RoleIndex(const char* role) {
   for (size_t i = 0; i < 3; ++i) {
-    if (std::string_view(role) == TrafficMeter::kRoles[i]) return static_cast<int>(i);
+    if (std::string_view(role) == kRoles[i]) return static_cast<int>(i);
   }
   return 3;
 }
-
-}  // namespace
 
 TrafficMeter::TrafficMeter(base::StatsRegistry& stats, RoleOf role_of)
     : role_of_(std::move(role_of)) {

@@ -38,6 +38,8 @@ class TrafficMeter {
   /// The label of a role index used here: 0 scheduler, 1 server, 2 worker,
   /// 3 unknown.
   static constexpr std::array<const char*, 4> kRoles = {"scheduler", "server", "worker", "unknown"};
+  /// The index in kRoles of a role label; 3 for any other text.
+  static int RoleIndex(const char* role);
 
  private:
   struct Pair {

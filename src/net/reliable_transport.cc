@@ -202,6 +202,7 @@ void ReliableTransport::Send(ConnectionId id, OutgoingMessage msg) {
   {
     std::lock_guard lock(mu_);
     if (c->closed) {
+      p->msg.may_wait = false;  // fails at once: the connection is closed
       inner_->Send(id, std::move(p->msg));
       return;
     }
@@ -228,6 +229,10 @@ void ReliableTransport::SendCopy(ConnectionId id, const std::shared_ptr<Pending>
   copy.meta = p->msg.meta;
   copy.payload = p->msg.payload;
   copy.on_sent = [this, p](std::exception_ptr error) { OnCopySent(p, std::move(error)); };
+  // Callers may hold send_mu, which the inner loop thread takes in
+  // DrainWaiting: never block on the inner send queue here (the resend
+  // window bounds what is queued; docs/transport.md, "Back-pressure").
+  copy.may_wait = false;
   inner_->Send(id, std::move(copy));
 }
 
@@ -295,6 +300,7 @@ void ReliableTransport::SendAck(ConnectionId id, uint64_t expected,
   OutgoingMessage ack;
   ack.header.type = msgtype::kReliableAck;
   ack.meta = w.Take();
+  ack.may_wait = false;  // sent on the inner loop thread, under locks
   inner_->Send(id, std::move(ack));
 }
 

@@ -90,7 +90,7 @@ void TcpConnection::Start() {
       OnWritable();
     }
   } else if (role_ == Role::kClient) {
-    Enqueue(client_handshake_->Hello());
+    Enqueue(client_handshake_->Hello(), false);
   }
 }
 
@@ -118,15 +118,24 @@ void TcpConnection::Send(OutgoingMessage msg) {
         peer_name_, id_, msg.header.type, msg.header.flags, msg.header.request_id, msg.meta.size(),
         payload, msg.payload.size());
   }
-  Enqueue(std::move(msg));
+  const bool may_wait = msg.may_wait;
+  Enqueue(std::move(msg), may_wait);
 }
 
-void TcpConnection::Enqueue(OutgoingMessage msg) {
+uint64_t TcpConnection::queued_bytes() const {
+  std::lock_guard lock(mu_);
+  return queued_bytes_;
+}
+
+void TcpConnection::Enqueue(OutgoingMessage msg, bool may_wait) {
   msg.header.meta_length = static_cast<uint32_t>(msg.meta.size());
   msg.header.payload_length = 0;
   for (auto s : msg.payload) msg.header.payload_length += s.size();
   PendingSend pending{std::move(msg), {}, 0, 0};
   EncodeHeader(pending.msg.header, pending.header);
+  pending.bytes = kHeaderSize + pending.msg.meta.size() + pending.msg.header.payload_length;
+  SendQueueMeter* meter = ctx_.send_queue->meter;
+  if (meter) pending.role = meter->RoleOf(pending.msg.header.recipient);
   const bool on_loop = ctx_.loop->IsLoopThread();
 
   Completions done;
@@ -134,7 +143,9 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
   std::string error;
   bool post_flush = false;
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
+    // The loop thread never waits: it is the thread that drains the queue.
+    if (may_wait && !on_loop) WaitForRoomLocked(lock, pending.bytes, pending.role);
     if (write_closed_) {
       if (pending.msg.on_sent) failed.push_back(std::move(pending.msg.on_sent));
       error = write_error_;
@@ -144,6 +155,8 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
       // writes, and a sender only appends (no wake-up per message).
       bool idle = queue_.empty() && !want_write_;
       bool has_callback = static_cast<bool>(pending.msg.on_sent);
+      queued_bytes_ += pending.bytes;
+      if (meter) meter->AddQueued(pending.role, static_cast<int64_t>(pending.bytes));
       queue_.push_back(std::move(pending));
       // Who writes (docs/transport.md, "Zero-copy send"):
       //  - a non-empty queue, or one a posted flush will look at: the loop;
@@ -165,10 +178,7 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
       }
       if (write_closed_) {
         error = write_error_;
-        for (auto& p : queue_) {
-          if (p.msg.on_sent) failed.push_back(std::move(p.msg.on_sent));
-        }
-        queue_.clear();
+        DropQueueLocked(failed);
       }
     }
   }
@@ -178,6 +188,40 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
     Complete(std::move(failed), std::make_exception_ptr(PeerLost(
                                     fmt::format("message to {} not sent: {}", peer_name_, error))));
   }
+}
+
+void TcpConnection::WaitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes,
+                                      int role) {
+  const uint64_t limit = ctx_.send_queue->max_queued_bytes;
+  auto has_room = [&] {
+    return write_closed_ || limit == 0 || queued_bytes_ == 0 || queued_bytes_ + bytes <= limit;
+  };
+  if (has_room()) return;
+  SendQueueMeter* meter = ctx_.send_queue->meter;
+  if (meter) meter->CountWait(role);
+  const auto timeout = ctx_.send_queue->wait_timeout;
+  if (room_cv_.wait_for(lock, timeout, has_room)) return;
+  if (meter) meter->CountTimeout(role);
+  throw Timeout(fmt::format(
+      "sending {} B to {} (connection {}): waited {} ms for room in the send queue, which still "
+      "holds {} B in {} messages of the {} B allowed (TANDEM_MAX_INFLIGHT_BYTES); the peer is "
+      "not reading (TANDEM_SEND_WAIT_TIMEOUT)",
+      bytes, peer_name_, id_, timeout.count(), queued_bytes_, queue_.size(), limit));
+}
+
+void TcpConnection::ReleaseLocked(const PendingSend& p) {
+  queued_bytes_ -= p.bytes;
+  if (ctx_.send_queue->meter)
+    ctx_.send_queue->meter->AddQueued(p.role, -static_cast<int64_t>(p.bytes));
+}
+
+void TcpConnection::DropQueueLocked(Completions& failed) {
+  for (auto& p : queue_) {
+    if (p.msg.on_sent) failed.push_back(std::move(p.msg.on_sent));
+    ReleaseLocked(p);
+  }
+  queue_.clear();
+  room_cv_.notify_all();
 }
 
 void TcpConnection::RunPostedFlush() {
@@ -190,10 +234,7 @@ void TcpConnection::RunPostedFlush() {
     if (!write_closed_ && !queue_.empty() && !want_write_) FlushLocked(done);
     if (write_closed_) {
       error = write_error_;
-      for (auto& p : queue_) {
-        if (p.msg.on_sent) failed.push_back(std::move(p.msg.on_sent));
-      }
-      queue_.clear();
+      DropQueueLocked(failed);
     }
   }
   RunCompletions(done, nullptr);
@@ -270,7 +311,9 @@ void TcpConnection::AdvanceLocked(size_t n, Completions& done) {
     }
     if (p.piece < p.piece_count()) break;
     if (p.msg.on_sent) done.push_back(std::move(p.msg.on_sent));
+    ReleaseLocked(p);
     queue_.pop_front();
+    room_cv_.notify_all();
     if (left == 0) break;
   }
 }
@@ -399,10 +442,7 @@ void TcpConnection::OnWritable() {
     if (!write_closed_) FlushLocked(done);
     if (write_closed_) {
       error = write_error_;
-      for (auto& p : queue_) {
-        if (p.msg.on_sent) failed.push_back(std::move(p.msg.on_sent));
-      }
-      queue_.clear();
+      DropQueueLocked(failed);
     }
   }
   // An epoll callback is not inside anybody's Send(): run on_sent now.
@@ -514,7 +554,7 @@ void TcpConnection::OnTlsEstablished() {
   if (role_ == Role::kClient) {
     stage_ = Stage::kClientAwaitChallenge;
     // Leaves behind the client's last handshake record, in one write.
-    Enqueue(client_handshake_->Hello());
+    Enqueue(client_handshake_->Hello(), false);
   } else {
     stage_ = Stage::kServerAwaitHello;
   }
@@ -660,7 +700,7 @@ void TcpConnection::OnFrame(Message&& msg) {
       // The reader only sees plaintext, which exists after the handshake.
       throw ProtocolError("a frame before the TLS handshake completed");
     case Stage::kClientAwaitChallenge:
-      Enqueue(client_handshake_->OnChallenge(msg));
+      Enqueue(client_handshake_->OnChallenge(msg), false);
       stage_ = Stage::kClientAwaitWelcome;
       return;
     case Stage::kClientAwaitWelcome:
@@ -668,11 +708,11 @@ void TcpConnection::OnFrame(Message&& msg) {
       Establish();
       return;
     case Stage::kServerAwaitHello:
-      Enqueue(server_handshake_->OnHello(msg));
+      Enqueue(server_handshake_->OnHello(msg), false);
       stage_ = Stage::kServerAwaitProof;
       return;
     case Stage::kServerAwaitProof:
-      Enqueue(server_handshake_->OnProof(msg));
+      Enqueue(server_handshake_->OnProof(msg), false);
       Establish();
       return;
     case Stage::kEstablished:
@@ -758,10 +798,7 @@ void TcpConnection::Close(const std::string& reason, std::exception_ptr error) {
       write_closed_ = true;
       write_error_ = reason;
     }
-    for (auto& p : queue_) {
-      if (p.msg.on_sent) failed.push_back(std::move(p.msg.on_sent));
-    }
-    queue_.clear();
+    DropQueueLocked(failed);
     // Messages whose on_sent a posted flush still holds were written; that
     // task runs them as successes.
     if (registered_) {

@@ -26,12 +26,20 @@
 // once a message is encrypted. The reader reads ciphertext into the session
 // and decrypts into the frame reader's span, so a posted buffer still
 // receives the payload directly (docs/transport.md, "TLS").
+//
+// Back-pressure (docs/transport.md, "Back-pressure"): the queue holds at most
+// SendQueueBound::max_queued_bytes (header, metadata and payload of messages
+// not completely written; one larger message alone is allowed). A sender on
+// another thread than the loop's waits for room, at most wait_timeout, then
+// Send throws Timeout naming the peer and the bytes queued. The loop thread
+// never waits: it is the one that drains the queue.
 #pragma once
 
 #include <sys/uio.h>
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <exception>
@@ -47,6 +55,7 @@
 #include "net/frame_reader.h"
 #include "net/hmac_handshake.h"
 #include "net/tls_session.h"
+#include "net/send_queue_bound.h"
 #include "net/transport.h"
 #include "net/unique_fd.h"
 
@@ -82,6 +91,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
     TcpConnectionOwner* owner;
     base::Logger* logger;
     const TransportOptions* options;
+    const SendQueueBound* send_queue;
   };
 
   /// Takes a connected, non-blocking socket. `peer_name` names the peer in
@@ -98,9 +108,16 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
 
   /// Queues `msg` (see the file comment); fills in its lengths. When the
   /// connection is not established or already closed, `on_sent` receives
-  /// PeerLost on the loop thread. Any thread. Throws InvalidArgument when the
-  /// metadata exceeds the header's 32-bit length field.
+  /// PeerLost on the loop thread. Any thread; off the loop thread, and when
+  /// `msg.may_wait`, blocks while the send queue is full. Throws
+  /// InvalidArgument when the metadata exceeds the header's 32-bit length
+  /// field; Timeout when no room came within the bound's wait_timeout (the
+  /// message was not queued and its on_sent will not run).
   void Send(OutgoingMessage msg);
+
+  /// Bytes queued and not yet written (header, metadata, payload of every
+  /// message not completely written). Any thread.
+  uint64_t queued_bytes() const;
 
   /// Asks for the connection to be closed with `reason`: frames not yet
   /// delivered are dropped from now on, and the loop closes the socket soon.
@@ -138,7 +155,9 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
     OutgoingMessage msg;
     std::array<std::byte, kHeaderSize> header;
     size_t piece = 0;
-    size_t offset = 0;  // bytes of `piece` already written
+    size_t offset = 0;   // bytes of `piece` already written
+    uint64_t bytes = 0;  // header + meta + payload, as counted in queued_bytes_
+    int role = 3;        // SendQueueMeter role index of the recipient
     size_t piece_count() const { return 2 + msg.payload.size(); }
     std::span<const std::byte> Piece(size_t i) const;
   };
@@ -171,8 +190,17 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   void OnHandshakeTimeout();
   // Sets SO_RCVLOWAT for what the reader waits for next (see the .cc).
   void UpdateReceiveLowWater();
-  // Enqueues `msg` whatever the stage (handshake frames use this directly).
-  void Enqueue(OutgoingMessage msg);
+  // Enqueues `msg` whatever the stage (handshake frames use this directly);
+  // waits for room first when `may_wait` (see the file comment).
+  void Enqueue(OutgoingMessage msg, bool may_wait);
+  // Waits, with `lock` held on mu_, until `bytes` more fit the bound or
+  // writing stopped. Throws Timeout.
+  void WaitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64_t bytes, int role);
+  // Takes `p` off the books of queued_bytes_ and the meter. Requires mu_.
+  void ReleaseLocked(const PendingSend& p);
+  // Empties the queue after writing stopped: moves its on_sent callbacks to
+  // `failed` and wakes waiting senders. Requires mu_.
+  void DropQueueLocked(Completions& failed);
   // Writes queued messages until the queue is empty or the socket is full;
   // arms or disarms EPOLLOUT to match. Requires mu_. Appends finished
   // messages' callbacks to `done`. On a write error, sets write_closed_ and
@@ -227,7 +255,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
 
   // Guarded by mu_. fd_ and watch_ change only on the loop thread (under
   // mu_, when closing), so the loop thread reads them without the lock.
-  std::mutex mu_;
+  mutable std::mutex mu_;
   UniqueFd fd_;
   FdWatch watch_;
   bool registered_ = false;
@@ -235,6 +263,8 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   bool write_closed_ = false;  // no further writes: closed, or a write failed
   std::string write_error_;    // why writes stopped, for late senders
   std::deque<PendingSend> queue_;
+  uint64_t queued_bytes_ = 0;        // sum of queue_[i].bytes
+  std::condition_variable room_cv_;  // queued_bytes_ fell, or writing stopped
   // A RunPostedFlush task is queued on the loop and will write the queue,
   // so senders only append meanwhile.
   bool flush_posted_ = false;

@@ -31,7 +31,8 @@ TcpTransport::TcpTransport(TransportOptions options, TransportHandler* handler,
 TcpTransport::~TcpTransport() { Shutdown(); }
 
 TcpConnection::Context TcpTransport::ConnectionContext() {
-  return TcpConnection::Context{loop_.get(), handler_, this, &logger_, &options_};
+  return TcpConnection::Context{loop_.get(), handler_,  this,
+                                &logger_,    &options_, &tuning_.send_queue};
 }
 
 std::shared_ptr<TcpConnection> TcpTransport::Find(ConnectionId id) const {

@@ -20,6 +20,7 @@
 #include "base/logger.h"
 #include "net/deferred_error.h"
 #include "net/event_loop.h"
+#include "net/send_queue_bound.h"
 #include "net/tcp_connection.h"
 #include "net/transport.h"
 #include "net/unique_fd.h"
@@ -35,6 +36,9 @@ struct TcpTuning {
   /// SO_SNDBUF/SO_RCVBUF for every socket; 0 keeps the kernel's autotuning,
   /// which measured faster on loopback (docs/benchmarks.md).
   int socket_buffer_bytes = 0;
+  /// The bound on each connection's send queue and its metrics
+  /// (docs/transport.md, "Back-pressure").
+  SendQueueBound send_queue;
 };
 
 /// Thread-safety: every public method may be called from any thread (see
@@ -70,7 +74,9 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   ConnectionId Connect(const Endpoint& remote, std::chrono::milliseconds timeout) override;
 
   /// Queues `msg` on `id`; see Transport::Send and TcpConnection::Send. Any
-  /// thread; throws InvalidArgument for metadata over 4 GiB.
+  /// thread; blocks while the connection's send queue is full (TcpTuning::
+  /// send_queue). Throws InvalidArgument for metadata over 4 GiB, Timeout
+  /// when no room came within the bound's wait_timeout.
   void Send(ConnectionId id, OutgoingMessage msg) override;
 
   /// Closes `id`: no further message of it is delivered, queued sends fail,

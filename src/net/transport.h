@@ -91,7 +91,11 @@ class Transport {
   /// from the calling thread; the rest is written by the transport's thread.
   /// Messages on one connection arrive in the order Send was called. On an
   /// unknown or closed connection, `on_sent` receives the error (or, without
-  /// one, the message is dropped).
+  /// one, the message is dropped). The TCP transport bounds each
+  /// connection's queue (docs/transport.md, "Back-pressure"): off its own
+  /// thread, and for a message with `may_wait`, Send blocks while the queue
+  /// is full and throws Timeout (naming the peer and the bytes queued; the
+  /// message is not sent, its on_sent does not run) when no room comes.
   virtual void Send(ConnectionId id, OutgoingMessage msg) = 0;
 
   /// Closes `id`; pending sends fail; OnDisconnected follows.

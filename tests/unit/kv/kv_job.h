@@ -136,9 +136,10 @@ struct KvJobOptions {
   int workers = 2;
   int server_threads = 2;
   uint64_t big_array_bound = kv::kDefaultBigArrayBound;
-  uint64_t inflight_bytes = uint64_t{64} << 20;
-  std::shared_ptr<TestSgd::UpdateLog> update_log;  // the servers' updates, in order
-  kv::OptimizerFactory optimizer_factory;          // the servers' optimizers; unset: TestSgd
+  uint64_t inflight_bytes = uint64_t{64} << 20;         // each worker's KvClient
+  uint64_t server_inflight_bytes = uint64_t{64} << 20;  // each server's RequestWindow
+  std::shared_ptr<TestSgd::UpdateLog> update_log;       // the servers' updates, in order
+  kv::OptimizerFactory optimizer_factory;  // the servers' optimizers; unset: TestSgd
   Timings timings{};
 };
 
@@ -151,6 +152,7 @@ class KvJob {
       so.threads = o.server_threads;
       so.optimizer_factory =
           o.optimizer_factory ? o.optimizer_factory : TestSgdFactory(o.update_log);
+      so.inflight_bytes = o.server_inflight_bytes;
       servers_.push_back(
           std::make_unique<kv::KvServer>(job_.node(static_cast<size_t>(i)).services(), so));
     }

@@ -1,0 +1,178 @@
+// Writes the seed corpora of the fuzz targets whose inputs are tandem's own
+// encodings (tests/fuzz/cluster_messages_fuzz.cc, collective_messages_fuzz.cc,
+// gradient_compression_fuzz.cc, hostfile_fuzz.cc), from the real encoders,
+// so the seeds are messages a node really sends. Run after a format change
+// and commit the result:
+//
+//   build/bin/write_fuzz_seeds tests/fuzz/corpus
+//
+// Each target's input layout is described at the top of its source.
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cluster/cluster_messages.h"
+#include "collective/collective_messages.h"
+#include "kv/compression/gradient_compression.h"
+
+namespace {
+
+using namespace tandem;
+namespace fs = std::filesystem;
+
+class SeedWriter {
+ public:
+  explicit SeedWriter(fs::path root) : root_(std::move(root)) {}
+
+  // Writes `bytes` as <root>/<target>/<name>.
+  void Write(const std::string& target, const std::string& name, const std::string& bytes) {
+    const fs::path dir = root_ / target;
+    fs::create_directories(dir);
+    std::ofstream out(dir / name, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", (dir / name).string()));
+    ++written_;
+  }
+  // A seed of a target whose byte 0 picks the decoder.
+  void WritePicked(const std::string& target, const std::string& name, uint8_t pick,
+                   const std::string& meta) {
+    Write(target, name, std::string(1, static_cast<char>(pick)) + meta);
+  }
+  int written() const { return written_; }
+
+ private:
+  fs::path root_;
+  int written_ = 0;
+};
+
+NodeInfo Node(int id, Role role, int rank, std::string host, uint16_t port) {
+  NodeInfo n;
+  n.id = id;
+  n.role = role;
+  n.rank = rank;
+  n.host = std::move(host);
+  n.port = port;
+  return n;
+}
+
+void ClusterSeeds(SeedWriter& w) {
+  const std::string t = "cluster_messages_fuzz";
+  cluster::NodeTable table;
+  table.num_servers = 2;
+  table.num_workers = 3;
+  table.nodes = {Node(0, Role::kScheduler, 0, "127.0.0.1", 9000),
+                 Node(1, Role::kServer, 0, "127.0.0.1", 41001),
+                 Node(2, Role::kServer, 1, "127.0.0.2", 41002),
+                 Node(3, Role::kWorker, 0, "127.0.0.1", 41003),
+                 Node(4, Role::kWorker, 1, "::1", 41004),
+                 Node(5, Role::kWorker, 2, "worker-2.job.svc", 41005)};
+  w.WritePicked(t, "node_table_2s_3w", 0, table.Encode());
+  cluster::NodeTable alone;
+  alone.nodes = {Node(0, Role::kScheduler, 0, "127.0.0.1", 9000)};
+  w.WritePicked(t, "node_table_scheduler_only", 0, alone.Encode());
+
+  cluster::RegisterRequest reg;
+  reg.role = Role::kServer;
+  reg.requested_rank = 1;
+  reg.host = "127.0.0.1";
+  reg.port = 41001;
+  reg.pid = 4242;
+  reg.hostname = "node-a";
+  w.WritePicked(t, "register_server_rank1", 1, reg.Encode());
+  reg.role = Role::kWorker;
+  reg.requested_rank = -1;
+  reg.host = "::1";
+  w.WritePicked(t, "register_worker_any_rank", 1, reg.Encode());
+
+  cluster::BarrierRequest barrier;
+  barrier.groups = 7;
+  barrier.sequence = 12;
+  w.WritePicked(t, "barrier_all", 2, barrier.Encode());
+  barrier.flags = cluster::BarrierRequest::kFinal;
+  barrier.groups = 4;
+  w.WritePicked(t, "barrier_final_workers", 2, barrier.Encode());
+
+  cluster::BarrierFailure failure;
+  failure.timed_out = true;
+  failure.text = "barrier 3 of group workers timed out after 5000 ms: worker 1 did not arrive";
+  w.WritePicked(t, "barrier_failure_timeout", 3, failure.Encode());
+
+  cluster::NodeLostNotice lost;
+  lost.node = Node(4, Role::kWorker, 1, "127.0.0.1", 41004);
+  lost.reason = "no heartbeat for 10000 ms";
+  w.WritePicked(t, "node_lost_worker", 4, lost.Encode());
+
+  w.WritePicked(t, "text_rejected", 5,
+                cluster::EncodeText("rank 3 of role worker is taken by node 5"));
+}
+
+void CollectiveSeeds(SeedWriter& w) {
+  const std::string t = "collective_messages_fuzz";
+  collective::Hello hello;
+  hello.rank = 3;
+  hello.connection = 1;
+  hello.connections = 2;
+  w.WritePicked(t, "hello_rank3_conn1of2", 0, hello.Encode());
+  collective::MessageKey key;
+  key.communicator = 2;
+  key.sequence = 1000;
+  key.tag = (uint64_t{5} << 32) | 17;
+  w.WritePicked(t, "key_ring_step", 1, key.Encode());
+}
+
+void CompressionSeeds(SeedWriter& w) {
+  const std::string t = "gradient_compression_fuzz";
+  for (auto [type, name] : {std::pair{kv::CompressionType::kOneBit, "onebit"},
+                            std::pair{kv::CompressionType::kTwoBit, "twobit"}}) {
+    kv::CompressionParams p;
+    p.type = type;
+    p.threshold = 0.5f;
+    for (size_t count : {size_t{1}, size_t{16}, size_t{33}, size_t{100}}) {
+      std::vector<float> grad(count), residual(count, 0.0f);
+      for (size_t i = 0; i < count; ++i) grad[i] = float(int(i % 5) - 2) * 0.4f;
+      std::string payload(kv::CompressedBytes(p, count), '\0');
+      kv::Compress(
+          p, grad, residual,
+          std::span<std::byte>(reinterpret_cast<std::byte*>(payload.data()), payload.size()));
+      std::string seed(1, type == kv::CompressionType::kOneBit ? '\0' : '\1');
+      seed.append(reinterpret_cast<const char*>(&p.threshold), sizeof(float));
+      seed.push_back(static_cast<char>(count & 0xff));
+      seed.push_back(static_cast<char>(count >> 8));
+      w.Write(t, fmt::format("{}_{}_values", name, count), seed + payload);
+    }
+  }
+}
+
+void HostfileSeeds(SeedWriter& w) {
+  const std::string t = "hostfile_fuzz";
+  w.Write(t, "plain", "node1\nnode2\n");
+  w.Write(t, "slots_and_users", "# four hosts\nalice@node4 slots=4\nnode5 slots=2  # gpu\n\n");
+  w.Write(t, "brackets_and_colons", "[fd00::5]:8\nbob@[::1]:2\nnode7:3\n127.0.0.1 slots=1\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: " << argv[0] << " CORPUS_DIR   (tests/fuzz/corpus)\n";
+    return 2;
+  }
+  try {
+    SeedWriter w(argv[1]);
+    ClusterSeeds(w);
+    CollectiveSeeds(w);
+    CompressionSeeds(w);
+    HostfileSeeds(w);
+    std::cout << "wrote " << w.written() << " seeds under " << argv[1] << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "write_fuzz_seeds: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
