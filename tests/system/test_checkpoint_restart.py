@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 # The trainer fixture (skips without LibTorch or the data set) of the main job's tests.
 from test_fashion_mnist import trainer  # noqa: F401
@@ -132,11 +133,12 @@ def test_corrupt_newest_round_falls_back_to_the_previous(launch, trainer, tmp_pa
     np.testing.assert_array_equal(np.fromfile(dump, dtype="<f4"), expected)
 
 
-def test_launcher_restarts_the_job_from_the_last_checkpoint(launch, trainer, tmp_path):
-    """tandem launch --max-restarts 2: a worker killed mid-run makes the
-    launcher tear the job down and start it again (TANDEM_RESTART_COUNT=1);
-    the job resumes from its newest checkpoint and ends with the undisturbed
-    run's weights."""
+@pytest.mark.parametrize("role,index", [("worker", 1), ("server", 0), ("scheduler", 0)])
+def test_launcher_restarts_the_job_from_the_last_checkpoint(launch, trainer, tmp_path, role, index):
+    """tandem launch --max-restarts 2: a worker, the server or the scheduler
+    killed mid-run makes the launcher tear the job down and start it again
+    (TANDEM_RESTART_COUNT=1); the job resumes from its newest checkpoint and
+    ends with the undisturbed run's weights."""
     expected = undisturbed_weights(launch, trainer, tmp_path)
     directory = tmp_path / "gang"
     dump = tmp_path / "restarted.bin"
@@ -148,14 +150,15 @@ def test_launcher_restarts_the_job_from_the_last_checkpoint(launch, trainer, tmp
         assert job.returncode is None, job.describe()
         assert time.monotonic() < deadline, "no checkpoint within 120 s\n" + job.describe()
         time.sleep(0.005)
-    workers = job.role_processes("worker")
-    assert len(workers) == 2, workers
-    os.kill(workers[1].pid, signal.SIGKILL)
+    victims = sorted(job.role_processes(role), key=lambda p: p.env.get("DMLC_RANK", ""))
+    assert len(victims) == {"worker": 2, "server": 1, "scheduler": 1}[role], victims
+    victim = victims[index]
+    os.kill(victim.pid, signal.SIGKILL)
     assert job.wait(timeout=180) == 0, job.describe()
     job.assert_no_leftovers()
     output = job.output
-    assert re.search(r"restarting the job \(restart 1 of 2\) after worker \d \(pid "
-                     rf"{workers[1].pid}\) killed by signal 9", output), job.describe()
+    assert re.search(rf"restarting the job \(restart 1 of 2\) after {role}( \d)? \(pid "
+                     rf"{victim.pid}\) killed by signal 9", output), job.describe()
     m = re.search(r"restart 1: resuming from the store checkpoint in \S+ after step (\d+) ",
                   output)
     assert m and int(m.group(1)) >= KILL_AFTER_ROUND, job.describe()
