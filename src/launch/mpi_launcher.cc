@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "launch/rank_exec.h"
+#include "launch/rank_timeline.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -82,7 +83,10 @@ int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_
       o.job.rendezvous_in_worker ? " (in worker 0)" : "", o.mpirun, o.job.num_servers,
       o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s",
       o.hosts.empty() ? " on this host" : fmt::format(" on {} hosts", o.hosts.size()));
-  return RunRankLauncher(mpirun, supervisor_options, announcement);
+  const int code = RunRankLauncher(mpirun, supervisor_options, announcement);
+  MergeRankTimelines(BuildLocalJob(o.job, identity, launcher_env.vars()),
+                     OutputSink(supervisor_options.stderr_fd));
+  return code;
 }
 
 }  // namespace tandem::launch

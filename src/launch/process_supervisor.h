@@ -21,6 +21,9 @@
 //  - Exit code: 0 when every process exited 0; else the first failed
 //    process's code (128 + signal for a signal); 128 + signal when the
 //    launcher was interrupted before anything failed (130 for Ctrl-C).
+//    For a rank launcher (mpirun, srun: ProcessSpec::relays_rank_exec) the
+//    first failed process is the first rank whose `tandem rank-exec`
+//    reported its failure (RankFailureReport), with that rank's code.
 //
 // Mechanics: one thread, one poll() loop over a signalfd (SIGCHLD, SIGINT,
 // SIGTERM, SIGHUP, SIGPIPE), the children's output pipes and the tear-down
@@ -75,7 +78,31 @@ struct SupervisorOptions {
   /// ("worker-3.log"), created or truncated by Start. The directory must
   /// exist. docs/launch.md, "Per-process log files".
   std::string log_dir;
+  /// The tag of the supervisor's own lines ("[launcher] job failed: ...");
+  /// `tandem rank-exec` uses kRankExecLogTag, so that a rank launcher's
+  /// supervisor can tell its ranks' reports from its own.
+  std::string log_tag = "launcher";
+  /// Once the job is over (before Run returns), SIGKILL and reap every
+  /// child of this process that the supervisor did not start: orphans it
+  /// adopted as child subreaper from process groups it does not watch (the
+  /// process of a rank whose `tandem rank-exec` mpirun killed before it
+  /// could reap it), which would otherwise stay as zombies of init. Only
+  /// for a process whose children are all the supervisor's (the launcher,
+  /// rank-exec); requires adopt_orphans.
+  bool end_adopted_orphans = false;
 };
+
+/// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
+inline constexpr std::string_view kRankExecLogTag = "rank-exec";
+
+/// When `line` is rank-exec's report of its process's failure, the
+/// description of that failure ("worker 1 on h2 (pid 4711) killed by
+/// signal 9 (SIGKILL)"): the line it writes the moment the failure is seen,
+/// "[rank-exec] DESCRIPTION; tearing down the job", or its last one,
+/// "[rank-exec] job failed: DESCRIPTION". The first comes first: the
+/// survivors' reports, which a rank launcher may relay in any order, are
+/// usually later. Any thread.
+std::optional<std::string_view> RankFailureReport(std::string_view line);
 
 /// The log file name of a process labelled `label` ("worker 3" ->
 /// "worker-3.log"): spaces and slashes become dashes. Any thread.
@@ -87,10 +114,15 @@ struct ProcessExit {
   pid_t pid = -1;
   ExitStatus status;
   std::string host;  ///< ProcessSpec::host
+  /// For the failure of a rank that a rank launcher relayed
+  /// (ProcessSpec::relays_rank_exec): rank-exec's description of it
+  /// ("worker 2 on h2 (pid 4711) killed by signal 9 (SIGKILL)"); `status`
+  /// is then the rank's, label and pid the rank launcher's.
+  std::string relayed;
 
   /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)", and with a host
   /// "worker 2 on h2 (pid 4711) ..." (the pid is the launcher's process,
-  /// e.g. ssh).
+  /// e.g. ssh); `relayed` when set.
   std::string Describe() const;
 };
 
@@ -164,7 +196,10 @@ class ProcessSupervisor {
   // True once every non-service process has exited with status 0 and a
   // service has outlived them by teardown_grace (starts that clock).
   bool ServicesOutlivedTheJob(TimePoint now);
+  // Signals every group still present (a child that stops with two SIGINTs
+  // gets the first; SendDueSigints the second). Returns how many.
   int SignalGroups(int signal);
+  void SendDueSigints(TimePoint now);
   int LiveGroups() const;
   bool AllExited() const;
   bool Finished() const;
@@ -172,6 +207,7 @@ class ProcessSupervisor {
   void Log(const std::string& text);
   int PollTimeoutMs(TimePoint now) const;
   void KillAndReapEverything();
+  void EndAdoptedOrphans();
   void RestoreProcessState();
 
   SupervisorOptions options_;

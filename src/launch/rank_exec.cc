@@ -2,6 +2,7 @@
 #include "launch/rank_exec.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <string_view>
 #include <utility>
@@ -101,10 +102,21 @@ std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback)
 int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
                     const std::string& announcement) {
   FindExecutable(launcher.argv[0], launcher.env);  // "mpirun not found" before anything starts
-  ProcessSupervisor supervisor(supervisor_options);
-  OutputSink(supervisor_options.stderr_fd).WriteLine("[launcher] " + announcement + "\n");
-  supervisor.Start(launcher);
+  SupervisorOptions options = supervisor_options;
+  options.end_adopted_orphans = true;
+  ProcessSpec spec = launcher;
+  spec.relays_rank_exec = true;
+  ProcessSupervisor supervisor(options);
+  OutputSink(options.stderr_fd).WriteLine("[launcher] " + announcement + "\n");
+  supervisor.Start(spec);
   return supervisor.Run().exit_code;
+}
+
+std::string RankHostName(const std::map<std::string, std::string>& env) {
+  if (const std::string* node = Get(env, "SLURMD_NODENAME")) return *node;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
 }
 
 ProcessSpec RankProcess(const RankProcessOptions& options,

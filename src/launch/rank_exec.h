@@ -37,11 +37,20 @@ std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback)
 
 /// Runs `launcher` (mpirun or srun, which starts the ranks) as the job's
 /// only supervised process: checks that its program exists before anything
-/// starts, writes "[launcher] <announcement>", and returns the launcher's
-/// exit code (ProcessSupervisor::Run). Throws what FindExecutable and
+/// starts, writes "[launcher] <announcement>", and returns the exit code
+/// (ProcessSupervisor::Run): the first failed rank's, as its rank-exec
+/// reported it through the launcher's output (ProcessSpec::relays_rank_exec),
+/// else the launcher's. Orphans of ranks that mpirun killed before their
+/// rank-exec could reap them are ended and reaped
+/// (SupervisorOptions::end_adopted_orphans). Throws what FindExecutable and
 /// ProcessSupervisor throw.
 int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
                     const std::string& announcement);
+
+/// The name of the host a rank runs on, for the reports of its end:
+/// SLURMD_NODENAME of `env` (under srun, Slurm's name of the node), else
+/// gethostname(). Any thread.
+std::string RankHostName(const std::map<std::string, std::string>& env);
 
 /// This rank's process. The rank and world size come from `env`:
 /// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK

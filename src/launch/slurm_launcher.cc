@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "launch/rank_exec.h"
+#include "launch/rank_timeline.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -17,6 +18,10 @@ ProcessSpec BuildSrunCommand(const SlurmJobOptions& options, const LocalJobIdent
   ProcessSpec spec;
   spec.label = "srun";
   spec.prefix_output = false;  // every task prefixes its own lines
+  // One SIGINT only makes srun print its tasks' states, SIGTERM makes it
+  // kill the tasks at once; two SIGINTs make it pass SIGINT on to every
+  // task (rank-exec ends its process) and wait for them.
+  spec.stop_with_two_sigints = true;
   spec.env = launcher_env;
   spec.env["TANDEM_SECRET"] = identity.secret;
   spec.env["TANDEM_JOB_ID"] = identity.job_id;
@@ -55,7 +60,10 @@ int RunSlurmJob(const SlurmJobOptions& options, const SupervisorOptions& supervi
       identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
       o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
       o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s");
-  return RunRankLauncher(srun, supervisor_options, announcement);
+  const int code = RunRankLauncher(srun, supervisor_options, announcement);
+  MergeRankTimelines(BuildLocalJob(o.job, identity, launcher_env.vars()),
+                     OutputSink(supervisor_options.stderr_fd));
+  return code;
 }
 
 }  // namespace tandem::launch

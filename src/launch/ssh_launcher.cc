@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "launch/prefixed_output.h"
+#include "launch/rank_timeline.h"
 #include "launch/remote_exec.h"
 #include "tandem/error.h"
 
@@ -290,7 +291,9 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
                              o.job.num_workers, o.job.num_workers == 1 ? "" : "s", o.hosts.size(),
                              o.hosts.size() == 1 ? "" : "s"));
   for (const auto& spec : specs) supervisor.Start(spec);
-  return supervisor.Run().exit_code;
+  const int code = supervisor.Run().exit_code;
+  MergeRankTimelines(BuildLocalJob(o.job, identity, env), OutputSink(supervisor_options.stderr_fd));
+  return code;
 }
 
 }  // namespace tandem::launch

@@ -76,3 +76,17 @@ def test_programs_started_by_plain_srun_find_their_job(tandem_bin_dir, slurm_env
     outputs = _srun_tasks(slurm_env, [tandem_bin_dir / "kvstore_check", "--scenario", "sync"], 5,
                           extra_env={"TANDEM_NUM_SERVERS": "2"})
     check_kvstore(outputs, 3, 2, "slurm")
+
+
+def test_timeline_of_every_task_is_merged(launch, tandem_bin_dir, slurm_env, tmp_path):
+    """TANDEM_TIMELINE under srun: each task's rank-exec names its file for
+    the task, and the launcher merges them into one trace."""
+    from test_metrics_launch import check_collectives_trace
+    trace = tmp_path / "trace.json"
+    result = launch(3, 0, [tandem_bin_dir / "collective_check", "--steady", "5"],
+                    launcher="slurm", extra_args=["--no-scheduler"], launcher_env=slurm_env,
+                    env={"TANDEM_TIMELINE": str(trace)}, timeout=180)
+    assert result.returncode == 0, result.job.describe()
+    assert f"[launcher] timeline of 3 processes written to {trace}" in result.output, result.output
+    check_collectives_trace(trace, 3, 5)
+    assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"
