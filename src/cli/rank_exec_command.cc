@@ -53,6 +53,7 @@ void RegisterRankExecCommand(CLI::App& app, CommandBody* body) {
       o.job.tandem_binary = launch::CurrentExecutablePath();
       for (const auto& e : args->env) o.job.env.push_back(launch::ParseEnvAssignment(e));
       o.loopback = args->loopback;
+      launch::StopWithParent();
       const auto env = base::Environment::FromProcess().vars();
       launch::ProcessSpec spec = launch::RankProcess(o, env);
       spec.host = launch::RankHostName(env);
@@ -63,6 +64,7 @@ void RegisterRankExecCommand(CLI::App& app, CommandBody* body) {
       launch::SupervisorOptions options;
       options.log_tag = std::string(launch::kRankExecLogTag);
       options.end_adopted_orphans = true;
+      options.stamp_first_failure = true;
       launch::ProcessSupervisor supervisor(options);
       const pid_t pid = supervisor.Start(spec);
       const int code = supervisor.Run().exit_code;

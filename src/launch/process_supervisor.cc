@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include "base/exit_code.h"
 #include "tandem/error.h"
@@ -39,6 +41,12 @@ constexpr int kReadsAtExit = 1024;
 std::string Seconds(milliseconds d) { return fmt::format("{:g} s", d.count() / 1000.0); }
 
 constexpr std::string_view kTearingDown = "; tearing down the job";
+constexpr std::string_view kSeenAt = " (seen at ";
+
+// Now, in seconds since the epoch.
+double WallClockSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 std::string Groups(int n) {
   return n == 1 ? "1 process group" : fmt::format("{} process groups", n);
@@ -70,9 +78,10 @@ struct ProcessSupervisor::Child {
   // With ProcessSpec::relays_rank_exec: the first rank failure its output
   // reported, if any.
   std::optional<ProcessExit> relayed_failure;
-  net::UniqueFd stdout_pipe;  // closed at EOF
-  net::UniqueFd stderr_pipe;  // closed at EOF
-  net::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
+  double relayed_seen_at = 0;  // of relayed_failure; infinity when not said
+  net::UniqueFd stdout_pipe;   // closed at EOF
+  net::UniqueFd stderr_pipe;   // closed at EOF
+  net::UniqueFd stdin_pipe;    // with stdin data: held open until the child exits
   LinePrefixer stdout_lines;
   LinePrefixer stderr_lines;
   // With a log directory: the log file and the unprefixed copies of both
@@ -83,17 +92,33 @@ struct ProcessSupervisor::Child {
   std::unique_ptr<LinePrefixer> stderr_log;
 };
 
-std::optional<std::string_view> RankFailureReport(std::string_view line) {
+std::optional<RankFailureReport> ParseRankFailureReport(std::string_view line) {
   const std::string tag = fmt::format("[{}] ", kRankExecLogTag);
   if (line.substr(0, tag.size()) != tag) return std::nullopt;
   line.remove_prefix(tag.size());
   constexpr std::string_view kJobFailed = "job failed: ";
-  if (line.substr(0, kJobFailed.size()) == kJobFailed) return line.substr(kJobFailed.size());
-  if (line.size() > kTearingDown.size() &&
-      line.substr(line.size() - kTearingDown.size()) == kTearingDown) {
-    return line.substr(0, line.size() - kTearingDown.size());
+  RankFailureReport report;
+  if (line.substr(0, kJobFailed.size()) == kJobFailed) {
+    report.description = line.substr(kJobFailed.size());
+    return report;
   }
-  return std::nullopt;
+  if (line.size() <= kTearingDown.size() ||
+      line.substr(line.size() - kTearingDown.size()) != kTearingDown) {
+    return std::nullopt;
+  }
+  report.description = line.substr(0, line.size() - kTearingDown.size());
+  const size_t at = report.description.rfind(kSeenAt);
+  if (at != std::string_view::npos && report.description.back() == ')') {
+    const std::string stamp(report.description.substr(
+        at + kSeenAt.size(), report.description.size() - 1 - at - kSeenAt.size()));
+    char* end = nullptr;
+    const double seen = std::strtod(stamp.c_str(), &end);
+    if (!stamp.empty() && end == stamp.c_str() + stamp.size()) {
+      report.seen_at = seen;
+      report.description = report.description.substr(0, at);
+    }
+  }
+  return report;
 }
 
 std::string LogFileName(std::string_view label) {
@@ -183,14 +208,25 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   if (spec.relays_rank_exec) {
     Child* c = child.get();
     auto observe = [c](std::string_view line) {
-      if (c->relayed_failure) return;
-      std::optional<std::string_view> described = RankFailureReport(line);
-      if (!described) return;
-      std::optional<ExitStatus> status = ExitStatus::FromDescription(*described);
+      std::optional<RankFailureReport> report = ParseRankFailureReport(line);
+      if (!report) return;
+      std::optional<ExitStatus> status = ExitStatus::FromDescription(report->description);
       if (!status || status->success()) return;
+      // A death by a signal (a crash, kill -9: rank-exec reports no death
+      // that its own stop caused) is a cause; exits with a status, such as
+      // the survivors' PeerLost, are usually its consequences, and over
+      // TCP they may see the loss before the victim's parent sees the
+      // death. So: deaths by signal first, then the earliest seen; of
+      // equal times (none said), the first line.
+      if (c->relayed_failure) {
+        const bool killed = status->signaled;
+        const bool had_killed = c->relayed_failure->status.signaled;
+        if (killed != had_killed ? had_killed : report->seen_at >= c->relayed_seen_at) return;
+      }
       ProcessExit failure{c->label, c->pid, *status, c->host};
-      failure.relayed = std::string(*described);
+      failure.relayed = std::string(report->description);
       c->relayed_failure = failure;
+      c->relayed_seen_at = report->seen_at;
     };
     child->stdout_lines.SetObserver(observe);
     child->stderr_lines.SetObserver(observe);
@@ -346,7 +382,9 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
     // A rank launcher's failure is that of the first rank that reported one.
     first_failure_ = child.relayed_failure ? *child.relayed_failure : exit;
     if (phase_ == Phase::kRunning) {
-      Log(fmt::format("{}{}", exit.Describe(), kTearingDown));
+      Log(options_.stamp_first_failure ? fmt::format("{}{}{:.3f}){}", exit.Describe(), kSeenAt,
+                                                     WallClockSeconds(), kTearingDown)
+                                       : fmt::format("{}{}", exit.Describe(), kTearingDown));
       phase_ = Phase::kGrace;
       deadline_ = now + options_.teardown_grace;
       return;

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,19 +91,37 @@ struct SupervisorOptions {
   /// for a process whose children are all the supervisor's (the launcher,
   /// rank-exec); requires adopt_orphans.
   bool end_adopted_orphans = false;
+  /// The line that reports the first failure gives the wall-clock time it
+  /// was seen: "... (SIGKILL) (seen at 1763906457.421); tearing down the
+  /// job". `tandem rank-exec` sets it, so that the launcher above can tell
+  /// which rank failed first (ParseRankFailureReport).
+  bool stamp_first_failure = false;
 };
 
 /// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
 inline constexpr std::string_view kRankExecLogTag = "rank-exec";
 
-/// When `line` is rank-exec's report of its process's failure, the
-/// description of that failure ("worker 1 on h2 (pid 4711) killed by
-/// signal 9 (SIGKILL)"): the line it writes the moment the failure is seen,
-/// "[rank-exec] DESCRIPTION; tearing down the job", or its last one,
-/// "[rank-exec] job failed: DESCRIPTION". The first comes first: the
-/// survivors' reports, which a rank launcher may relay in any order, are
-/// usually later. Any thread.
-std::optional<std::string_view> RankFailureReport(std::string_view line);
+/// rank-exec's report of its process's failure, read from a line.
+struct RankFailureReport {
+  /// "worker 1 on h2 (pid 4711) killed by signal 9 (SIGKILL)"
+  std::string_view description;
+  /// When rank-exec saw the failure (seconds since the epoch); infinity
+  /// when the line does not say.
+  double seen_at = std::numeric_limits<double>::infinity();
+};
+
+/// The report in `line`, if it is one: the line rank-exec writes the moment
+/// the failure is seen, "[rank-exec] DESCRIPTION (seen at 1763906457.421);
+/// tearing down the job" (SupervisorOptions::stamp_first_failure), or its
+/// last one, "[rank-exec] job failed: DESCRIPTION". A rank launcher relays
+/// the reports of ranks on different hosts in no particular order (a
+/// survivor's on the launcher's host often before the victim's from
+/// another), so the supervisor takes a death by a signal before an exit
+/// with a status (a killed or crashed rank is the cause, the survivors'
+/// PeerLost exits its consequences, which TCP may show them before the
+/// victim's parent sees the death), then the earliest `seen_at`. Any
+/// thread.
+std::optional<RankFailureReport> ParseRankFailureReport(std::string_view line);
 
 /// The log file name of a process labelled `label` ("worker 3" ->
 /// "worker-3.log"): spaces and slashes become dashes. Any thread.

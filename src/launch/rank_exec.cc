@@ -2,8 +2,12 @@
 #include "launch/rank_exec.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -110,6 +114,20 @@ int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& superv
   OutputSink(options.stderr_fd).WriteLine("[launcher] " + announcement + "\n");
   supervisor.Start(spec);
   return supervisor.Run().exit_code;
+}
+
+void StopWithParent() {
+  const pid_t parent = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+    throw IoError(
+        fmt::format("tandem rank-exec: prctl(PR_SET_PDEATHSIG): {}", std::strerror(errno)));
+  }
+  // The parent may have died before the death signal was set.
+  if (parent == 1 || ::getppid() != parent) {
+    throw IoError(
+        "tandem rank-exec: the launcher that started this rank (mpirun, orted, "
+        "slurmstepd) is gone");
+  }
 }
 
 std::string RankHostName(const std::map<std::string, std::string>& env) {

@@ -52,6 +52,14 @@ int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& superv
 /// gethostname(). Any thread.
 std::string RankHostName(const std::map<std::string, std::string>& env);
 
+/// Makes this process (rank-exec) get SIGTERM when the thread that
+/// started it dies (PR_SET_PDEATHSIG): its parent is mpirun, Open MPI's
+/// orted or srun's slurmstepd, and when that one is killed with SIGKILL
+/// (with the launcher above it) nobody else would stop the rank; the
+/// SIGTERM makes the supervisor end the rank's process. Throws IoError
+/// when the parent is gone already. Call before the supervisor exists.
+void StopWithParent();
+
 /// This rank's process. The rank and world size come from `env`:
 /// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK
 /// with PMI_SIZE, else SLURM_PROCID and SLURM_NTASKS (srun); the size must

@@ -2,7 +2,7 @@
 the local and ssh launchers are checked (test_cluster_launch.py,
 test_launch_ssh.py): Ctrl-C (SIGINT to the launcher), SIGTERM to the
 launcher and kill -9 of one worker each end every process of the job within
-seconds; the exit code is 130, 143, or the killed worker's 137, and the
+seconds (and under mpirun so does kill -9 of the launcher); the exit code is 130, 143, or the killed worker's 137, and the
 launcher's last line says why, naming the failed rank and its host.
 
 What is left is found by the PIDs the processes print and by the job's tag
@@ -120,3 +120,15 @@ def test_kill_9_of_a_worker_ends_the_job_naming_its_rank_and_host(request, launc
     assert re.fullmatch(rf"\[launcher\] job failed: worker 1 on {host} \(pid {pids['worker 1']}\) "
                         r"killed by signal 9 \(SIGKILL\)", last_launcher_line(job)), job.describe()
     assert_all_gone(job, launcher, pids, within=5)
+
+
+def test_kill_9_of_the_launcher_ends_every_rank_under_mpirun(launch, tandem_bin_dir):
+    """The launcher cannot act once killed with SIGKILL: mpirun dies with it
+    (PR_SET_PDEATHSIG), and each rank-exec, whose parent mpirun was, gets
+    SIGTERM from its own death signal and ends its process."""
+    job, pids = start_long_job(launch, tandem_bin_dir, "mpi", launcher_env(None, "mpi"))
+    killed = time.monotonic()
+    os.kill(job.proc.pid, signal.SIGKILL)
+    job.wait(timeout=10)
+    assert_all_gone(job, "mpi", pids, within=10)
+    assert time.monotonic() - killed < 12, job.describe()

@@ -794,6 +794,23 @@ INSTANTIATE_TEST_SUITE_P(
                   143,
                   "\\[launcher\\] job failed: worker 2 on h3 \\(pid 77\\) killed by signal 15 "
                   "\\(SIGTERM\\)"},
+        // Reports of ranks on other hosts arrive in any order: a death by a
+        // signal wins, then the earliest time seen, whatever the order.
+        RelayCase{"KilledBeforeExited",
+                  "echo '[rank-exec] server 0 on h1 (pid 5) exited with status 1 (seen at "
+                  "1763906457.430); tearing down the job' >&2; echo '[rank-exec] worker 3 on h3 "
+                  "(pid 6) killed by signal 9 (SIGKILL) (seen at 1763906457.441); tearing down "
+                  "the job' >&2; echo '[rank-exec] worker 0 on h2 (pid 7) exited with status 1 "
+                  "(seen at 1763906457.425); tearing down the job' >&2; exit 1",
+                  137,
+                  "\\[launcher\\] job failed: worker 3 on h3 \\(pid 6\\) killed by signal 9 "
+                  "\\(SIGKILL\\)"},
+        RelayCase{"EarliestOfTheExits",
+                  "echo '[rank-exec] server 0 on h1 (pid 5) exited with status 4 (seen at "
+                  "1763906457.430); tearing down the job' >&2; echo '[rank-exec] worker 0 on h2 "
+                  "(pid 7) exited with status 2 (seen at 1763906457.425); tearing down the job' "
+                  ">&2; exit 1",
+                  2, "\\[launcher\\] job failed: worker 0 on h2 \\(pid 7\\) exited with status 2"},
         // No rank reported (a rank-exec killed before it could): mpirun's own.
         RelayCase{"NoReport", "echo '[rank-exec] job interrupted by SIGTERM' >&2; exit 14", 14,
                   "\\[launcher\\] job failed: mpirun \\(pid [0-9]+\\) exited with status 14"},
@@ -872,6 +889,7 @@ TEST(ProcessSupervisorTest, OwnLinesCarryTheLogTag) {
   {
     SupervisorOptions options = Options(out, err);
     options.log_tag = std::string(kRankExecLogTag);
+    options.stamp_first_failure = true;
     ProcessSupervisor supervisor(options);
     ProcessSpec spec = Shell("worker 1", "exit 3");
     spec.host = "h2";
@@ -881,6 +899,15 @@ TEST(ProcessSupervisorTest, OwnLinesCarryTheLogTag) {
   EXPECT_THAT(err.Lines().back(),
               ::testing::MatchesRegex("\\[rank-exec\\] job failed: worker 1 on h2 \\(pid [0-9]+\\) "
                                       "exited with status 3"));
+  // The first report says when; the parser gives the time and the rest.
+  const std::string first = err.Lines().front();
+  std::optional<RankFailureReport> report = ParseRankFailureReport(first);
+  ASSERT_TRUE(report.has_value()) << first;
+  EXPECT_THAT(std::string(report->description),
+              ::testing::MatchesRegex("worker 1 on h2 \\(pid [0-9]+\\) exited with status 3"));
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_NEAR(report->seen_at, now, 60) << first;
 }
 
 struct DescriptionCase {
