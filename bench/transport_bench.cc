@@ -16,7 +16,12 @@
 //     transport callbacks on both sides, into posted buffers, as a server
 //     would; the baseline is a blocking send/recv loop.
 //
-// Usage: transport_bench [--rounds N] [--quick] [--size BYTES] [--sockbuf BYTES]
+// With --tls the comparison is tandem with TLS (TANDEM_TLS=1) against tandem
+// in plaintext instead, for throughput and round trip over 4 KiB..64 MiB: the
+// child serves both on two transports, with a throwaway CA and certificate
+// made at start-up (net/certificate_authority.h) in a temporary directory.
+//
+// Usage: transport_bench [--rounds N] [--quick] [--size BYTES] [--sockbuf BYTES] [--tls]
 // (--size runs only the listed sizes equal to BYTES, for profiling;
 // --sockbuf sets SO_SNDBUF/SO_RCVBUF on tandem's sockets instead of leaving
 // them to the kernel's autotuning).
@@ -43,6 +48,8 @@
 #include <vector>
 
 #include "base/logger.h"
+#include "base/temporary_directory.h"
+#include "net/certificate_authority.h"
 #include "net/socket_address.h"
 #include "net/tcp_transport.h"
 #include "tandem/error.h"
@@ -221,23 +228,39 @@ void ServeBaseline(int listen_fd) {
   }
 }
 
-[[noreturn]] void RunChild(int report_fd, int sockbuf) {
-  base::Logger log("bench-peer", 0);
-  EchoServer echo;
+net::TransportOptions BenchOptions(std::shared_ptr<const net::TlsContext> tls) {
   net::TransportOptions o;
   o.secret = "bench";
   o.job_id = "transport-bench";
+  o.tls = std::move(tls);
+  return o;
+}
+
+// `tls_files`: with --tls, the material of a second, TLS transport the
+// child serves too; its port is reported third.
+[[noreturn]] void RunChild(int report_fd, int sockbuf, const net::TlsFiles* tls_files) {
+  base::Logger log("bench-peer", 0);
+  EchoServer echo;
   net::TcpTuning tuning;
   tuning.socket_buffer_bytes = sockbuf;
-  net::TcpTransport transport(o, &echo, log, tuning);
+  net::TcpTransport transport(BenchOptions(nullptr), &echo, log, tuning);
   echo.SetTransport(&transport);
   Endpoint tandem_bound = transport.Listen({"127.0.0.1", 0});
+  EchoServer tls_echo;
+  std::unique_ptr<net::TcpTransport> tls_transport;
+  uint16_t tls_port = 0;
+  if (tls_files != nullptr) {
+    tls_transport = std::make_unique<net::TcpTransport>(
+        BenchOptions(net::TlsContext::Load(*tls_files)), &tls_echo, log, tuning);
+    tls_echo.SetTransport(tls_transport.get());
+    tls_port = tls_transport->Listen({"127.0.0.1", 0}).port;
+  }
   Endpoint base_bound;
   net::UniqueFd base_fd = net::ListenOn({"127.0.0.1", 0}, &base_bound);
   // The listener is non-blocking; the baseline wants a plain blocking one.
   int flags = ::fcntl(base_fd.get(), F_GETFL);
   ::fcntl(base_fd.get(), F_SETFL, flags & ~O_NONBLOCK);
-  std::string ports = fmt::format("{} {}\n", tandem_bound.port, base_bound.port);
+  std::string ports = fmt::format("{} {} {}\n", tandem_bound.port, base_bound.port, tls_port);
   if (::write(report_fd, ports.data(), ports.size()) != static_cast<ssize_t>(ports.size())) {
     Die("cannot report ports to the parent");
   }
@@ -411,16 +434,115 @@ std::string SizeName(size_t s) {
   return fmt::format("{} B", s);
 }
 
+std::vector<std::byte> MakePayload() {
+  std::vector<std::byte> payload(64u << 20);
+  for (size_t i = 0; i < payload.size(); ++i)
+    payload[i] = static_cast<std::byte>(i * 2654435761u >> 24);
+  return payload;
+}
+
+// Dies unless a message of every size in `sizes` reaches the peer intact.
+void VerifyIntact(net::Transport& transport, BenchClient& client, ConnectionId id,
+                  const std::vector<std::byte>& payload, const std::vector<size_t>& sizes) {
+  for (size_t size : sizes) {
+    auto reply = client.ExpectReply();
+    OutgoingMessage m;
+    m.header.type = kVerify;
+    m.payload.push_back(std::span(payload.data(), size));
+    transport.Send(id, std::move(m));
+    uint64_t got = reply.get().header.request_id;
+    if (got != Checksum(std::span(payload.data(), size))) {
+      Die(fmt::format("checksum mismatch for {} bytes", size));
+    }
+  }
+}
+
+// One tandem client transport connected to the child's port.
+struct Side {
+  BenchClient client;
+  std::unique_ptr<net::TcpTransport> transport;
+  ConnectionId id = 0;
+};
+
+std::unique_ptr<Side> ConnectSide(uint16_t port, std::shared_ptr<const net::TlsContext> tls,
+                                  base::Logger& log, int sockbuf) {
+  auto side = std::make_unique<Side>();
+  net::TcpTuning tuning;
+  tuning.socket_buffer_bytes = sockbuf;
+  side->transport =
+      std::make_unique<net::TcpTransport>(BenchOptions(std::move(tls)), &side->client, log, tuning);
+  side->client.SetTransport(side->transport.get());
+  side->id = side->transport->Connect({"127.0.0.1", port}, std::chrono::seconds(10));
+  return side;
+}
+
+// --tls: tandem with TLS against tandem in plaintext, same sizes for
+// throughput and round trip; per round and size both run back to back,
+// alternating which goes first.
+int RunTlsComparison(uint16_t plain_port, uint16_t tls_port, const net::TlsFiles& files, int rounds,
+                     bool quick, size_t only_size, int sockbuf) {
+  base::Logger log("bench", 0);
+  auto plain = ConnectSide(plain_port, nullptr, log, sockbuf);
+  auto tls = ConnectSide(tls_port, net::TlsContext::Load(files), log, sockbuf);
+  std::vector<size_t> sizes = {4u << 10, 64u << 10, 1u << 20, 16u << 20, 64u << 20};
+  if (only_size != 0) std::erase_if(sizes, [&](size_t s) { return s != only_size; });
+  const uint64_t volume = quick ? (128ull << 20) : (1ull << 30);
+  std::vector<std::byte> payload = MakePayload();
+  VerifyIntact(*tls->transport, tls->client, tls->id, payload, sizes);
+
+  // Round trips per run: many for small messages, fewer (at least 20) for
+  // large ones, about `volume` / 4 bytes each way.
+  auto pings = [&](size_t size) {
+    return static_cast<int>(std::clamp<uint64_t>(volume / 4 / size, 20, quick ? 2000 : 10000));
+  };
+  std::map<size_t, std::vector<double>> gbps[2], rtt[2];  // [0] plaintext, [1] TLS
+  for (int r = 0; r < rounds; ++r) {
+    for (size_t size : sizes) {
+      std::span<const std::byte> p(payload.data(), size);
+      uint64_t n = MessagesFor(size, volume);
+      for (int k = 0; k < 2; ++k) {
+        int which = (r + k) % 2;
+        Side& side = which == 0 ? *plain : *tls;
+        gbps[which][size].push_back(TandemThroughput(*side.transport, side.client, side.id, p, n));
+      }
+      for (int k = 0; k < 2; ++k) {
+        int which = (r + k) % 2;
+        Side& side = which == 0 ? *plain : *tls;
+        int measured = pings(size);
+        rtt[which][size].push_back(
+            Summarise(side.client.PingPong(side.id, size, std::max(2, measured / 10), measured))
+                .median);
+      }
+    }
+    std::fprintf(stderr, "round %d of %d done\n", r + 1, rounds);
+  }
+  std::printf(
+      "TLS 1.3 against plaintext, tandem both (median of %d rounds; throughput: %s per run, "
+      "round trip: median of each run)\n\n",
+      rounds, SizeName(volume).c_str());
+  std::printf(
+      "| size | plaintext GB/s | TLS GB/s | TLS/plaintext | plaintext RTT us | TLS RTT us | "
+      "TLS/plaintext |\n|---|---|---|---|---|---|---|\n");
+  for (size_t size : sizes) {
+    double pg = Median(gbps[0][size]);
+    double tg = Median(gbps[1][size]);
+    double pr = Median(rtt[0][size]);
+    double tr = Median(rtt[1][size]);
+    std::printf("| %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.2f |\n", SizeName(size).c_str(), pg,
+                tg, tg / pg, pr, tr, tr / pr);
+  }
+  tls->transport->Shutdown();
+  plain->transport->Shutdown();
+  return 0;
+}
+
 int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick, size_t only_size,
               int sockbuf) {
   base::Logger log("bench", 0);
   BenchClient client;
-  net::TransportOptions o;
-  o.secret = "bench";
-  o.job_id = "transport-bench";
   net::TcpTuning tuning;
   tuning.socket_buffer_bytes = sockbuf;
-  net::TcpTransport transport(o, &client, log, tuning);
+  net::TcpTransport transport(BenchOptions(nullptr), &client, log, tuning);
   client.SetTransport(&transport);
   ConnectionId id = transport.Connect({"127.0.0.1", tandem_port}, std::chrono::seconds(10));
 
@@ -444,22 +566,9 @@ int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick, 
   const int warmup = quick ? 100 : 500;
   const int measured = quick ? 2000 : 10000;
 
-  std::vector<std::byte> payload(64u << 20);
-  for (size_t i = 0; i < payload.size(); ++i)
-    payload[i] = static_cast<std::byte>(i * 2654435761u >> 24);
-
+  std::vector<std::byte> payload = MakePayload();
   // Correctness first: every size arrives intact through tandem.
-  for (size_t size : bulk_sizes) {
-    auto reply = client.ExpectReply();
-    OutgoingMessage m;
-    m.header.type = kVerify;
-    m.payload.push_back(std::span(payload.data(), size));
-    transport.Send(id, std::move(m));
-    uint64_t got = reply.get().header.request_id;
-    if (got != Checksum(std::span(payload.data(), size))) {
-      Die(fmt::format("checksum mismatch for {} bytes", size));
-    }
-  }
+  VerifyIntact(transport, client, id, payload, bulk_sizes);
 
   std::map<size_t, std::vector<double>> t_gbps, b_gbps;
   std::map<size_t, std::vector<double>> t_med, t_p90, b_med, b_p90;
@@ -524,20 +633,36 @@ int main(int argc, char** argv) {
   bool quick = false;
   size_t only_size = 0;
   int sockbuf = 0;
+  bool tls = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--rounds" && i + 1 < argc) {
       rounds = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--tls") {
+      tls = true;
     } else if (a == "--sockbuf" && i + 1 < argc) {
       sockbuf = std::atoi(argv[++i]);
     } else if (a == "--size" && i + 1 < argc) {
       only_size = std::strtoull(argv[++i], nullptr, 10);
     } else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--quick] [--size BYTES] [--sockbuf BYTES]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--rounds N] [--quick] [--size BYTES] [--sockbuf BYTES] [--tls]\n",
                    argv[0]);
       return 2;
+    }
+  }
+  // The TLS material, made before the fork so that both processes use it.
+  std::unique_ptr<tandem::base::TemporaryDirectory> scratch;
+  tandem::net::TlsFiles tls_files;
+  if (tls) {
+    try {
+      scratch = std::make_unique<tandem::base::TemporaryDirectory>("tandem-bench-tls-");
+      tls_files = tandem::net::CertificateAuthority("transport-bench-ca")
+                      .WriteFiles(scratch->path(), "transport-bench");
+    } catch (const std::exception& e) {
+      tandem::bench::Die(e.what());
     }
   }
   // Fork first, while the process has a single thread.
@@ -547,7 +672,7 @@ int main(int argc, char** argv) {
   if (child < 0) tandem::bench::Die("fork failed");
   if (child == 0) {
     ::close(pipe_fds[0]);
-    tandem::bench::RunChild(pipe_fds[1], sockbuf);
+    tandem::bench::RunChild(pipe_fds[1], sockbuf, tls ? &tls_files : nullptr);
   }
   ::close(pipe_fds[1]);
   char buf[64] = {};
@@ -558,15 +683,21 @@ int main(int argc, char** argv) {
     got += static_cast<size_t>(n);
   }
   ::close(pipe_fds[0]);
-  unsigned tandem_port = 0, base_port = 0;
-  if (std::sscanf(buf, "%u %u", &tandem_port, &base_port) != 2) {
+  unsigned tandem_port = 0, base_port = 0, tls_port = 0;
+  if (std::sscanf(buf, "%u %u %u", &tandem_port, &base_port, &tls_port) != 3) {
     tandem::bench::Die("the peer process did not report its ports");
   }
   int rc = 1;
   try {
-    rc = tandem::bench::RunParent(static_cast<uint16_t>(tandem_port),
-                                  static_cast<uint16_t>(base_port), rounds, quick, only_size,
-                                  sockbuf);
+    if (tls) {
+      rc = tandem::bench::RunTlsComparison(static_cast<uint16_t>(tandem_port),
+                                           static_cast<uint16_t>(tls_port), tls_files, rounds,
+                                           quick, only_size, sockbuf);
+    } else {
+      rc = tandem::bench::RunParent(static_cast<uint16_t>(tandem_port),
+                                    static_cast<uint16_t>(base_port), rounds, quick, only_size,
+                                    sockbuf);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "transport_bench: %s\n", e.what());
   }

@@ -18,7 +18,8 @@ PACKAGES=(
   libcli11-dev        # the `tandem` command line
   nlohmann-json3-dev  # JSON (node tables, bench output)
   libfmt-dev          # formatting and logging
-  libssl-dev          # HMAC-SHA256 of the handshake (OpenSSL)
+  libssl-dev          # HMAC-SHA256 of the handshake, TLS (TANDEM_TLS=1) (OpenSSL)
+  openssl             # tests/system/test_tls_launch.py makes its certificates with it
   prometheus-cpp-dev  # the opt-in /metrics endpoint (src/metrics/)
   prometheus          # promtool, which checks the metrics text in the tests
   clang-14            # sanitizer and libFuzzer builds
@@ -41,6 +42,8 @@ PACKAGES=(
   libgloo-dev         # bench/peers: Gloo's allreduce, the collectives' peer
   libopenmpi-dev      # bench/peers: MPI_Allreduce and friends, the other peer
   openmpi-bin         # mpirun, to run the MPI peer
+  libpmix-dev         # the PMIx start-up contract (src/cluster/pmix_client.cc): zero-config mpirun and srun --mpi=pmix
+  pkg-config          # CMake finds libpmix through it
   libtorch-dev        # examples/fashion_mnist: the main job's model (LibTorch)
   dataset-fashion-mnist  # examples/fashion_mnist: the main job's data (IDX files)
   zlib1g-dev          # examples/fashion_mnist: reading the gzipped IDX files

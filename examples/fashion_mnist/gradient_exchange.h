@@ -6,6 +6,7 @@
 // them in that order, as float32 views of its own memory.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ class GradientExchange {
   /// workers. Every worker calls them. Throws tandem::IoError.
   virtual void SaveOptimizerStates(const std::string& path) = 0;
   virtual void LoadOptimizerStates(const std::string& path) = 0;
+
+  /// True when the exchange can checkpoint its store (a distributed
+  /// KVStore: docs/checkpoints.md).
+  virtual bool has_store_checkpoints() const { return false; }
+  /// A store checkpoint (KVStore::SaveCheckpoint) in `dir` carrying this
+  /// worker's `user_state`. Every worker calls it after the same step.
+  /// Returns the round. Throws tandem::InvalidArgument without store
+  /// checkpoints, and what SaveCheckpoint throws.
+  virtual uint64_t SaveStoreCheckpoint(const std::string& dir, const std::string& user_state);
+  /// Loads the newest consistent store checkpoint of `dir`; when the
+  /// servers run the optimizer, `weights` then hold its values. Returns this
+  /// worker's user state, or nullopt when `dir` holds none. Every worker
+  /// calls it after ShareInitialWeights. Throws as SaveStoreCheckpoint.
+  virtual std::optional<std::string> LoadStoreCheckpoint(
+      const std::string& dir, const std::vector<tandem::TensorView>& weights);
 };
 
 }  // namespace fashion_mnist

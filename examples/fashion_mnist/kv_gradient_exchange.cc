@@ -35,4 +35,25 @@ void KvGradientExchange::LoadOptimizerStates(const std::string& path) {
   if (server_sgd_) store_->LoadOptimizerStates(path);
 }
 
+bool KvGradientExchange::has_store_checkpoints() const {
+  return store_->type().rfind("dist", 0) == 0;
+}
+
+uint64_t KvGradientExchange::SaveStoreCheckpoint(const std::string& dir,
+                                                 const std::string& user_state) {
+  return store_->SaveCheckpoint(dir, user_state);
+}
+
+std::optional<std::string> KvGradientExchange::LoadStoreCheckpoint(
+    const std::string& dir, const std::vector<tandem::TensorView>& weights) {
+  std::optional<tandem::KVCheckpoint> loaded = store_->LoadCheckpoint(dir);
+  if (!loaded) return std::nullopt;
+  if (server_sgd_) {
+    for (size_t i = 0; i < weights.size(); ++i) store_->Pull(static_cast<int>(i), weights[i]);
+  }
+  // Nobody pushes the next step before every worker pulled.
+  store_->Barrier();
+  return std::move(loaded->user_state);
+}
+
 }  // namespace fashion_mnist

@@ -30,6 +30,10 @@ class KvGradientExchange : public GradientExchange {
                 const std::vector<tandem::TensorView>& weights) override;
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;
+  bool has_store_checkpoints() const override;
+  uint64_t SaveStoreCheckpoint(const std::string& dir, const std::string& user_state) override;
+  std::optional<std::string> LoadStoreCheckpoint(
+      const std::string& dir, const std::vector<tandem::TensorView>& weights) override;
 
  private:
   std::unique_ptr<tandem::KVStore> store_;

@@ -1,6 +1,7 @@
 #include "train_options.h"
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 
@@ -52,6 +53,11 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
   app.add_option("--checkpoint-dir", o->checkpoint_dir,
                  "save weights and optimizer states here after every epoch");
   app.add_flag("--resume", o->resume, "continue from the last epoch saved in --checkpoint-dir");
+  app.add_option("--checkpoint-every", o->checkpoint_every,
+                 "also save a store checkpoint (servers and workers, docs/checkpoints.md) into "
+                 "--checkpoint-dir every STEPS steps; a restarted job (TANDEM_RESTART_COUNT > 0) "
+                 "resumes from the newest consistent one")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--dump-weights", o->dump_weights,
                  "rank 0 writes the final weights here (float32, little-endian, in parameter "
                  "order)");
@@ -68,6 +74,29 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
     std::cerr << "--resume needs --checkpoint-dir\n";
     *exit_code = 2;
     return false;
+  }
+  if (o->checkpoint_every > 0 && o->checkpoint_dir.empty()) {
+    std::cerr << "--checkpoint-every needs --checkpoint-dir\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (o->checkpoint_every > 0 && (o->allreduce || o->kvstore.rfind("dist", 0) != 0)) {
+    std::cerr << "--checkpoint-every checkpoints the parameter server: it needs a distributed "
+                 "--kvstore (dist_sync or dist_async), not "
+              << (o->allreduce ? "--allreduce" : "--kvstore " + o->kvstore) << "\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (const char* restarts = std::getenv("TANDEM_RESTART_COUNT")) {
+    char* end = nullptr;
+    const long n = std::strtol(restarts, &end, 10);
+    if (end == restarts || *end != '\0' || n < 0 || n > 1000000) {
+      std::cerr << "TANDEM_RESTART_COUNT='" << restarts
+                << "' is not a restart count (a number >= 0)\n";
+      *exit_code = 2;
+      return false;
+    }
+    o->restart_count = static_cast<int>(n);
   }
   if (o->allreduce && o->optimizer_on_workers) {
     std::cerr << "--allreduce always runs the optimizer on the workers; drop "

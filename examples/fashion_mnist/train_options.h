@@ -23,19 +23,21 @@ struct TrainOptions {
   double warmup_epochs = 0.0;    ///< gradual warm-up to the scaled rate
   std::vector<double> workload;  ///< relative speed per worker (unequal shards)
   uint64_t seed = 42;
-  std::string data_dir;        ///< holds the IDX files
-  int64_t train_limit = 0;     ///< use the first N training examples (0: all)
-  int64_t test_limit = 0;      ///< evaluate on the first N test examples (0: all)
-  int64_t max_steps = -1;      ///< stop after this many steps in all (-1: every epoch; 0: none)
-  std::string checkpoint_dir;  ///< save after each epoch here
-  bool resume = false;         ///< continue from checkpoint_dir
-  std::string dump_weights;    ///< rank 0 writes the final weights here
-  int threads = 1;             ///< LibTorch's intra-op threads per worker
-  bool quiet = false;          ///< no progress lines
+  std::string data_dir;          ///< holds the IDX files
+  int64_t train_limit = 0;       ///< use the first N training examples (0: all)
+  int64_t test_limit = 0;        ///< evaluate on the first N test examples (0: all)
+  int64_t max_steps = -1;        ///< stop after this many steps in all (-1: every epoch; 0: none)
+  std::string checkpoint_dir;    ///< save after each epoch here
+  bool resume = false;           ///< continue from checkpoint_dir
+  int64_t checkpoint_every = 0;  ///< a store checkpoint every N steps (0: none)
+  int restart_count = 0;         ///< TANDEM_RESTART_COUNT: > 0 resumes from a store checkpoint
+  std::string dump_weights;      ///< rank 0 writes the final weights here
+  int threads = 1;               ///< LibTorch's intra-op threads per worker
+  bool quiet = false;            ///< no progress lines
 };
 
-/// Parses argv. Returns false (after printing help or the error) when the
-/// program should exit with `*exit_code`. Thread: main.
+/// Parses argv (and reads TANDEM_RESTART_COUNT into restart_count). Returns false (after printing
+/// help or the error) when the program should exit with `*exit_code`. Thread: main.
 bool ParseTrainOptions(int argc, char** argv, TrainOptions* options, int* exit_code);
 
 }  // namespace fashion_mnist

@@ -7,10 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "checkpoint.h"
 #include "cnn_model.h"
 #include "progress_line.h"
+#include "resume_state.h"
 #include "tandem/error.h"
 
 namespace fashion_mnist {
@@ -133,6 +135,37 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
     exchange.ShareInitialWeights(weight_views);
   }
   if (o.resume) exchange.LoadOptimizerStates(KvOptimizerStatesPath(o.checkpoint_dir));
+  int64_t step_count = static_cast<int64_t>(start_epoch) * plan.steps_per_epoch();
+  int64_t start_step = 0;  // within start_epoch
+  if (o.restart_count > 0 && !o.checkpoint_dir.empty() && exchange.has_store_checkpoints()) {
+    // A restarted job (tandem launch --max-restarts): the newest consistent
+    // store checkpoint, if any (docs/training.md, "Checkpoints").
+    std::optional<std::string> saved;
+    {
+      torch::NoGradGuard no_grad;
+      saved = exchange.LoadStoreCheckpoint(o.checkpoint_dir, weight_views);
+    }
+    if (saved) {
+      const ResumeState state = DecodeResumeState(*saved);
+      if (!state.local_state.empty()) LoadLocalState(state.local_state, weights, sgd.get());
+      step_count = state.steps_done;
+      start_epoch = state.epoch;
+      start_step = state.next_step;
+      if (start_step >= plan.steps_per_epoch()) {
+        ++start_epoch;
+        start_step = 0;
+      }
+    }
+    if (leader) {
+      fmt::print(
+          "restart {}: {}\n", o.restart_count,
+          saved ? fmt::format("resuming from the store checkpoint in {} after step {} "
+                              "(epoch {}, step {})",
+                              o.checkpoint_dir, step_count, start_epoch + 1, start_step)
+                : fmt::format("no store checkpoint in {} yet; starting over", o.checkpoint_dir));
+      std::fflush(stdout);
+    }
+  }
 
   const torch::Tensor train_pixels = PixelTensor(data.train);
   const torch::Tensor train_labels = LabelTensor(data.train);
@@ -157,7 +190,6 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
   }
 
   double accuracy = -1;
-  int64_t step_count = static_cast<int64_t>(start_epoch) * plan.steps_per_epoch();
   bool stopped = false;
   for (int epoch = start_epoch; epoch < o.epochs && !stopped; ++epoch) {
     if (o.max_steps >= 0 && step_count >= o.max_steps) break;
@@ -165,7 +197,8 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
     ProgressLine progress(leader && !o.quiet ? stdout : nullptr, epoch + 1, o.epochs,
                           plan.steps_per_epoch(), plan.global_batch());
     const auto epoch_start = Clock::now();
-    for (int64_t step = 0; step < plan.steps_per_epoch(); ++step) {
+    for (int64_t step = epoch == start_epoch ? start_step : 0; step < plan.steps_per_epoch();
+         ++step) {
       if (o.max_steps >= 0 && step_count >= o.max_steps) {
         stopped = true;
         break;
@@ -196,6 +229,14 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
           static_cast<torch::optim::SGDOptions&>(group.options()).lr(rate.At(step_count));
         }
         sgd->step();
+      }
+      if (o.checkpoint_every > 0 && step_count % o.checkpoint_every == 0) {
+        ResumeState state;
+        state.steps_done = step_count;
+        state.epoch = epoch;
+        state.next_step = step + 1;
+        if (sgd) state.local_state = SaveLocalState(weights, sgd.get());
+        exchange.SaveStoreCheckpoint(o.checkpoint_dir, EncodeResumeState(state));
       }
       const double mean_loss = loss_sum.item<double>() / static_cast<double>(picked.size());
       progress.Update(step + 1, mean_loss, Seconds(t0, Clock::now()), Seconds(t1, t2));

@@ -20,7 +20,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -77,6 +79,16 @@ class KVHandle {
 /// Hyper-parameters by MXNet's names, values as text
 /// ({"learning_rate", "0.1"}, {"momentum", "0.9"}, ...).
 using KVParams = std::map<std::string, std::string>;
+
+/// What LoadCheckpoint restored for this worker.
+struct KVCheckpoint {
+  /// The store's round the checkpoint was taken at (docs/checkpoints.md,
+  /// "Rounds"); pushes count on from it.
+  uint64_t round = 0;
+  /// The bytes this worker gave SaveCheckpoint (its step, data position,
+  /// local optimizer state...).
+  std::string user_state;
+};
 
 /// A key-value store for parameters. See the file comment.
 class KVStore {
@@ -202,6 +214,34 @@ class KVStore {
   /// servers), with the same optimizer set. Then the workers meet in a
   /// barrier. Throws as SaveOptimizerStates.
   virtual void LoadOptimizerStates(const std::string& path) = 0;
+
+  /// Saves a consistent checkpoint of the whole store into `dir` (a
+  /// directory every node can reach: the same machine or a shared file
+  /// system) as round R, the store's round (the most pushes of any one key
+  /// so far, counted on from a loaded checkpoint's round): every server
+  /// writes its shard (keys, values, optimizer states and schedule), this
+  /// worker writes `user_state` (and its compression residuals), each file
+  /// atomically and durably, and worker 0 writes the round's manifest last;
+  /// the two newest complete rounds are kept. docs/checkpoints.md gives
+  /// the files and the protocol. Every worker calls it at the same point,
+  /// after every push it made was waited for (the servers refuse a round in
+  /// progress). Returns R. Distributed stores only. Throws InvalidArgument
+  /// (a local store, a round in progress), IoError (naming the file),
+  /// PeerLost, Timeout; every worker throws if any step failed.
+  virtual uint64_t SaveCheckpoint(const std::string& dir, std::string_view user_state) = 0;
+
+  /// Loads the newest consistent round of `dir`: worker 0 verifies every
+  /// file of a round (manifest, checksums, headers) before anything is
+  /// applied, falls back to the previous round when one is corrupt,
+  /// truncated or missing (logging why), then the servers verify their
+  /// shards against their keys and optimizer and only then apply them.
+  /// Every worker calls it after Init of every key and SetOptimizer (the
+  /// same as when saving), and gets its own user_state; the values are on
+  /// the servers (pull them). Returns nullopt when `dir` holds no complete
+  /// round. Throws IoError (no round verifies: every refusal named),
+  /// InvalidArgument (another number of servers or workers, other keys or
+  /// optimizer), PeerLost, Timeout; every worker throws if any step failed.
+  virtual std::optional<KVCheckpoint> LoadCheckpoint(const std::string& dir) = 0;
 };
 
 }  // namespace tandem

@@ -262,7 +262,27 @@ void RegisterKVStore(py::module_& m) {
             py::gil_scoped_release release;
             s.store().LoadOptimizerStates(path);
           },
-          py::arg("path"));
+          py::arg("path"))
+      .def(
+          "save_checkpoint",
+          [](PyKVStore& s, const std::string& dir, const py::bytes& user_state) {
+            std::string state = user_state;
+            py::gil_scoped_release release;
+            return s.store().SaveCheckpoint(dir, state);
+          },
+          py::arg("dir"), py::arg("user_state"))
+      .def(
+          "load_checkpoint",
+          [](PyKVStore& s, const std::string& dir) -> py::object {
+            std::optional<KVCheckpoint> c;
+            {
+              py::gil_scoped_release release;
+              c = s.store().LoadCheckpoint(dir);
+            }
+            if (!c) return py::none();
+            return py::make_tuple(c->round, py::bytes(c->user_state));
+          },
+          py::arg("dir"));
 }
 
 }  // namespace tandem::python

@@ -187,6 +187,20 @@ class KVStore:
         """Loads what save_optimizer_states wrote, with the same optimizer set."""
         self._store.load_optimizer_states(str(fname))
 
+    def save_checkpoint(self, directory: str, user_state: bytes = b"") -> int:
+        """A consistent checkpoint of the whole store in `directory` (every
+        server's keys, values and optimizer states; this worker's
+        `user_state`), as round R, which it returns. Every worker calls it at
+        the same point, after waiting for its pushes. docs/checkpoints.md."""
+        return self._store.save_checkpoint(str(directory), bytes(user_state))
+
+    def load_checkpoint(self, directory: str):
+        """Loads the newest consistent round of `directory` (a damaged one is
+        refused and the previous used); returns (round, this worker's
+        user_state), or None when there is none. Every worker calls it after
+        init of every key and set_optimizer."""
+        return self._store.load_checkpoint(str(directory))
+
     def barrier(self) -> None:
         """Blocks until every worker called barrier()."""
         self._store.barrier()

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "tandem/error.h"
 
@@ -46,6 +47,20 @@ Config Config::FromEnvironment(const Environment& env) {
     throw ConfigError(fmt::format(
         "PS_DROP_MSG={} needs PS_RESEND=1: without resend a dropped message is lost for good",
         c.drop_percent));
+  }
+  c.tls = env.GetBool("TANDEM_TLS", c.tls);
+  c.tls_cert = env.GetString("TANDEM_TLS_CERT", "");
+  c.tls_key = env.GetString("TANDEM_TLS_KEY", "");
+  c.tls_ca = env.GetString("TANDEM_TLS_CA", "");
+  if (c.tls) {
+    for (auto [name, value] :
+         {std::pair{"TANDEM_TLS_CERT", &c.tls_cert}, std::pair{"TANDEM_TLS_KEY", &c.tls_key},
+          std::pair{"TANDEM_TLS_CA", &c.tls_ca}}) {
+      if (value->empty()) {
+        throw ConfigError(
+            fmt::format("TANDEM_TLS=1 needs {} (a PEM file; see docs/environment.md)", name));
+      }
+    }
   }
   return c;
 }

@@ -66,6 +66,17 @@ struct Config {
   /// TANDEM_DROP_SEED: seed of PS_DROP_MSG's decisions (0: random).
   uint64_t drop_seed = 0;
 
+  /// TANDEM_TLS: 1 runs TLS 1.3 with mutual certificate checks on every TCP
+  /// connection, under the HMAC handshake (docs/transport.md, "TLS"). Must
+  /// be equal on every process of a job.
+  bool tls = false;
+  /// TANDEM_TLS_CERT, TANDEM_TLS_KEY, TANDEM_TLS_CA: PEM files of this
+  /// process's certificate (and intermediates), its private key, and the CA
+  /// every peer's certificate must chain to. Required with TANDEM_TLS=1.
+  std::string tls_cert;
+  std::string tls_key;
+  std::string tls_ca;
+
   /// Parses every field from `env`; unset variables keep the defaults above.
   /// Throws ConfigError naming the variable when a value is unusable.
   static Config FromEnvironment(const Environment& env);

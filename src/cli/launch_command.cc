@@ -2,6 +2,8 @@
 //
 //   tandem launch -n WORKERS [-s SERVERS] [--launcher local] [--env K=V]...
 //                 [--teardown-grace SECONDS] [--command-runs-all-roles]
+//                 [--max-restarts N] [--restart-delay SECONDS]
+//                 [--restart-policy exit-code|on-failure]
 //                 [--job-id ID] -- COMMAND [ARGS...]
 //
 // docs/launch.md is the user's description.
@@ -40,6 +42,10 @@ struct LaunchArguments {
   bool no_scheduler = false;
   std::string job_id;
   std::vector<std::string> command;
+  // whole-job restarts (src/launch/job_restarts.h)
+  int max_restarts = 0;
+  double restart_delay_seconds = 1.0;
+  std::string restart_policy = "exit-code";
   // --launcher ssh
   std::string hostfile;
   std::vector<std::string> ssh_args;
@@ -67,6 +73,10 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
   }
   options.job_id = args.job_id;
   options.command_runs_all_roles = args.command_runs_all_roles;
+  options.restarts.max_restarts = args.max_restarts;
+  options.restarts.delay = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(args.restart_delay_seconds * 1000.0)));
+  options.restarts.policy = launch::ParseRestartPolicy(args.restart_policy);
 
   launch::SupervisorOptions supervisor;
   supervisor.teardown_grace = std::chrono::milliseconds(
@@ -238,6 +248,23 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
   cmd->add_flag("--no-scheduler", args->no_scheduler,
                 "Collectives-only job: start only the workers (no servers); worker 0 hosts the "
                 "rendezvous in-process (TANDEM_RENDEZVOUS_IN_PROCESS=1, docs/collectives.md)");
+  cmd->add_option("--max-restarts", args->max_restarts,
+                  "Restart the whole job up to N times when a process fails (every process torn "
+                  "down and started again with a fresh secret and scheduler port; each gets "
+                  "TANDEM_RESTART_COUNT); never after Ctrl-C or a set-up error (docs/launch.md, "
+                  "\"Restarts\")")
+      ->capture_default_str()
+      ->check(Count(0, 1 << 20, "the number of restarts"));
+  cmd->add_option("--restart-delay", args->restart_delay_seconds,
+                  "Seconds between a failed attempt's tear-down and the restart")
+      ->capture_default_str()
+      ->check(Seconds());
+  cmd->add_option("--restart-policy", args->restart_policy,
+                  "Which failures --max-restarts retries: exit-code (a signal or a retryable exit "
+                  "code 128..255, as Kubeflow's ExitCode policy) or on-failure (also 1..127, but "
+                  "never the set-up codes 2, 76, 77, 78, 126, 127)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"exit-code", "on-failure"}));
   cmd->add_option("--job-id", args->job_id,
                   "The job's id (TANDEM_JOB_ID); default: a fresh random one");
   cmd->add_option("command", args->command, "The workers' command and its arguments, after '--'");

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <exception>
 #include <thread>
@@ -49,6 +50,9 @@ struct Cluster::Impl {
   std::unique_ptr<cluster::Scheduler> scheduler;
   std::unique_ptr<cluster::Membership> membership;
   bool finalized = false;
+  // Set by membership's failure listener (on whichever thread learnt it),
+  // read by the destructor.
+  std::atomic<bool> job_failed{false};
   // Collectives-only jobs (TANDEM_RENDEZVOUS_IN_PROCESS=1): worker 0 runs
   // the scheduler node too, with its own transport, on `rendezvous_thread`
   // (docs/collectives.md, "Jobs without a scheduler process").
@@ -87,6 +91,10 @@ struct Cluster::Impl {
     topts.limits.max_meta_bytes = config.max_meta_bytes;
     topts.limits.max_payload_bytes = config.max_payload_bytes;
     topts.handshake_timeout = config.handshake_timeout;
+    // TANDEM_TLS=1: the files are checked here, so a bad one stops this
+    // process with its name rather than failing connections elsewhere.
+    if (config.tls)
+      topts.tls = net::TlsContext::Load({config.tls_cert, config.tls_key, config.tls_ca});
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
       return std::make_unique<net::TcpTransport>(topts, handler, log);
     };
@@ -149,6 +157,14 @@ struct Cluster::Impl {
       m.port = transport->Listen({bind_host, 0}).port;
     }
     membership = std::make_unique<cluster::Membership>(m, *transport, log, clock);
+    membership->AddFailureListener([this](const std::string&) {
+      job_failed = true;
+      // A node stops resending to peers that no longer answer, so that its
+      // blocked calls return and it exits now (docs/protocol-resend.md,
+      // "After a failure"). The scheduler process first lets its lost-node
+      // notices reach the others (the destructor).
+      if (reliable && !scheduler) reliable->AbandonUnacknowledged();
+    });
     dispatcher.Register(cluster::msg::kNodeBoundFirst, cluster::msg::kNodeBoundLast,
                         membership.get());
     AddClusterMetrics();
@@ -321,6 +337,11 @@ struct Cluster::Impl {
     if (scheduler && scheduler->failure()) {
       // Let the lost-node notices reach every node before this process goes.
       scheduler->DrainConnections(std::chrono::seconds(3));
+    }
+    // After a failure, what is still unacknowledged is bound for lost or
+    // cut-off peers: exit now instead of lingering for the retry budget.
+    if (reliable && (job_failed || (scheduler && scheduler->failure()))) {
+      reliable->AbandonUnacknowledged();
     }
     if (transport) transport->Shutdown();
   }

@@ -6,6 +6,9 @@
 #include <functional>
 #include <utility>
 
+#include "cluster/pmix_contract.h"
+#include "tandem/error.h"
+
 namespace tandem::cluster {
 namespace {
 
@@ -16,6 +19,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Markers() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kMarkers = {
       {"tandem", {"TANDEM_WORLD_SIZE"}},
       {"dmlc", {"DMLC_ROLE"}},
+      {"pmix", {"PMIX_RANK", "PMIX_NAMESPACE"}},
       {"ompi", {"OMPI_COMM_WORLD_RANK"}},
       {"pmi", {"PMI_RANK"}},
       {"slurm", {"SLURM_STEP_ID", "SLURM_PROCID"}},
@@ -71,11 +75,35 @@ DetectedContract DetectContract(const base::Environment& env) {
     d.also_present = OthersPresent(env, "dmlc");
     return d;
   }
+  // PMIx talks to the launcher's server (and may fence with every other
+  // rank): only now that no explicit contract won. A server that cannot be
+  // reached hands over to the contracts below, and the log says why.
+  std::string pmix_unusable;
+  try {
+    if (auto c = ReadPmixContract(env)) return peers(std::move(*c));
+  } catch (const PmixUnavailable& e) {
+    pmix_unusable = e.what();
+  }
   const Reader kInferred[] = {ReadOmpiContract,     ReadPmiContract,      ReadSlurmContract,
                               ReadTorchrunContract, ReadTrainJobContract, ReadIndexedJobContract,
                               ReadVolcanoContract};
   for (const auto& read : kInferred) {
-    if (auto c = read(env)) return peers(std::move(*c));
+    if (auto c = read(env)) {
+      peers(std::move(*c));
+      for (auto& other : d.also_present) {
+        if (other == "pmix" && !pmix_unusable.empty()) other = "pmix (" + pmix_unusable + ")";
+      }
+      return d;
+    }
+  }
+  if (!pmix_unusable.empty()) {
+    // PMIX_RANK says this process is one rank of several, and nothing else
+    // says where it stands: running it alone would be wrong.
+    throw ConfigError(fmt::format(
+        "PMIX_RANK={} and PMIX_NAMESPACE={} mark a rank of a PMIx job, but {}; and no other "
+        "start-up contract (OMPI_*, PMI_*, SLURM_*, ...) describes this process. Unset the "
+        "PMIX_* variables to run it alone",
+        env.GetString("PMIX_RANK", ""), env.GetString("PMIX_NAMESPACE", ""), pmix_unusable));
   }
   if (env.Get("DMLC_ROLE")) {
     // DMLC_ROLE without the scheduler's address: let the DMLC reader say

@@ -29,11 +29,16 @@ struct DetectedContract {
 };
 
 /// Tries, in order: tandem (TANDEM_WORLD_SIZE), DMLC with an explicit role
-/// and scheduler address (DMLC_ROLE and DMLC_PS_ROOT_URI), Open MPI, PMI,
-/// Slurm (srun), torchrun/PyTorchJob, TrainJob, Indexed Job, Volcano;
+/// and scheduler address (DMLC_ROLE and DMLC_PS_ROOT_URI), PMIx, Open MPI,
+/// PMI, Slurm (srun), torchrun/PyTorchJob, TrainJob, Indexed Job, Volcano;
 /// otherwise a single process. Throws ConfigError from the winning reader
 /// (its variables are present but unusable). A reader further down the list
 /// that would throw does not matter once an earlier one matched.
+/// Only PMIx talks to anything: with PMIX_RANK and PMIX_NAMESPACE, and no
+/// explicit contract, ReadPmixContract (pmix_contract.h) asks the
+/// launcher's PMIx server and may fence with every other rank (throwing
+/// Timeout); a server that cannot be reached hands over to the readers
+/// after it, and when none matches this throws ConfigError saying why.
 DetectedContract DetectContract(const base::Environment& env);
 
 }  // namespace tandem::cluster

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cluster/contract_detection.h"
+#include "cluster/pmix_contract.h"
 #include "tandem/error.h"
 
 namespace tandem::cluster {
@@ -40,6 +41,9 @@ void ChooseCoordinator(const base::Environment& env, LaunchContract& c, std::str
     }
     ++c.coordinator_port;
     note = " (MASTER_PORT + 1: torchrun's agent store holds MASTER_PORT)";
+  }
+  if (c.name == "pmix" && c.world_size > 1 && env.GetString("MASTER_ADDR", "").empty()) {
+    note = fmt::format(" (rank 0's, through PMIx key {})", kPmixCoordinatorKey);
   }
   if (!c.coordinator_host.empty() && c.coordinator_port == 0) {
     c.coordinator_port = kDefaultCoordinatorPort;

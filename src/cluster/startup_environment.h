@@ -31,7 +31,11 @@ inline constexpr const char* kResolvedContractVariable = "TANDEM_STARTUP_CONTRAC
 /// Throws ConfigError naming the variable when the contract is unusable
 /// (a job of several peers without a rendezvous address, more servers than
 /// processes, a role without the job's counts).
-/// Thread: any; reads nothing but `env`.
+/// Thread: any, except under PMIx (PMIX_RANK and PMIX_NAMESPACE set and no
+/// explicit contract): then it talks to the launcher's PMIx server, fences
+/// with every rank (Timeout after TANDEM_START_TIMEOUT) and writes
+/// TANDEM_PMIX_COORDINATOR into the process environment (pmix_contract.h),
+/// so call it at start-up, from one thread.
 std::map<std::string, std::string> ResolveStartupEnvironment(const base::Environment& env);
 
 }  // namespace tandem::cluster

@@ -7,9 +7,12 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "base/thread_pool.h"
+#include "kv/checkpoint_format.h"
 #include "kv/compression/gradient_compression.h"
 #include "kv/key_registry.h"
 #include "kv/kv_client.h"
@@ -55,6 +58,8 @@ class DistKVStore final : public KVStore {
   void Barrier() override;
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;
+  uint64_t SaveCheckpoint(const std::string& dir, std::string_view user_state) override;
+  std::optional<KVCheckpoint> LoadCheckpoint(const std::string& dir) override;
 
  private:
   struct Owned;
@@ -72,6 +77,21 @@ class DistKVStore final : public KVStore {
   // Runs `step` on worker 0, then a worker barrier; worker 0 rethrows
   // step's error after the barrier, so the others never wait in vain.
   void WorkerZeroThenBarrier(const std::function<void()>& step);
+  // Checkpoints (docs/checkpoints.md, "Protocol").
+  uint64_t CurrentRound();
+  void CheckpointCommandToServers(CheckpointCommand::Phase phase, const std::string& dir,
+                                  uint64_t round);
+  // Worker 0 tells server 0 how its part of a checkpoint call ended; never
+  // throws (logs).
+  void ReportOutcome(bool found, uint64_t round, const std::exception_ptr& error);
+  // The others ask server 0 for it: {found, round}; throws worker 0's error.
+  std::pair<bool, uint64_t> QueryOutcome();
+  void WriteOwnCheckpoint(const std::string& dir, uint64_t round, std::string_view user_state);
+  // Reads and checks this worker's file of `round` against its keys;
+  // changes nothing. Throws IoError, InvalidArgument naming the file.
+  WorkerCheckpoint ReadOwnCheckpoint(const std::string& dir, uint64_t round);
+  // Applies what ReadOwnCheckpoint returned (residuals, the round).
+  KVCheckpoint ApplyOwnCheckpoint(WorkerCheckpoint c);
   const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
                           const std::shared_ptr<KvOperation>& op);
 
@@ -84,6 +104,7 @@ class DistKVStore final : public KVStore {
   std::mutex mu_;
   KeyRegistry keys_;               // guarded by mu_
   CompressionParams compression_;  // guarded by mu_; set before the first Init
+  uint64_t round_base_ = 0;        // guarded by mu_; the loaded checkpoint's round
 };
 
 }  // namespace tandem::kv

@@ -127,4 +127,12 @@ void KeyRegistry::Check(const KeyInfo& info, const TensorView& t, std::string_vi
   }
 }
 
+KeyInfo* KeyRegistry::FindById(uint64_t id) {
+  KeyInfo* found = nullptr;
+  ForEach([&](KeyInfo& info) {
+    if (info.id == id) found = &info;
+  });
+  return found;
+}
+
 }  // namespace tandem::kv

@@ -28,6 +28,9 @@ struct KeyInfo {
   uint64_t row_length = 1;       ///< elements per row of the first dimension
   std::vector<KeySlice> slices;  ///< empty for a local store
   std::vector<float> residual;   ///< gradient compression's error feedback
+  /// Pushes of this key since the store began or loaded a checkpoint (the
+  /// store's round: docs/checkpoints.md, "Rounds").
+  uint64_t pushes = 0;
 };
 
 /// "[2, 3]".
@@ -57,6 +60,16 @@ class KeyRegistry {
                         const std::vector<int64_t>& row_ids, std::string_view what);
 
   static void Check(const KeyInfo& info, const TensorView& t, std::string_view what);
+
+  /// The key that travels as `id`, or null.
+  KeyInfo* FindById(uint64_t id);
+
+  /// Calls f(KeyInfo&) for every key, in key order.
+  template <typename F>
+  void ForEach(F f) {
+    for (auto& [key, info] : by_int_) f(info);
+    for (auto& [key, info] : by_string_) f(info);
+  }
 
  private:
   enum class Kind { kNone, kInt, kString };

@@ -38,6 +38,12 @@ std::string KvMessageName(uint16_t type) {
       return "save-optimizer-states";
     case kvmsg::kLoadOptimizerStates:
       return "load-optimizer-states";
+    case kvmsg::kCheckpoint:
+      return "checkpoint";
+    case kvmsg::kCheckpointOutcome:
+      return "checkpoint-outcome";
+    case kvmsg::kCheckpointQuery:
+      return "checkpoint-query";
     default:
       return fmt::format("kv message {}", type);
   }
@@ -194,6 +200,45 @@ StatesCommand StatesCommand::Decode(std::string_view meta) {
   r.ExpectEnd();
   if (c.path.empty()) throw ProtocolError("optimizer states command: empty path");
   return c;
+}
+
+std::string CheckpointCommand::Encode() const {
+  base::ByteWriter w;
+  w.Put(static_cast<uint8_t>(phase));
+  w.PutString(dir);
+  w.Put(round);
+  return w.Take();
+}
+
+CheckpointCommand CheckpointCommand::Decode(std::string_view meta) {
+  base::ByteReader r(meta, "checkpoint command");
+  CheckpointCommand c;
+  const auto phase = r.Get<uint8_t>("phase");
+  if (phase > 3) throw ProtocolError(fmt::format("checkpoint command: phase {} is unknown", phase));
+  c.phase = static_cast<Phase>(phase);
+  c.dir = r.GetString("dir", kMaxPath);
+  c.round = r.Get<uint64_t>("round");
+  r.ExpectEnd();
+  if (c.dir.empty()) throw ProtocolError("checkpoint command: empty dir");
+  return c;
+}
+
+std::string CheckpointOutcome::Encode() const {
+  base::ByteWriter w;
+  w.Put(found);
+  w.Put(round);
+  w.PutString(error);
+  return w.Take();
+}
+
+CheckpointOutcome CheckpointOutcome::Decode(std::string_view meta) {
+  base::ByteReader r(meta, "checkpoint outcome");
+  CheckpointOutcome o;
+  o.found = r.Get<bool>("found");
+  o.round = r.Get<uint64_t>("round");
+  o.error = r.GetString("error", kMaxText);
+  r.ExpectEnd();
+  return o;
 }
 
 std::string ErrorReply::Encode() const {

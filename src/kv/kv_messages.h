@@ -26,11 +26,18 @@ inline constexpr uint16_t kRowSparsePull = net::msgtype::kKvFirst + 4;
 inline constexpr uint16_t kSetOptimizer = net::msgtype::kKvFirst + 5;
 inline constexpr uint16_t kSaveOptimizerStates = net::msgtype::kKvFirst + 6;
 inline constexpr uint16_t kLoadOptimizerStates = net::msgtype::kKvFirst + 7;
+/// Store checkpoints (docs/checkpoints.md, "Protocol"): save, stage, commit
+/// or discard a round (CheckpointCommand), record worker 0's outcome of a
+/// checkpoint call (CheckpointOutcome), and ask for it (no metadata; the
+/// reply's payload is CheckpointOutcome::kReplyBytes, or an error reply).
+inline constexpr uint16_t kCheckpoint = net::msgtype::kKvFirst + 8;
+inline constexpr uint16_t kCheckpointOutcome = net::msgtype::kKvFirst + 9;
+inline constexpr uint16_t kCheckpointQuery = net::msgtype::kKvFirst + 10;
 inline constexpr uint16_t kFirst = net::msgtype::kKvFirst;
 inline constexpr uint16_t kLast = net::msgtype::kKvFirst + 63;
 /// The highest type this version defines; anything in (kLastDefined, kLast]
 /// is answered with an error.
-inline constexpr uint16_t kLastDefined = kLoadOptimizerStates;
+inline constexpr uint16_t kLastDefined = kCheckpointQuery;
 }  // namespace kvmsg
 
 /// "init", "push", ... for error messages; "kv message N" otherwise.
@@ -94,6 +101,35 @@ struct StatesCommand {
   std::string path;
   std::string Encode() const;
   static StatesCommand Decode(std::string_view meta);
+};
+
+/// kCheckpoint: what a server does with round `round` of the checkpoint
+/// directory `dir` (docs/checkpoints.md, "Protocol").
+struct CheckpointCommand {
+  enum class Phase : uint8_t {
+    kSave = 0,     ///< write this server's shard as round `round`
+    kStage = 1,    ///< read and verify this server's file of `round`, hold it
+    kCommit = 2,   ///< apply what kStage holds (it must be `round`)
+    kDiscard = 3,  ///< drop what kStage holds
+  };
+  Phase phase = Phase::kSave;
+  std::string dir;
+  uint64_t round = 0;
+  std::string Encode() const;
+  /// Throws ProtocolError naming the field (unknown phase, empty dir).
+  static CheckpointCommand Decode(std::string_view meta);
+};
+
+/// kCheckpointOutcome: how worker 0's last SaveCheckpoint or LoadCheckpoint
+/// ended, kept by server 0 for the other workers to ask (kCheckpointQuery).
+struct CheckpointOutcome {
+  /// A query's reply payload: u8 found, 7 zero bytes, u64 round.
+  static constexpr size_t kReplyBytes = 16;
+  bool found = false;  ///< a round was saved or loaded
+  uint64_t round = 0;
+  std::string error;  ///< empty when the call succeeded
+  std::string Encode() const;
+  static CheckpointOutcome Decode(std::string_view meta);
 };
 
 /// What kind of failure an error response reports; the worker rethrows it

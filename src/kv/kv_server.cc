@@ -4,8 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
+#include <set>
 #include <thread>
 
+#include "base/byte_io.h"
+#include "kv/checkpoint_directory.h"
 #include "tandem/error.h"
 
 namespace tandem::kv {
@@ -43,7 +47,17 @@ KvServer::KvServer(const cluster::NodeServices& services, Options options)
   services_.dispatcher.Register(kvmsg::kFirst, kvmsg::kLast, this);
 }
 
-KvServer::~KvServer() { shards_.clear(); }
+KvServer::~KvServer() {
+  {
+    // A shard parked at a rendezvous that will never complete must not
+    // block its own destruction.
+    std::lock_guard lock(checkpoint_mu_);
+    for (auto& weak : rendezvous_) {
+      if (auto r = weak.lock()) r->Cancel();
+    }
+  }
+  shards_.clear();
+}
 
 void KvServer::Start() {
   context_.self_id = services_.membership.self().id;
@@ -84,6 +98,14 @@ void KvServer::OnMessage(net::ConnectionId id, net::Message&& msg) {
            fmt::format("{} is not a request this server knows", KvMessageName(h.type)));
     return;
   }
+  if (h.type == kvmsg::kCheckpoint) {
+    StartCheckpoint(id, std::move(msg));
+    return;
+  }
+  if (h.type == kvmsg::kCheckpointOutcome || h.type == kvmsg::kCheckpointQuery) {
+    HandleOutcome(id, msg);
+    return;
+  }
   ShardItem item;
   item.connection = id;
   size_t shard = 0;
@@ -111,6 +133,198 @@ void KvServer::Reject(net::ConnectionId id, const net::Header& h, ErrorKind kind
   m.header.request_id = h.request_id;
   m.meta = ErrorReply{kind, text}.Encode();
   services_.transport.Send(id, std::move(m));
+}
+
+void KvServer::Reply(net::ConnectionId id, const net::Header& h, std::string payload) {
+  net::OutgoingMessage m;
+  m.header.type = h.type;
+  m.header.flags = net::flags::kResponse;
+  m.header.sender = context_.self_id;
+  m.header.recipient = h.sender;
+  m.header.request_id = h.request_id;
+  m.owned_storage.resize(payload.size());
+  std::memcpy(m.owned_storage.data(), payload.data(), payload.size());
+  if (!m.owned_storage.empty()) m.payload.push_back(std::span<const std::byte>(m.owned_storage));
+  try {
+    services_.transport.Send(id, std::move(m));
+  } catch (const std::exception& e) {
+    services_.log.Warn("{} reply to node {} failed: {}", KvMessageName(h.type), h.sender, e.what());
+  }
+}
+
+void KvServer::HandleOutcome(net::ConnectionId id, const net::Message& msg) {
+  const net::Header& h = msg.header;
+  if (h.type == kvmsg::kCheckpointOutcome) {
+    try {
+      CheckpointOutcome o = CheckpointOutcome::Decode(msg.meta);
+      std::lock_guard lock(checkpoint_mu_);
+      outcome_ = std::move(o);
+    } catch (const ProtocolError& e) {
+      Reject(id, h, ErrorKind::kProtocol, e.what());
+      return;
+    }
+    Reply(id, h, {});
+    return;
+  }
+  std::optional<CheckpointOutcome> o;
+  {
+    std::lock_guard lock(checkpoint_mu_);
+    o = outcome_;
+  }
+  if (!o) {
+    Reject(id, h, ErrorKind::kOther,
+           "worker 0 reported no checkpoint outcome to this server (it failed before it could)");
+    return;
+  }
+  if (!o->error.empty()) {
+    Reject(id, h, ErrorKind::kOther, fmt::format("worker 0 failed: {}", o->error));
+    return;
+  }
+  // docs/checkpoints.md, "Messages": u8 found, 7 zero bytes, u64 round.
+  base::ByteWriter w;
+  w.Put(static_cast<uint8_t>(o->found ? 1 : 0));
+  for (int i = 0; i < 7; ++i) w.Put(uint8_t{0});
+  w.Put(o->round);
+  Reply(id, h, w.Take());
+}
+
+void KvServer::StartCheckpoint(net::ConnectionId id, net::Message&& msg) {
+  const net::Header h = msg.header;
+  CheckpointCommand cmd;
+  try {
+    cmd = CheckpointCommand::Decode(msg.meta);
+  } catch (const ProtocolError& e) {
+    Reject(id, h, ErrorKind::kProtocol, e.what());
+    return;
+  }
+  auto rendezvous = std::make_shared<ShardRendezvous>(shards_.size(), [this, id, h, cmd] {
+    try {
+      RunCheckpoint(cmd);
+    } catch (const InvalidArgument& e) {
+      Reject(id, h, ErrorKind::kInvalidArgument, e.what());
+      return;
+    } catch (const std::exception& e) {
+      Reject(id, h, ErrorKind::kOther, e.what());
+      return;
+    }
+    Reply(id, h, {});
+  });
+  {
+    std::lock_guard lock(checkpoint_mu_);
+    std::erase_if(rendezvous_, [](const auto& weak) { return weak.expired(); });
+    rendezvous_.push_back(rendezvous);
+  }
+  for (auto& shard : shards_) {
+    ShardItem item;
+    item.connection = id;
+    item.rendezvous = rendezvous;
+    shard->Post(std::move(item));
+  }
+}
+
+void KvServer::RunCheckpoint(const CheckpointCommand& cmd) {
+  switch (cmd.phase) {
+    case CheckpointCommand::Phase::kSave:
+      SaveShard(cmd);
+      return;
+    case CheckpointCommand::Phase::kStage:
+      StageShard(cmd);
+      return;
+    case CheckpointCommand::Phase::kCommit:
+      CommitShard(cmd);
+      return;
+    case CheckpointCommand::Phase::kDiscard: {
+      std::lock_guard lock(checkpoint_mu_);
+      staged_.reset();
+      return;
+    }
+  }
+}
+
+void KvServer::SaveShard(const CheckpointCommand& cmd) {
+  const NodeInfo& self = services_.membership.self();
+  ServerCheckpoint c;
+  c.header.round = cmd.round;
+  c.header.rank = static_cast<uint32_t>(self.rank);
+  c.header.ranks = static_cast<uint32_t>(services_.membership.table().num_servers);
+  if (auto snapshot = optimizer_.Snapshot()) {
+    c.optimizer_name = std::move(snapshot->first);
+    c.optimizer_states = std::move(snapshot->second);
+  }
+  for (const auto& shard : shards_) shard->ExportKeys(&c.keys);
+  std::sort(c.keys.begin(), c.keys.end(),
+            [](const SavedKey& a, const SavedKey& b) { return a.key < b.key; });
+  const std::string path =
+      CheckpointRoundDir(cmd.dir, cmd.round) + "/" + ServerCheckpointName(c.header.rank);
+  WriteFileDurably(path, EncodeServerCheckpoint(c));
+  services_.log.V1("checkpoint: wrote round {} ({} key slices) to {}", cmd.round, c.keys.size(),
+                   path);
+}
+
+void KvServer::StageShard(const CheckpointCommand& cmd) {
+  const NodeInfo& self = services_.membership.self();
+  const auto num_servers = static_cast<uint32_t>(services_.membership.table().num_servers);
+  const auto rank = static_cast<uint32_t>(self.rank);
+  const std::string path =
+      CheckpointRoundDir(cmd.dir, cmd.round) + "/" + ServerCheckpointName(rank);
+  Staged staged;
+  staged.dir = cmd.dir;
+  staged.round = cmd.round;
+  staged.content = DecodeServerCheckpoint(ReadCheckpointFile(path), path);
+  const CheckpointHeader& fh = staged.content.header;
+  if (fh.ranks != num_servers) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint file {}: written by a job of {} servers, this job has {}: a checkpoint loads "
+        "only into as many servers as saved it",
+        path, fh.ranks, num_servers));
+  }
+  if (fh.rank != rank || fh.round != cmd.round) {
+    throw InvalidArgument(
+        fmt::format("checkpoint file {}: header says round {} server {}, "
+                    "expected round {} server {}",
+                    path, fh.round, fh.rank, cmd.round, rank));
+  }
+  std::map<uint64_t, const SavedKey*> saved;
+  for (const SavedKey& k : staged.content.keys) saved[k.key] = &k;
+  std::set<uint64_t> matched;
+  for (const auto& shard : shards_) shard->CheckRestorable(saved, &matched);
+  for (const auto& [key, k] : saved) {
+    if (!matched.contains(key)) {
+      throw InvalidArgument(fmt::format(
+          "checkpoint file {}: holds key {}, which this server does not: Init every key before "
+          "LoadCheckpoint",
+          path, key));
+    }
+  }
+  if (staged.content.optimizer_name) {
+    try {
+      staged.optimizer =
+          optimizer_.LoadedCopy(*staged.content.optimizer_name, staged.content.optimizer_states);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(fmt::format("checkpoint file {}: {}", path, e.what()));
+    }
+  } else if (optimizer_.active()) {
+    throw InvalidArgument(fmt::format(
+        "checkpoint file {}: holds no optimizer states, but this server runs an optimizer", path));
+  }
+  std::lock_guard lock(checkpoint_mu_);
+  staged_ = std::move(staged);
+}
+
+void KvServer::CommitShard(const CheckpointCommand& cmd) {
+  std::lock_guard lock(checkpoint_mu_);
+  if (!staged_ || staged_->round != cmd.round || staged_->dir != cmd.dir) {
+    throw InvalidArgument(fmt::format(
+        "commit of checkpoint round {} of {}: this server staged {}", cmd.round, cmd.dir,
+        staged_ ? fmt::format("round {} of {}", staged_->round, staged_->dir) : "nothing"));
+  }
+  std::map<uint64_t, const SavedKey*> saved;
+  for (const SavedKey& k : staged_->content.keys) saved[k.key] = &k;
+  for (const auto& shard : shards_) shard->RestoreKeys(saved);
+  if (staged_->optimizer) optimizer_.Replace(std::move(staged_->optimizer));
+  services_.log.V1("checkpoint: loaded round {} ({} key slices) from {}", cmd.round, saved.size(),
+                   cmd.dir);
+  staged_.reset();
 }
 
 }  // namespace tandem::kv

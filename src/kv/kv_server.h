@@ -6,22 +6,29 @@
 // Threads: the transport thread only decodes a request's metadata and
 // routes it to the shard that owns its key (key % shards); each shard is a
 // thread of its own (ServerShard). Server-wide commands (set-optimizer,
-// save/load of optimizer states) run on shard 0.
+// save/load of optimizer states) run on shard 0. Store checkpoints
+// (docs/checkpoints.md) stop every shard at a ShardRendezvous and run on the
+// last shard thread to arrive.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <vector>
 
 #include "cluster/node_services.h"
 #include "kv/buffer_pool.h"
+#include "kv/checkpoint_format.h"
 #include "kv/server_optimizer.h"
 #include "kv/server_shard.h"
 
 namespace tandem::kv {
 
 /// Thread-safety: constructed and started by the node's main thread; the
-/// handler callbacks run on the transport thread.
+/// handler callbacks run on the transport thread; checkpoint work runs on a
+/// shard thread while the others are parked; the checkpoint state below is
+/// guarded by checkpoint_mu_.
 class KvServer final : public net::TransportHandler {
  public:
   struct Options {
@@ -56,6 +63,15 @@ class KvServer final : public net::TransportHandler {
 
  private:
   void Reject(net::ConnectionId id, const net::Header& h, ErrorKind kind, const std::string& text);
+  void Reply(net::ConnectionId id, const net::Header& h, std::string payload);
+  // kCheckpoint: runs the command with every shard parked, then answers.
+  void StartCheckpoint(net::ConnectionId id, net::Message&& msg);
+  void RunCheckpoint(const CheckpointCommand& cmd);
+  void SaveShard(const CheckpointCommand& cmd);
+  void StageShard(const CheckpointCommand& cmd);
+  void CommitShard(const CheckpointCommand& cmd);
+  // kCheckpointOutcome and kCheckpointQuery, on the transport thread.
+  void HandleOutcome(net::ConnectionId id, const net::Message& msg);
 
   cluster::NodeServices services_;
   ServerOptimizer optimizer_;
@@ -64,6 +80,18 @@ class KvServer final : public net::TransportHandler {
   std::map<net::ConnectionId, ByteBuffer> receiving_;
   ShardContext context_;
   std::vector<std::unique_ptr<ServerShard>> shards_;
+
+  // A verified checkpoint round, held between stage and commit.
+  struct Staged {
+    std::string dir;
+    uint64_t round = 0;
+    ServerCheckpoint content;
+    std::unique_ptr<Optimizer> optimizer;  // loaded; null when the round has none
+  };
+  std::mutex checkpoint_mu_;
+  std::optional<Staged> staged_;                            // guarded by checkpoint_mu_
+  std::optional<CheckpointOutcome> outcome_;                // guarded by checkpoint_mu_
+  std::vector<std::weak_ptr<ShardRendezvous>> rendezvous_;  // guarded by checkpoint_mu_
 };
 
 }  // namespace tandem::kv

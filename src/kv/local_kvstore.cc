@@ -135,4 +135,17 @@ void LocalKVStore::SaveOptimizerStates(const std::string& path) { optimizer_.Sav
 
 void LocalKVStore::LoadOptimizerStates(const std::string& path) { optimizer_.Load(path); }
 
+uint64_t LocalKVStore::SaveCheckpoint(const std::string& dir, std::string_view) {
+  throw InvalidArgument(fmt::format(
+      "SaveCheckpoint({}): store checkpoints are for distributed stores; a '{}' store lives in "
+      "this process, so save your own weights (and SaveOptimizerStates)",
+      dir, type_));
+}
+
+std::optional<KVCheckpoint> LocalKVStore::LoadCheckpoint(const std::string& dir) {
+  throw InvalidArgument(fmt::format(
+      "LoadCheckpoint({}): store checkpoints are for distributed stores, not a '{}' store", dir,
+      type_));
+}
+
 }  // namespace tandem::kv

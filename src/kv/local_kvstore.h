@@ -46,6 +46,9 @@ class LocalKVStore final : public KVStore {
   void Barrier() override {}
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;
+  /// Not supported: throw InvalidArgument (docs/checkpoints.md).
+  uint64_t SaveCheckpoint(const std::string& dir, std::string_view user_state) override;
+  std::optional<KVCheckpoint> LoadCheckpoint(const std::string& dir) override;
 
  private:
   void PushLocked(KeyInfo& info, const std::vector<TensorView>& values);  // requires mu_

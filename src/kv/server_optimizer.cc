@@ -19,6 +19,7 @@ void ServerOptimizer::Set(const std::string& name, const OptimizerParams& params
   auto fresh = factory_(name, params);  // may throw: the old one stays
   std::unique_lock lock(mu_);
   optimizer_ = std::move(fresh);
+  params_ = params;
 }
 
 bool ServerOptimizer::active() const {
@@ -70,6 +71,41 @@ void ServerOptimizer::Load(const std::string& path) {
     throw InvalidArgument("cannot load optimizer states: no optimizer is set on the servers");
   }
   optimizer_->LoadStates(bytes);
+}
+
+std::optional<std::pair<std::string, std::string>> ServerOptimizer::Snapshot() const {
+  std::unique_lock lock(mu_);
+  if (!optimizer_) return std::nullopt;
+  return std::make_pair(optimizer_->name(), optimizer_->SaveStates());
+}
+
+std::unique_ptr<Optimizer> ServerOptimizer::LoadedCopy(const std::string& name,
+                                                       std::string_view states) const {
+  std::string current;
+  OptimizerParams params;
+  {
+    std::shared_lock lock(mu_);
+    if (!optimizer_) {
+      throw InvalidArgument(fmt::format(
+          "the checkpoint holds the states of optimizer '{}', but no optimizer is set on this "
+          "server: call SetOptimizer before LoadCheckpoint",
+          name));
+    }
+    current = optimizer_->name();
+    params = params_;
+  }
+  if (current != name) {
+    throw InvalidArgument(fmt::format(
+        "the checkpoint holds the states of optimizer '{}', this server runs '{}'", name, current));
+  }
+  auto fresh = factory_(current, params);
+  fresh->LoadStates(states);
+  return fresh;
+}
+
+void ServerOptimizer::Replace(std::unique_ptr<Optimizer> loaded) {
+  std::unique_lock lock(mu_);
+  optimizer_ = std::move(loaded);
 }
 
 }  // namespace tandem::kv

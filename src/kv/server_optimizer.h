@@ -8,6 +8,8 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "kv/optimizer/optimizer.h"
 
@@ -50,10 +52,25 @@ class ServerOptimizer {
   /// another optimizer's states, corrupt file), IoError.
   void Load(const std::string& path);
 
+  /// For a store checkpoint (docs/checkpoints.md): the optimizer's name
+  /// and SaveStates(), or nullopt when none is set. Never throws but
+  /// bad_alloc.
+  std::optional<std::pair<std::string, std::string>> Snapshot() const;
+
+  /// A new optimizer made like the current one (same name and parameters)
+  /// holding `states`, for Replace once every server verified its
+  /// checkpoint; the current one is untouched. Throws InvalidArgument (no
+  /// optimizer set, another optimizer's name, states LoadStates refuses).
+  std::unique_ptr<Optimizer> LoadedCopy(const std::string& name, std::string_view states) const;
+
+  /// Swaps in `loaded` (from LoadedCopy). Never throws.
+  void Replace(std::unique_ptr<Optimizer> loaded);
+
  private:
   OptimizerFactory factory_;
   mutable std::shared_mutex mu_;
   std::unique_ptr<Optimizer> optimizer_;  // guarded by mu_
+  OptimizerParams params_;                // optimizer_'s parameters; guarded by mu_
 };
 
 }  // namespace tandem::kv

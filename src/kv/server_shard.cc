@@ -79,6 +79,10 @@ void ServerShard::Loop() {
       queue_.pop_front();
     }
     if (ctx_.queued) ctx_.queued->Add(-1);
+    if (item.rendezvous) {
+      item.rendezvous->Arrive();
+      continue;
+    }
     Handle(item);
   }
 }
@@ -375,6 +379,73 @@ void ServerShard::HandleControl(ShardItem& item) {
           fmt::format("{} is not a request this server knows", KvMessageName(h.type)));
   }
   ReplyAck(item.connection, h);
+}
+
+namespace {
+
+// Refuses a checkpoint while `k`'s dist_sync round is open.
+void RequireRoundBoundary(uint64_t key, const SyncMerge& merge, size_t waiting, int workers) {
+  if (merge.pushed() > 0 || waiting > 0) {
+    throw InvalidArgument(fmt::format(
+        "key {}: a dist_sync round is in progress ({} of {} workers pushed, {} requests waiting): "
+        "a checkpoint needs every push waited for on every worker first",
+        key, merge.pushed(), workers, waiting));
+  }
+}
+
+}  // namespace
+
+void ServerShard::ExportKeys(std::vector<SavedKey>* out) const {
+  for (const auto& [key, k] : keys_) {
+    RequireRoundBoundary(key, k.merge, k.waiting.size(), ctx_.num_workers);
+    SavedKey s;
+    s.key = key;
+    s.dtype = k.layout.dtype;
+    s.total_elements = k.layout.total_elements;
+    s.offset = k.layout.offset;
+    s.count = k.layout.count;
+    s.row_length = k.layout.row_length;
+    s.value.assign(reinterpret_cast<const char*>(k.value->data.get()), k.value->size);
+    out->push_back(std::move(s));
+  }
+}
+
+void ServerShard::CheckRestorable(const std::map<uint64_t, const SavedKey*>& saved,
+                                  std::set<uint64_t>* matched) const {
+  for (const auto& [key, k] : keys_) {
+    RequireRoundBoundary(key, k.merge, k.waiting.size(), ctx_.num_workers);
+    auto it = saved.find(key);
+    if (it == saved.end()) {
+      throw InvalidArgument(fmt::format(
+          "key {}: this server holds it, the checkpoint does not (the job's keys differ from the "
+          "checkpointed job's)",
+          key));
+    }
+    const SavedKey& s = *it->second;
+    const KeyRequest& l = k.layout;
+    if (s.dtype != l.dtype || s.total_elements != l.total_elements || s.offset != l.offset ||
+        s.count != l.count || s.row_length != l.row_length) {
+      KeyRequest held = l;
+      KeyRequest file = l;
+      file.dtype = s.dtype;
+      file.total_elements = s.total_elements;
+      file.offset = s.offset;
+      file.count = s.count;
+      throw InvalidArgument(fmt::format(
+          "key {}: this server holds {} (row length {}), the checkpoint {} (row length {})", key,
+          SliceText(held), l.row_length, SliceText(file), s.row_length));
+    }
+    matched->insert(key);
+  }
+}
+
+void ServerShard::RestoreKeys(const std::map<uint64_t, const SavedKey*>& saved) {
+  for (auto& [key, k] : keys_) {
+    const SavedKey& s = *saved.at(key);
+    ByteBuffer b = ctx_.pool->Take(s.value.size());
+    if (b.size) std::memcpy(b.data.get(), s.value.data(), b.size);
+    k.value = MakeValue(std::move(b));
+  }
 }
 
 void ServerShard::Unshare(StoredKey& k) const {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -21,8 +22,10 @@
 #include "base/stats.h"
 #include "kv/buffer_pool.h"
 #include "kv/byte_buffer.h"
+#include "kv/checkpoint_format.h"
 #include "kv/kv_messages.h"
 #include "kv/server_optimizer.h"
+#include "kv/shard_rendezvous.h"
 #include "kv/sync_merge.h"
 #include "net/transport.h"
 
@@ -47,6 +50,8 @@ struct ShardItem {
   net::ConnectionId connection = 0;
   net::Message msg;
   std::optional<KeyRequest> request;  ///< set for the key-addressed types
+  /// Set instead of a message: the shard parks there (ShardRendezvous).
+  std::shared_ptr<ShardRendezvous> rendezvous;
 };
 
 /// Thread-safety: Post and Start may be called from any thread; everything
@@ -67,6 +72,24 @@ class ServerShard {
 
   /// Queues a request for this shard.
   void Post(ShardItem item);
+
+  // Checkpoint access (docs/checkpoints.md, "Protocol"). Each requires that
+  // the caller is the work of a ShardRendezvous this shard's thread is
+  // parked in (or is that thread).
+
+  /// Appends a copy of every key slice this shard holds. Throws
+  /// InvalidArgument naming a key whose dist_sync round is in progress
+  /// (some workers pushed, not all): the store is not at a round boundary.
+  void ExportKeys(std::vector<SavedKey>* out) const;
+  /// Throws InvalidArgument unless every key this shard holds is in `saved`
+  /// with the same dtype and slice and no round is in progress; adds the
+  /// keys it holds to `matched`.
+  void CheckRestorable(const std::map<uint64_t, const SavedKey*>& saved,
+                       std::set<uint64_t>* matched) const;
+  /// Replaces the value of every key it holds with the one in `saved`.
+  /// Requires that CheckRestorable accepted `saved`. Never throws but
+  /// bad_alloc.
+  void RestoreKeys(const std::map<uint64_t, const SavedKey*>& saved);
 
  private:
   struct StoredKey {

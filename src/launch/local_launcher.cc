@@ -12,6 +12,7 @@
 #include <random>
 
 #include "launch/job_credentials.h"
+#include "launch/job_restarts.h"
 #include "launch/rank_timeline.h"
 #include "net/hmac_handshake.h"
 #include "net/unique_fd.h"
@@ -113,6 +114,7 @@ void ValidateLocalJobOptions(const LocalJobOptions& options) {
     throw InvalidArgument(fmt::format("--job-id is {} bytes long; the limit is {}",
                                       options.job_id.size(), net::kMaxJobIdBytes));
   }
+  ValidateRestartOptions(options.restarts);
 }
 
 std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
@@ -173,24 +175,28 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
   if (resolved.tandem_binary.empty() && !resolved.command_runs_all_roles) {
     resolved.tandem_binary = CurrentExecutablePath();
   }
-  const LocalJobIdentity identity = NewJobIdentity(options.job_id, PickFreeLoopbackPort());
+  if (resolved.job_id.empty()) resolved.job_id = GenerateJobId();
 
-  std::vector<ProcessSpec> specs = BuildLocalJob(resolved, identity, launcher_env.vars());
-  // A misspelt program fails here, before any process of the job exists.
-  for (const auto& spec : specs) FindExecutable(spec.argv[0], spec.env);
+  auto attempt = [&](ProcessSupervisor& supervisor, const std::map<std::string, std::string>& env) {
+    const LocalJobIdentity identity = NewJobIdentity(resolved.job_id, PickFreeLoopbackPort());
+    std::vector<ProcessSpec> specs = BuildLocalJob(resolved, identity, env);
+    // A misspelt program fails here, before any process of the job exists.
+    for (const auto& spec : specs) FindExecutable(spec.argv[0], spec.env);
 
-  ProcessSupervisor supervisor(supervisor_options);
-  OutputSink(supervisor_options.stderr_fd)
-      .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{}{}, {} server{}, {} worker{}\n",
-                             identity.job_id, kLoopback, identity.scheduler_port,
-                             options.rendezvous_in_worker ? " (in worker 0)" : "",
-                             options.num_servers, options.num_servers == 1 ? "" : "s",
-                             options.num_workers, options.num_workers == 1 ? "" : "s"));
-  std::vector<pid_t> pids;
-  for (const auto& spec : specs) pids.push_back(supervisor.Start(spec));
-  const int exit_code = supervisor.Run().exit_code;
-  MergeJobTimeline(specs, pids, OutputSink(supervisor_options.stderr_fd));
-  return exit_code;
+    OutputSink(supervisor_options.stderr_fd)
+        .WriteLine(
+            fmt::format("[launcher] job {}: scheduler at {}:{}{}, {} server{}, {} worker{}\n",
+                        identity.job_id, kLoopback, identity.scheduler_port,
+                        options.rendezvous_in_worker ? " (in worker 0)" : "", options.num_servers,
+                        options.num_servers == 1 ? "" : "s", options.num_workers,
+                        options.num_workers == 1 ? "" : "s"));
+    std::vector<pid_t> pids;
+    for (const auto& spec : specs) pids.push_back(supervisor.Start(spec));
+    JobOutcome outcome = supervisor.Run();
+    MergeJobTimeline(specs, pids, OutputSink(supervisor_options.stderr_fd));
+    return outcome;
+  };
+  return RunWithRestarts(options.restarts, supervisor_options, launcher_env, attempt);
 }
 
 void MergeJobTimeline(const std::vector<ProcessSpec>& specs, const std::vector<pid_t>& pids,

@@ -22,6 +22,7 @@
 #include "launch/child_process.h"
 #include "launch/prefixed_output.h"
 #include "launch/process_supervisor.h"
+#include "launch/restart_policy.h"
 
 namespace tandem::launch {
 
@@ -47,6 +48,9 @@ struct LocalJobOptions {
   /// The binary whose `scheduler` and `server` subcommands run those roles;
   /// empty: this process's own executable (CurrentExecutablePath).
   std::string tandem_binary;
+  /// --max-restarts, --restart-delay, --restart-policy: whole-job restarts
+  /// (job_restarts.h). Every launcher honours them.
+  RestartOptions restarts;
 };
 
 /// Per-job values the launcher chooses before starting anything.
@@ -74,8 +78,8 @@ std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text);
 
 /// Throws InvalidArgument, naming the option, for a worker count below 1, a
 /// server count below 0, servers with rendezvous_in_worker, an empty command, an --env name that
-/// ParseEnvAssignment would refuse, or a job id longer than the handshake
-/// allows. Any thread.
+/// ParseEnvAssignment would refuse, a job id longer than the handshake
+/// allows, or invalid restart options (ValidateRestartOptions). Any thread.
 void ValidateLocalJobOptions(const LocalJobOptions& options);
 
 /// The processes of the job in start order: the scheduler, servers 0..S-1,
@@ -105,13 +109,16 @@ uint16_t PickFreeLoopbackPort();
 /// IoError. Any thread.
 std::string CurrentExecutablePath();
 
-/// Runs the whole job: validates `options`, picks the scheduler's port,
-/// generates the secret (and the job id unless given), checks that every
-/// program exists, starts the scheduler, the servers and the workers under
-/// one ProcessSupervisor built with `supervisor_options`, supervises them
-/// to the end and returns the launcher's exit code (see
-/// process_supervisor.h). `launcher_env` is the environment the processes
-/// inherit. Throws InvalidArgument for bad options or a program that does
+/// Runs the whole job: validates `options`, generates the job id unless
+/// given, and then for each attempt (one, or more with options.restarts:
+/// RunWithRestarts) picks the scheduler's port, generates the secret,
+/// checks that every program exists, starts the scheduler, the servers and
+/// the workers under one ProcessSupervisor built with `supervisor_options`,
+/// supervises them to the end; returns the launcher's exit code (see
+/// process_supervisor.h and job_restarts.h). Every attempt keeps the job
+/// id. `launcher_env` is the environment the processes inherit (with
+/// TANDEM_RESTART_COUNT and TANDEM_MAX_RESTARTS, AttemptEnvironment).
+/// Throws InvalidArgument for bad options or a program that does
 /// not exist (before anything started), IoError when a process cannot be
 /// started (those already started are killed first). Call it from the
 /// thread that lives as long as the job, with SIGINT, SIGTERM, SIGHUP and

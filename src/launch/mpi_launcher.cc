@@ -6,6 +6,7 @@
 
 #include <string_view>
 
+#include "launch/job_credentials.h"
 #include "launch/rank_exec.h"
 #include "launch/rank_timeline.h"
 #include "tandem/error.h"
@@ -72,21 +73,23 @@ int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_
   ValidateLocalJobOptions(options.job);
   MpiJobOptions o = options;
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
-  const uint16_t port = o.scheduler_port != 0 ? o.scheduler_port
-                        : o.hosts.empty()     ? PickFreeLoopbackPort()
-                                              : RandomSchedulerPort();
-  const LocalJobIdentity identity = NewJobIdentity(o.job.job_id, port);
-  ProcessSpec mpirun = BuildMpirunCommand(o, identity, launcher_env.vars());
-  const std::string announcement = fmt::format(
-      "job {}: scheduler at {}:{}{} through {}, {} server{}, {} worker{}{}", identity.job_id,
-      mpirun.env["DMLC_PS_ROOT_URI"], identity.scheduler_port,
-      o.job.rendezvous_in_worker ? " (in worker 0)" : "", o.mpirun, o.job.num_servers,
-      o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s",
-      o.hosts.empty() ? " on this host" : fmt::format(" on {} hosts", o.hosts.size()));
-  const int code = RunRankLauncher(mpirun, supervisor_options, announcement);
-  MergeRankTimelines(BuildLocalJob(o.job, identity, launcher_env.vars()),
-                     OutputSink(supervisor_options.stderr_fd));
-  return code;
+  if (o.job.job_id.empty()) o.job.job_id = GenerateJobId();
+  auto build = [&o](const std::map<std::string, std::string>& env) {
+    const uint16_t port = o.scheduler_port != 0 ? o.scheduler_port
+                          : o.hosts.empty()     ? PickFreeLoopbackPort()
+                                                : RandomSchedulerPort();
+    const LocalJobIdentity identity = NewJobIdentity(o.job.job_id, port);
+    RankLaunch launch{BuildMpirunCommand(o, identity, env), {}};
+    launch.announcement = fmt::format(
+        "job {}: scheduler at {}:{}{} through {}, {} server{}, {} worker{}{}", identity.job_id,
+        launch.launcher.env["DMLC_PS_ROOT_URI"], identity.scheduler_port,
+        o.job.rendezvous_in_worker ? " (in worker 0)" : "", o.mpirun, o.job.num_servers,
+        o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s",
+        o.hosts.empty() ? " on this host" : fmt::format(" on {} hosts", o.hosts.size()));
+    launch.ranks = BuildLocalJob(o.job, identity, env);
+    return launch;
+  };
+  return RunRankLauncher(build, o.job.restarts, supervisor_options, launcher_env);
 }
 
 }  // namespace tandem::launch

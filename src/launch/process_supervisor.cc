@@ -186,7 +186,8 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   std::string log_path;
   if (!options_.log_dir.empty()) {
     log_path = (std::filesystem::path(options_.log_dir) / LogFileName(spec.label)).string();
-    log_fd.Reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    const int mode = options_.append_logs ? O_APPEND : O_TRUNC;
+    log_fd.Reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | mode | O_CLOEXEC, 0644));
     if (!log_fd) {
       throw IoError(fmt::format("cannot create the log file of {}: {}: {}", spec.label, log_path,
                                 std::strerror(errno)));
@@ -313,6 +314,35 @@ JobOutcome ProcessSupervisor::Run() {
   return outcome;
 }
 
+int ProcessSupervisor::WaitForInterrupt(milliseconds duration) {
+  if (!ran_ || !AllExited()) {
+    throw InvalidArgument("ProcessSupervisor::WaitForInterrupt() called before Run() returned");
+  }
+  const auto end = std::chrono::steady_clock::now() + duration;
+  while (true) {
+    signalfd_siginfo info{};
+    const ssize_t n = ::read(signal_fd_.get(), &info, sizeof(info));
+    if (n == static_cast<ssize_t>(sizeof(info))) {
+      const int sig = static_cast<int>(info.ssi_signo);
+      if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) return sig;
+      continue;  // SIGCHLD of nothing we wait for, SIGPIPE
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+      throw IoError(fmt::format("process supervisor: reading the signalfd failed: {}",
+                                n < 0 ? std::strerror(errno) : "short read"));
+    }
+    const auto left =
+        std::chrono::ceil<milliseconds>(end - std::chrono::steady_clock::now()).count();
+    if (left <= 0) return 0;
+    pollfd p{signal_fd_.get(), POLLIN, 0};
+    const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
+    if (ready < 0 && errno != EINTR) {
+      throw IoError(fmt::format("process supervisor: poll failed: {}", std::strerror(errno)));
+    }
+  }
+}
+
 void ProcessSupervisor::HandleSignals(TimePoint now) {
   while (true) {
     signalfd_siginfo info{};
@@ -376,11 +406,20 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   Drain(child, true, kReadsAtExit);
   child.exited = true;
   child.stdin_pipe.Reset();
-  ProcessExit exit{child.label, child.pid, status, child.host};
-  exits_.push_back(exit);
+  ProcessExit exit{child.label, child.pid, status, child.host,
+                   phase_ == Phase::kTerminating || phase_ == Phase::kKilling};
+  // A rank launcher that failed ends as the rank it relayed (the cause, with
+  // the rank's status), so that what reads the exits (the restart decision,
+  // AttemptCause) sees the rank's status rather than mpirun's or srun's.
+  ProcessExit reported = exit;
+  if (!status.success() && child.relayed_failure) {
+    reported = *child.relayed_failure;
+    reported.torn_down = exit.torn_down;
+  }
+  exits_.push_back(reported);
   if (!status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_) {
     // A rank launcher's failure is that of the first rank that reported one.
-    first_failure_ = child.relayed_failure ? *child.relayed_failure : exit;
+    first_failure_ = reported;
     if (phase_ == Phase::kRunning) {
       Log(options_.stamp_first_failure ? fmt::format("{}{}{:.3f}){}", exit.Describe(), kSeenAt,
                                                      WallClockSeconds(), kTearingDown)

@@ -96,6 +96,10 @@ struct SupervisorOptions {
   /// job". `tandem rank-exec` sets it, so that the launcher above can tell
   /// which rank failed first (ParseRankFailureReport).
   bool stamp_first_failure = false;
+  /// Append to existing log files instead of truncating them: the later
+  /// attempts of a restarted job (job_restarts.h) keep the earlier ones'
+  /// output.
+  bool append_logs = false;
 };
 
 /// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
@@ -133,6 +137,10 @@ struct ProcessExit {
   pid_t pid = -1;
   ExitStatus status;
   std::string host;  ///< ProcessSpec::host
+  /// It ended after the supervisor had signalled the job's process groups
+  /// (SIGTERM or SIGKILL of the tear-down, or a forwarded interrupt): its
+  /// end may be the supervisor's doing rather than a cause of the failure.
+  bool torn_down = false;
   /// For the failure of a rank that a rank launcher relayed
   /// (ProcessSpec::relays_rank_exec): rank-exec's description of it
   /// ("worker 2 on h2 (pid 4711) killed by signal 9 (SIGKILL)"); `status`
@@ -196,6 +204,14 @@ class ProcessSupervisor {
   /// called a second time, IoError when poll or the signalfd fail (the
   /// destructor then kills what is left).
   JobOutcome Run();
+
+  /// Waits `duration`, or less when SIGINT, SIGTERM or SIGHUP arrives (also
+  /// one that arrived since Run returned), and returns that signal, or 0
+  /// when none came. Nothing is signalled: every process is gone. Used
+  /// between the attempts of a restarted job (job_restarts.h). Requires:
+  /// Run has returned. Throws InvalidArgument before Run, IoError when poll
+  /// or the signalfd fail.
+  int WaitForInterrupt(std::chrono::milliseconds duration);
 
  private:
   struct Child;

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "cluster/launch_contract.h"
+#include "launch/job_restarts.h"
+#include "launch/rank_timeline.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -103,17 +105,24 @@ std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback)
   return argv;
 }
 
-int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
-                    const std::string& announcement) {
-  FindExecutable(launcher.argv[0], launcher.env);  // "mpirun not found" before anything starts
+int RunRankLauncher(
+    const std::function<RankLaunch(const std::map<std::string, std::string>& env)>& build,
+    const RestartOptions& restarts, const SupervisorOptions& supervisor_options,
+    const base::Environment& launcher_env) {
   SupervisorOptions options = supervisor_options;
   options.end_adopted_orphans = true;
-  ProcessSpec spec = launcher;
-  spec.relays_rank_exec = true;
-  ProcessSupervisor supervisor(options);
-  OutputSink(options.stderr_fd).WriteLine("[launcher] " + announcement + "\n");
-  supervisor.Start(spec);
-  return supervisor.Run().exit_code;
+  auto attempt = [&](ProcessSupervisor& supervisor, const std::map<std::string, std::string>& env) {
+    RankLaunch launch = build(env);
+    // "mpirun not found" before anything starts
+    FindExecutable(launch.launcher.argv[0], launch.launcher.env);
+    launch.launcher.relays_rank_exec = true;
+    OutputSink(options.stderr_fd).WriteLine("[launcher] " + launch.announcement + "\n");
+    supervisor.Start(launch.launcher);
+    JobOutcome outcome = supervisor.Run();
+    MergeRankTimelines(launch.ranks, OutputSink(options.stderr_fd));
+    return outcome;
+  };
+  return RunWithRestarts(restarts, options, launcher_env, attempt);
 }
 
 void StopWithParent() {

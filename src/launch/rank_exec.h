@@ -8,10 +8,12 @@
 // docs/launch.md.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "base/environment.h"
 #include "launch/child_process.h"
 #include "launch/local_launcher.h"
 #include "launch/process_supervisor.h"
@@ -35,17 +37,37 @@ int ProcessCount(const LocalJobOptions& job);
 /// passed through untouched. Requires job.tandem_binary set. Pure.
 std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback);
 
-/// Runs `launcher` (mpirun or srun, which starts the ranks) as the job's
-/// only supervised process: checks that its program exists before anything
-/// starts, writes "[launcher] <announcement>", and returns the exit code
-/// (ProcessSupervisor::Run): the first failed rank's, as its rank-exec
-/// reported it through the launcher's output (ProcessSpec::relays_rank_exec),
-/// else the launcher's. Orphans of ranks that mpirun killed before their
-/// rank-exec could reap them are ended and reaped
-/// (SupervisorOptions::end_adopted_orphans). Throws what FindExecutable and
-/// ProcessSupervisor throw.
-int RunRankLauncher(const ProcessSpec& launcher, const SupervisorOptions& supervisor_options,
-                    const std::string& announcement);
+/// What one attempt of an mpirun or srun job starts: the process that
+/// starts the ranks, the line that announces it, and the ranks it starts.
+/// Thread-safety: a value type.
+struct RankLaunch {
+  ProcessSpec launcher;      ///< mpirun or srun, with the attempt's identity
+  std::string announcement;  ///< "job ...: scheduler at ..."
+  /// The job's processes (BuildLocalJob with the attempt's identity and
+  /// environment): their labels and TANDEM_TIMELINE say which rank
+  /// timelines to merge after the attempt (MergeRankTimelines).
+  std::vector<ProcessSpec> ranks;
+};
+
+/// Runs the job's attempts (RunWithRestarts with `restarts`): for each,
+/// `build` makes the launcher process (mpirun or srun, which starts the
+/// ranks) from the attempt's environment (AttemptEnvironment) with a fresh
+/// identity; its program is checked to exist before anything starts,
+/// "[launcher] <announcement>" is written, and it runs as the attempt's only
+/// supervised process, relaying its ranks' failure reports
+/// (ProcessSpec::relays_rank_exec): the attempt's failure, and so the
+/// restart decision, is the first failed rank's as its rank-exec reported
+/// it, with the rank's status. Orphans of ranks that mpirun killed before
+/// their rank-exec could reap them are ended and reaped
+/// (SupervisorOptions::end_adopted_orphans). After each attempt the ranks'
+/// timelines are merged (MergeRankTimelines), so the merged timeline is
+/// the last attempt's. Returns the exit code RunWithRestarts returns: the
+/// first failed rank's, else the launcher's. Throws what `build`,
+/// FindExecutable, RunWithRestarts and ProcessSupervisor throw.
+int RunRankLauncher(
+    const std::function<RankLaunch(const std::map<std::string, std::string>& env)>& build,
+    const RestartOptions& restarts, const SupervisorOptions& supervisor_options,
+    const base::Environment& launcher_env);
 
 /// The name of the host a rank runs on, for the reports of its end:
 /// SLURMD_NODENAME of `env` (under srun, Slurm's name of the node), else

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "launch/job_credentials.h"
 #include "launch/rank_exec.h"
 #include "launch/rank_timeline.h"
 #include "tandem/error.h"
@@ -51,19 +52,21 @@ int RunSlurmJob(const SlurmJobOptions& options, const SupervisorOptions& supervi
   o.grace_seconds = static_cast<int>(
       std::chrono::ceil<std::chrono::seconds>(supervisor_options.teardown_grace).count());
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
-  const LocalJobIdentity identity = NewJobIdentity(
-      o.job.job_id, o.scheduler_port != 0 ? o.scheduler_port : RandomSchedulerPort());
-  ProcessSpec srun = BuildSrunCommand(o, identity, launcher_env.vars());
-  const std::string announcement = fmt::format(
-      "job {}: {} tasks through {} (scheduler on the first node, port {}{}), {} server{}, {} "
-      "worker{}",
-      identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
-      o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
-      o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s");
-  const int code = RunRankLauncher(srun, supervisor_options, announcement);
-  MergeRankTimelines(BuildLocalJob(o.job, identity, launcher_env.vars()),
-                     OutputSink(supervisor_options.stderr_fd));
-  return code;
+  if (o.job.job_id.empty()) o.job.job_id = GenerateJobId();
+  auto build = [&o](const std::map<std::string, std::string>& env) {
+    const LocalJobIdentity identity = NewJobIdentity(
+        o.job.job_id, o.scheduler_port != 0 ? o.scheduler_port : RandomSchedulerPort());
+    RankLaunch launch{BuildSrunCommand(o, identity, env), {}};
+    launch.announcement = fmt::format(
+        "job {}: {} tasks through {} (scheduler on the first node, port {}{}), {} server{}, {} "
+        "worker{}",
+        identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
+        o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
+        o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s");
+    launch.ranks = BuildLocalJob(o.job, identity, env);
+    return launch;
+  };
+  return RunRankLauncher(build, o.job.restarts, supervisor_options, launcher_env);
 }
 
 }  // namespace tandem::launch

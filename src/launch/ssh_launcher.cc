@@ -8,6 +8,8 @@
 
 #include <thread>
 
+#include "launch/job_credentials.h"
+#include "launch/job_restarts.h"
 #include "launch/prefixed_output.h"
 #include "launch/rank_timeline.h"
 #include "launch/remote_exec.h"
@@ -270,8 +272,7 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     if (::getcwd(cwd, sizeof(cwd)) == nullptr) throw IoError("getcwd failed");
     o.remote_directory = cwd;
   }
-  if (o.scheduler_port == 0) o.scheduler_port = RandomSchedulerPort();
-  const LocalJobIdentity identity = NewJobIdentity(o.job.job_id, o.scheduler_port);
+  if (o.job.job_id.empty()) o.job.job_id = GenerateJobId();
 
   const auto& env = launcher_env.vars();
   FindExecutable(o.ssh_program, env);
@@ -281,19 +282,26 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     for (const auto& f : failures) text += "\n  " + f;
     throw InvalidArgument(text);
   }
-  std::vector<ProcessSpec> specs = BuildSshJob(o, identity, env);
-  ProcessSupervisor supervisor(supervisor_options);
-  OutputSink(supervisor_options.stderr_fd)
-      .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "
-                             "worker{} on {} host{}\n",
-                             identity.job_id, o.hosts.front().host, identity.scheduler_port,
-                             o.job.num_servers, o.job.num_servers == 1 ? "" : "s",
-                             o.job.num_workers, o.job.num_workers == 1 ? "" : "s", o.hosts.size(),
-                             o.hosts.size() == 1 ? "" : "s"));
-  for (const auto& spec : specs) supervisor.Start(spec);
-  const int code = supervisor.Run().exit_code;
-  MergeRankTimelines(BuildLocalJob(o.job, identity, env), OutputSink(supervisor_options.stderr_fd));
-  return code;
+  auto attempt = [&](ProcessSupervisor& supervisor,
+                     const std::map<std::string, std::string>& attempt_env) {
+    const LocalJobIdentity identity = NewJobIdentity(
+        o.job.job_id, options.scheduler_port != 0 ? options.scheduler_port : RandomSchedulerPort());
+    std::vector<ProcessSpec> specs = BuildSshJob(o, identity, attempt_env);
+    OutputSink(supervisor_options.stderr_fd)
+        .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "
+                               "worker{} on {} host{}\n",
+                               identity.job_id, o.hosts.front().host, identity.scheduler_port,
+                               o.job.num_servers, o.job.num_servers == 1 ? "" : "s",
+                               o.job.num_workers, o.job.num_workers == 1 ? "" : "s", o.hosts.size(),
+                               o.hosts.size() == 1 ? "" : "s"));
+    for (const auto& spec : specs) supervisor.Start(spec);
+    JobOutcome outcome = supervisor.Run();
+    // After each attempt: the merged timeline is the last attempt's.
+    MergeRankTimelines(BuildLocalJob(o.job, identity, attempt_env),
+                       OutputSink(supervisor_options.stderr_fd));
+    return outcome;
+  };
+  return RunWithRestarts(o.job.restarts, supervisor_options, launcher_env, attempt);
 }
 
 }  // namespace tandem::launch

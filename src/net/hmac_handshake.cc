@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <openssl/crypto.h>
-#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -13,6 +12,7 @@
 #include <utility>
 
 #include "base/byte_io.h"
+#include "net/openssl_error.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -31,14 +31,6 @@ constexpr std::string_view kClientLabel = "tandem-client";
 constexpr uint32_t kMaxHandshakeMetaBytes = 512;
 static_assert(sizeof(uint16_t) + sizeof(uint32_t) + kMaxJobIdBytes + kHandshakeNonceBytes <=
               kMaxHandshakeMetaBytes);
-
-std::string OpenSslErrorText() {
-  unsigned long code = ERR_get_error();
-  if (code == 0) return "no OpenSSL error queued";
-  char text[256];
-  ERR_error_string_n(code, text, sizeof(text));
-  return text;
-}
 
 // A peer-supplied string made safe for a log line: quoted, with bytes outside
 // printable ASCII (and the quote and backslash) escaped.

@@ -50,6 +50,7 @@ struct ReliableTransport::Pending {
   bool done = false;         // on_sent has been scheduled
   std::exception_ptr error;
   Clock::time_point deadline = Clock::time_point::max();  // next resend
+  Clock::time_point first_sent{};                         // when its id was assigned
 };
 
 // Both directions of one connection. Guarded by mu_, except send_mu.
@@ -129,12 +130,18 @@ void ReliableTransport::Shutdown() {
     // response) and exits at once would otherwise take the message's
     // resends with it, and its peer would see the connection end instead.
     std::unique_lock lock(mu_);
-    if (!stopping_) {
+    if (!stopping_ && !abandoned_) {
       const auto linger = options_.resend_timeout * (options_.max_retries + 1);
-      if (!settled_cv_.wait_for(lock, linger, [this] { return AllSettledLocked(); })) {
+      if (!settled_cv_.wait_for(lock, linger,
+                                [this] { return AllSettledLocked() || abandoned_; })) {
         logger_.Warn("shutting down with messages still unacknowledged after {} ms",
                      linger.count());
       }
+    }
+    if (abandoned_ && !AllSettledLocked()) {
+      logger_.V1(
+          "shutting down without waiting for the acknowledgements still due (the job "
+          "failed)");
     }
     stopping_ = true;
   }
@@ -151,6 +158,14 @@ void ReliableTransport::Shutdown() {
         st.data_sent, st.resent, st.acks_sent, st.dropped, st.duplicates, st.delivered,
         st.held_max);
   }
+}
+
+void ReliableTransport::AbandonUnacknowledged() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    abandoned_ = true;
+  }
+  settled_cv_.notify_all();
 }
 
 ReliableStats ReliableTransport::Stats() const {
@@ -197,6 +212,7 @@ void ReliableTransport::Send(ConnectionId id, OutgoingMessage msg) {
     p->id = c->next_id++;
     p->msg.header.message_id = p->id;
     p->copies = 1;
+    p->first_sent = Clock::now();
     p->in_flight = 1;
     c->unacked.emplace(p->id, p);
     ++stats_.data_sent;
@@ -249,6 +265,7 @@ void ReliableTransport::DrainWaiting(ConnectionId id, const std::shared_ptr<Conn
       p->id = c->next_id++;
       p->msg.header.message_id = p->id;
       p->copies = 1;
+      p->first_sent = Clock::now();
       p->in_flight = 1;
       c->unacked.emplace(p->id, p);
       ++stats_.data_sent;
@@ -292,6 +309,22 @@ void ReliableTransport::ResendLoop() {
     std::vector<std::pair<ConnectionId, std::string>> give_up;
     for (auto& [cid, c] : connections_) {
       if (c->closed || !c->failure.empty()) continue;
+      if (abandoned_) {
+        // The job failed: a message older than one resend timeout is bound
+        // for a peer that does not answer; give its connection up now
+        // instead of resending (its payload is released with the error).
+        for (auto& [mid, p] : c->unacked) {
+          if (p->acked || now - p->first_sent < options_.resend_timeout) continue;
+          c->failure = fmt::format(
+              "{} with message id {} to {} was not acknowledged within {} ms (PS_RESEND_TIMEOUT) "
+              "and the job has failed; giving up the connection",
+              MessageTypeName(p->msg.header.type), mid, c->peer_name,
+              options_.resend_timeout.count());
+          give_up.emplace_back(cid, c->failure);
+          break;
+        }
+        continue;
+      }
       for (auto& [mid, p] : c->unacked) {
         if (p->acked || p->error || p->in_flight > 0 || p->deadline > now) continue;
         if (p->copies > options_.max_retries) {

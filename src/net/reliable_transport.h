@@ -136,6 +136,17 @@ class ReliableTransport final : public Transport, private TransportHandler {
   /// Idempotent; not from a callback.
   void Shutdown() override;
 
+  /// For a process whose job has failed: its unacknowledged messages go to
+  /// peers that are lost or cut off, and waiting for their acks would only
+  /// delay its exit by the whole retry budget (docs/protocol-resend.md,
+  /// "After a failure"). From now on a message still unacknowledged one
+  /// PS_RESEND_TIMEOUT after it was sent is not resent: its connection is
+  /// given up (what is unacknowledged on it fails with PeerLost, releasing
+  /// the callers' payloads), and Shutdown() does not linger (a linger under
+  /// way ends). Any thread, callbacks included (it only sets a flag); never
+  /// throws.
+  void AbandonUnacknowledged() noexcept;
+
   /// A snapshot of the counters. Any thread.
   ReliableStats Stats() const;
 
@@ -176,6 +187,7 @@ class ReliableTransport final : public Transport, private TransportHandler {
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;  // guarded by mu_
   ReliableStats stats_;                                                        // guarded by mu_
   bool stopping_ = false;                                                      // guarded by mu_
+  bool abandoned_ = false;  // AbandonUnacknowledged was called; guarded by mu_
   std::condition_variable resend_cv_;
   std::condition_variable settled_cv_;  // an unacknowledged message settled
 

@@ -26,6 +26,13 @@ constexpr size_t kStagingBytes = 256 * 1024;
 // 25-40% more throughput for 16-64 MiB messages on loopback.
 constexpr size_t kLowWaterFrom = 512 * 1024;
 constexpr size_t kLowWaterMax = 1024 * 1024;
+// With TLS, pieces shorter than one record's worth of plaintext are gathered
+// (copied) into one SSL_write, so a stream of small messages becomes few full
+// records rather than three small records per message; longer pieces are
+// encrypted straight from the caller's memory.
+constexpr size_t kTlsGatherBytes = 16 * 1024;
+// More than one TLS record (16 KiB of plaintext and its overhead).
+constexpr size_t kTlsRecordSlack = 32 * 1024;
 
 bool IsHandshakeType(uint16_t type) {
   return type >= msgtype::kHandshakeHello && type <= msgtype::kHandshakeWelcome;
@@ -59,6 +66,12 @@ void TcpConnection::Start() {
   } else {
     server_handshake_.emplace(creds);
   }
+  if (ctx_.options->tls) {
+    tls_ = std::make_unique<TlsSession>(*ctx_.options->tls, role_ == Role::kClient
+                                                                ? TlsSession::Role::kClient
+                                                                : TlsSession::Role::kServer);
+    stage_ = Stage::kTlsHandshake;
+  }
   {
     std::lock_guard lock(mu_);
     // The loop holds the connection while a callback of it runs, so the
@@ -71,7 +84,14 @@ void TcpConnection::Start() {
   handshake_timer_ = ctx_.loop->RunAfter(ctx_.options->handshake_timeout, [weak] {
     if (auto c = weak.lock()) c->OnHandshakeTimeout();
   });
-  if (role_ == Role::kClient) Enqueue(client_handshake_->Hello());
+  if (tls_) {
+    if (role_ == Role::kClient) {
+      tls_->Handshake();  // produces the ClientHello
+      OnWritable();
+    }
+  } else if (role_ == Role::kClient) {
+    Enqueue(client_handshake_->Hello());
+  }
 }
 
 void TcpConnection::Send(OutgoingMessage msg) {
@@ -119,7 +139,10 @@ void TcpConnection::Enqueue(OutgoingMessage msg) {
       if (pending.msg.on_sent) failed.push_back(std::move(pending.msg.on_sent));
       error = write_error_;
     } else {
-      bool idle = queue_.empty();
+      // With TLS the queue empties as soon as its messages are encrypted,
+      // while their ciphertext may still wait for EPOLLOUT; then the loop
+      // writes, and a sender only appends (no wake-up per message).
+      bool idle = queue_.empty() && !want_write_;
       bool has_callback = static_cast<bool>(pending.msg.on_sent);
       queue_.push_back(std::move(pending));
       // Who writes (docs/transport.md, "Zero-copy send"):
@@ -181,6 +204,10 @@ void TcpConnection::RunPostedFlush() {
 }
 
 void TcpConnection::FlushLocked(Completions& done) {
+  if (tls_) {
+    FlushTlsLocked(done);
+    return;
+  }
   while (!queue_.empty()) {
     iovec iov[kMaxIov];
     size_t count = 0;
@@ -197,45 +224,9 @@ void TcpConnection::FlushLocked(Completions& done) {
       }
       if (count == kMaxIov) break;
     }
-    msghdr mh{};
-    mh.msg_iov = iov;
-    mh.msg_iovlen = count;
-    ssize_t n = ::sendmsg(fd_.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        SetWantWriteLocked(true);
-        return;
-      }
-      write_error_ = fmt::format("write to {} failed: {}", peer_name_, ErrnoText(errno));
-      write_closed_ = true;
-      SetWantWriteLocked(false);
-      // The loop closes the connection; Enqueue/OnWritable fail the queue.
-      ctx_.loop->Post([self = shared_from_this(), reason = write_error_] {
-        self->Close(reason, std::make_exception_ptr(PeerLost(reason)));
-      });
-      return;
-    }
-    // Advance the cursors over the n bytes the kernel took.
-    size_t left = static_cast<size_t>(n);
-    while (!queue_.empty()) {
-      PendingSend& p = queue_.front();
-      while (p.piece < p.piece_count()) {
-        size_t rest = p.Piece(p.piece).size() - p.offset;
-        if (left < rest) {
-          p.offset += left;
-          left = 0;
-          break;
-        }
-        left -= rest;
-        ++p.piece;
-        p.offset = 0;
-      }
-      if (p.piece < p.piece_count()) break;
-      if (p.msg.on_sent) done.push_back(std::move(p.msg.on_sent));
-      queue_.pop_front();
-      if (left == 0) break;
-    }
+    ssize_t n = SendLocked(iov, count);
+    if (n < 0) return;
+    AdvanceLocked(static_cast<size_t>(n), done);
     if (static_cast<size_t>(n) < total) {
       // The socket buffer is full; another call would only say EAGAIN.
       SetWantWriteLocked(true);
@@ -243,6 +234,120 @@ void TcpConnection::FlushLocked(Completions& done) {
     }
   }
   SetWantWriteLocked(false);
+}
+
+ssize_t TcpConnection::SendLocked(iovec* iov, size_t count) {
+  msghdr mh{};
+  mh.msg_iov = iov;
+  mh.msg_iovlen = count;
+  for (;;) {
+    ssize_t n = ::sendmsg(fd_.get(), &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      SetWantWriteLocked(true);
+    } else {
+      StopWritingLocked(fmt::format("write to {} failed: {}", peer_name_, ErrnoText(errno)));
+    }
+    return -1;
+  }
+}
+
+void TcpConnection::AdvanceLocked(size_t n, Completions& done) {
+  size_t left = n;
+  while (!queue_.empty()) {
+    PendingSend& p = queue_.front();
+    while (p.piece < p.piece_count()) {
+      size_t rest = p.Piece(p.piece).size() - p.offset;
+      if (left < rest) {
+        p.offset += left;
+        left = 0;
+        break;
+      }
+      left -= rest;
+      ++p.piece;
+      p.offset = 0;
+    }
+    if (p.piece < p.piece_count()) break;
+    if (p.msg.on_sent) done.push_back(std::move(p.msg.on_sent));
+    queue_.pop_front();
+    if (left == 0) break;
+  }
+}
+
+void TcpConnection::StopWritingLocked(std::string reason) {
+  write_error_ = std::move(reason);
+  write_closed_ = true;
+  SetWantWriteLocked(false);
+  // The loop closes the connection; Enqueue/OnWritable fail the queue.
+  ctx_.loop->Post([self = shared_from_this(), reason = write_error_] {
+    self->Close(reason, std::make_exception_ptr(PeerLost(reason)));
+  });
+}
+
+void TcpConnection::FlushTlsLocked(Completions& done) {
+  for (;;) {
+    std::span<const std::byte> cipher = tls_->PendingCiphertext();
+    if (!cipher.empty()) {
+      iovec iov{const_cast<std::byte*>(cipher.data()), cipher.size()};
+      ssize_t n = SendLocked(&iov, 1);
+      if (n < 0) return;
+      tls_->ConsumeCiphertext(static_cast<size_t>(n));
+      if (static_cast<size_t>(n) < cipher.size()) {
+        SetWantWriteLocked(true);
+        return;
+      }
+      continue;
+    }
+    if (!tls_->handshake_done()) break;
+    bool produced = false;
+    try {
+      produced = EncryptQueuedLocked(done);
+    } catch (const std::exception& e) {
+      StopWritingLocked(fmt::format("encrypting for {} failed: {}", peer_name_, e.what()));
+      return;
+    }
+    if (!produced) break;
+  }
+  SetWantWriteLocked(false);
+}
+
+bool TcpConnection::EncryptQueuedLocked(Completions& done) {
+  bool produced = false;
+  for (;;) {
+    if (plain_taken_ < plain_.size()) {
+      size_t n = tls_->Encrypt(std::span<const std::byte>(plain_).subspan(plain_taken_));
+      if (n == 0) return true;  // the session's buffer is full of ciphertext
+      produced = true;
+      plain_taken_ += n;
+      if (plain_taken_ == plain_.size()) {
+        plain_.clear();
+        plain_taken_ = 0;
+      }
+      continue;
+    }
+    if (queue_.empty()) return produced;
+    {
+      const PendingSend& p = queue_.front();
+      std::span<const std::byte> rest = p.Piece(p.piece).subspan(p.offset);
+      if (rest.size() >= kTlsGatherBytes) {
+        size_t n = tls_->Encrypt(rest);
+        if (n == 0) return true;
+        produced = true;
+        AdvanceLocked(n, done);
+        continue;
+      }
+    }
+    // Gather small pieces, stopping before a long one (encrypted in place).
+    while (plain_.size() < kTlsGatherBytes && !queue_.empty()) {
+      const PendingSend& p = queue_.front();
+      std::span<const std::byte> rest = p.Piece(p.piece).subspan(p.offset);
+      if (rest.size() >= kTlsGatherBytes && !plain_.empty()) break;
+      size_t take = std::min(rest.size(), kTlsGatherBytes - plain_.size());
+      plain_.insert(plain_.end(), rest.begin(), rest.begin() + static_cast<ptrdiff_t>(take));
+      AdvanceLocked(take, done);
+    }
+  }
 }
 
 void TcpConnection::SetWantWriteLocked(bool want) {
@@ -310,67 +415,220 @@ void TcpConnection::OnWritable() {
 
 void TcpConnection::OnReadable() {
   for (int i = 0; i < kMaxReadsPerEvent; ++i) {
-    std::span<std::byte> span = reader_->WritableSpan();
+    // Plaintext goes straight where the frame reader wants it; ciphertext
+    // into the TLS session, which then decrypts into the same places.
+    std::span<std::byte> span = tls_ ? tls_->CiphertextSpace() : reader_->WritableSpan();
+    if (span.empty()) {
+      // DrainTls() empties the session's buffer after every read, so this
+      // is a broken invariant; stop rather than spin on a readable socket.
+      Fail(std::make_exception_ptr(ProtocolError("the TLS receive buffer is full")));
+      return;
+    }
     ssize_t n = ::read(fd_.get(), span.data(), span.size());
     if (n > 0) {
-      try {
-        reader_->Commit(static_cast<size_t>(n));
-      } catch (...) {
-        Fail(std::current_exception());
-        return;
-      }
-      if (closed_) return;
+      std::span<std::byte> got = span.first(static_cast<size_t>(n));
+      if (!(tls_ ? TakeCiphertext(got) : TakePlaintext(got))) return;
       // A short read drained the socket; level-triggered epoll reports any
       // later bytes.
-      if (static_cast<size_t>(n) < span.size()) break;
+      if (got.size() < span.size()) break;
       continue;
     }
     int err = n == 0 ? 0 : errno;
     if (err == EINTR) continue;
     if (err == EAGAIN || err == EWOULDBLOCK) break;
-    std::string cause = err == 0 ? "closed the connection" : ErrnoText(err);
-    if (!established() && role_ == Role::kClient && (err == 0 || err == ECONNRESET)) {
-      std::string reason = fmt::format(
-          "connection to {} closed during authentication (wrong TANDEM_SECRET or job id?)",
+    OnEndOfStream(err);
+    return;
+  }
+  // Handshake messages and alerts OpenSSL produced while reading.
+  if (tls_ && !tls_->PendingCiphertext().empty()) OnWritable();
+  // However the loop ended, the low-water mark must fit what the reader
+  // waits for now: one left from an earlier, larger rest might never be
+  // reached and the connection would stall.
+  if (!closed_) UpdateReceiveLowWater();
+}
+
+bool TcpConnection::TakePlaintext(std::span<const std::byte> got) {
+  if (reader_->bytes_consumed() == 0 && RefusePeerSpeakingTls(got)) return false;
+  try {
+    reader_->Commit(got.size());
+  } catch (...) {
+    Fail(std::current_exception());
+    return false;
+  }
+  return !closed_;
+}
+
+bool TcpConnection::TakeCiphertext(std::span<const std::byte> got) {
+  const bool first = !tls_received_;
+  tls_received_ = true;
+  if (first && RefusePeerSpeakingPlaintext(got)) return false;
+  tls_->CommitCiphertext(got.size());
+  return DrainTls();
+}
+
+bool TcpConnection::DrainTls() {
+  try {
+    if (!tls_->handshake_done()) {
+      if (!tls_->Handshake()) return true;
+      OnTlsEstablished();
+      if (closed_) return false;
+    }
+    for (;;) {
+      std::span<std::byte> span = reader_->WritableSpan();
+      size_t n = 0;
+      TlsSession::ReadResult r = tls_->Decrypt(span, &n);
+      if (r == TlsSession::ReadResult::kWantMore) return true;
+      if (r == TlsSession::ReadResult::kClosed) {
+        OnEndOfStream(0);
+        return false;
+      }
+      reader_->Commit(n);
+      if (closed_) return false;
+    }
+  } catch (...) {
+    std::exception_ptr error = std::current_exception();
+    SendTlsAlert();
+    Fail(error);
+    return false;
+  }
+}
+
+void TcpConnection::SendTlsAlert() {
+  std::lock_guard lock(mu_);
+  if (write_closed_) return;
+  std::span<const std::byte> alert = tls_->PendingCiphertext();
+  if (!alert.empty()) {
+    (void)::send(fd_.get(), alert.data(), alert.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+  // Closing with unread bytes would send a reset, which can overtake the
+  // alert; read what has arrived (a few records at most) first.
+  char sink[16384];
+  for (int i = 0; i < 4 && ::recv(fd_.get(), sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+  }
+}
+
+void TcpConnection::OnTlsEstablished() {
+  if (ctx_.logger->verbosity() >= 1) {
+    ctx_.logger->V1("TLS with {}: {}", peer_name_, tls_->Description());
+  }
+  if (role_ == Role::kClient) {
+    stage_ = Stage::kClientAwaitChallenge;
+    // Leaves behind the client's last handshake record, in one write.
+    Enqueue(client_handshake_->Hello());
+  } else {
+    stage_ = Stage::kServerAwaitHello;
+  }
+}
+
+bool TcpConnection::RefusePeerSpeakingTls(std::span<const std::byte> first) {
+  if (!StartsLikeTlsRecord(first)) return false;
+  std::string reason;
+  if (role_ == Role::kServer) {
+    reason = fmt::format(
+        "{} opened with a TLS hello: it runs with TANDEM_TLS=1 and this process without; every "
+        "process of a job must have the same TANDEM_TLS",
+        peer_name_);
+    ctx_.logger->Warn("dropped connection from {}: {}", peer_name_, reason);
+  } else {
+    reason = fmt::format(
+        "{} answered with TLS: it runs with TANDEM_TLS=1 and this process without; every process "
+        "of a job must have the same TANDEM_TLS",
+        peer_name_);
+  }
+  Close(reason, std::make_exception_ptr(ProtocolError(reason)));
+  return true;
+}
+
+bool TcpConnection::RefusePeerSpeakingPlaintext(std::span<const std::byte> first) {
+  if (StartsLikeTlsRecord(first) || !StartsLikeTandemFrame(first)) return false;
+  std::string reason = fmt::format(
+      "{} sent plaintext tandem frames: it runs without TANDEM_TLS=1 and this process with it; "
+      "every process of a job must have the same TANDEM_TLS",
+      peer_name_);
+  if (role_ == Role::kServer) {
+    ctx_.logger->Warn("dropped connection from {}: {}", peer_name_, reason);
+    // Tell the plaintext client in a way it recognises (a TLS alert record)
+    // before hanging up; best effort, the socket is new and empty.
+    std::lock_guard lock(mu_);
+    (void)::send(fd_.get(), kPlaintextPeerAlert.data(), kPlaintextPeerAlert.size(),
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+    char sink[4096];  // the rest of its hello, so that closing sends no reset
+    (void)::recv(fd_.get(), sink, sizeof(sink), MSG_DONTWAIT);
+  }
+  Close(reason, std::make_exception_ptr(ProtocolError(reason)));
+  return true;
+}
+
+void TcpConnection::OnEndOfStream(int err) {
+  std::string cause = err == 0 ? "closed the connection" : ErrnoText(err);
+  const bool peer_hung_up = err == 0 || err == ECONNRESET;
+  if (stage_ == Stage::kTlsHandshake) {
+    std::string reason;
+    if (role_ == Role::kClient && peer_hung_up && !tls_received_) {
+      // A TLS server answers a hello, if only with an alert; silence and a
+      // hang-up is what a plaintext tandem node does (it drops the
+      // connection for a bad frame magic).
+      reason = fmt::format(
+          "{} closed the connection without answering our TLS hello: it most likely runs "
+          "without TANDEM_TLS=1 while this process runs with it; every process of a job must "
+          "have the same TANDEM_TLS",
           peer_name_);
-      Close(reason, std::make_exception_ptr(AuthFailed(reason)));
+      Close(reason, std::make_exception_ptr(ProtocolError(reason)));
       return;
     }
-    std::string reason;
-    if (!established()) {
-      reason = fmt::format("{} {} during authentication", peer_name_,
-                           err == 0 ? "closed the connection" : "failed: " + cause);
-      // A peer that hangs up before saying hello is most likely a TCP health
-      // probe; one that hangs up after our challenge rejected our proof.
-      if (stage_ == Stage::kServerAwaitHello && err == 0) {
-        ctx_.logger->V1("dropped connection from {}: {}", peer_name_, reason);
+    reason = fmt::format("{} {} during the TLS handshake", peer_name_,
+                         err == 0 ? "closed the connection" : "failed: " + cause);
+    if (role_ == Role::kServer) {
+      if (err == 0 && !tls_received_) {
+        ctx_.logger->V1("dropped connection from {}: {}", peer_name_, reason);  // a TCP probe
       } else {
-        ctx_.logger->Warn("dropped connection from {}: {}{}", peer_name_, reason,
-                          stage_ == Stage::kServerAwaitProof
-                              ? " (the client rejected our proof: wrong TANDEM_SECRET?)"
-                              : "");
+        ctx_.logger->Warn("dropped connection from {}: {}", peer_name_, reason);
       }
-    } else if (err == 0) {
-      reason =
-          reader_->AtFrameBoundary()
-              ? fmt::format("peer {} closed the connection", peer_name_)
-              : fmt::format("peer {} closed the connection in the middle of a message", peer_name_);
-    } else {
-      reason = fmt::format("reading from {} failed: {}", peer_name_, cause);
     }
     Close(reason, std::make_exception_ptr(PeerLost(reason)));
     return;
   }
-  // However the loop ended, the low-water mark must fit what the reader
-  // waits for now: one left from an earlier, larger rest might never be
-  // reached and the connection would stall.
-  UpdateReceiveLowWater();
+  if (!established() && role_ == Role::kClient && peer_hung_up) {
+    std::string reason = fmt::format(
+        "connection to {} closed during authentication (wrong TANDEM_SECRET or job id?)",
+        peer_name_);
+    Close(reason, std::make_exception_ptr(AuthFailed(reason)));
+    return;
+  }
+  std::string reason;
+  if (!established()) {
+    reason = fmt::format("{} {} during authentication", peer_name_,
+                         err == 0 ? "closed the connection" : "failed: " + cause);
+    // A peer that hangs up before saying hello is most likely a TCP health
+    // probe; one that hangs up after our challenge rejected our proof.
+    if (stage_ == Stage::kServerAwaitHello && err == 0) {
+      ctx_.logger->V1("dropped connection from {}: {}", peer_name_, reason);
+    } else {
+      ctx_.logger->Warn("dropped connection from {}: {}{}", peer_name_, reason,
+                        stage_ == Stage::kServerAwaitProof
+                            ? " (the client rejected our proof: wrong TANDEM_SECRET?)"
+                            : "");
+    }
+  } else if (err == 0) {
+    reason =
+        reader_->AtFrameBoundary()
+            ? fmt::format("peer {} closed the connection", peer_name_)
+            : fmt::format("peer {} closed the connection in the middle of a message", peer_name_);
+  } else {
+    reason = fmt::format("reading from {} failed: {}", peer_name_, cause);
+  }
+  Close(reason, std::make_exception_ptr(PeerLost(reason)));
 }
 
 void TcpConnection::UpdateReceiveLowWater() {
   // A span larger than the staging buffer is the rest of a payload being
   // read in place; only then is waiting for more bytes per wake-up right.
   size_t rest = reader_->WritableSpan().size();
+  if (tls_) {
+    // Up to one record of ciphertext may already sit in the session, so
+    // fewer than `rest` bytes may still come; the mark stays below that.
+    rest = rest > kTlsRecordSlack ? rest - kTlsRecordSlack : 0;
+  }
   int want = 1;
   if (rest > kStagingBytes && rest >= kLowWaterFrom) {
     want = static_cast<int>(std::min(rest, kLowWaterMax));
@@ -398,6 +656,9 @@ std::span<std::byte> TcpConnection::PayloadDestination(const Header& h, const st
 
 void TcpConnection::OnFrame(Message&& msg) {
   switch (stage_) {
+    case Stage::kTlsHandshake:
+      // The reader only sees plaintext, which exists after the handshake.
+      throw ProtocolError("a frame before the TLS handshake completed");
     case Stage::kClientAwaitChallenge:
       Enqueue(client_handshake_->OnChallenge(msg));
       stage_ = Stage::kClientAwaitWelcome;

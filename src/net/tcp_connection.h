@@ -1,11 +1,13 @@
 // One TCP connection of a TcpTransport: its socket, its frame reader, its
 // handshake and its send queue (docs/transport.md).
 //
-// Life cycle: kHandshake -> kEstablished -> closed. A new connection first
-// runs the HMAC handshake (net/hmac_handshake.h) with HandshakeLimits() and a
-// deadline; only then does the transport learn of it (OnEstablished) and its
-// frames reach the TransportHandler. Any failure closes the connection and
-// nothing else.
+// Life cycle: [TLS handshake ->] HMAC handshake -> established -> closed. With
+// TransportOptions::tls, a new connection first runs TLS 1.3 with mutual
+// certificate checks (net/tls_session.h) and everything after it travels
+// encrypted. Then it runs the HMAC handshake (net/hmac_handshake.h) with
+// HandshakeLimits(); both within one deadline. Only then does the transport
+// learn of it (OnEstablished) and its frames reach the TransportHandler. Any
+// failure closes the connection and nothing else.
 //
 // Sending: Send() appends to a FIFO queue under the connection's mutex. When
 // the queue was idle the calling thread writes at once with sendmsg(),
@@ -17,6 +19,13 @@
 // sends arriving before that task ran pile up behind it and leave in one
 // sendmsg(). Invariant: a non-empty queue has EPOLLOUT armed or a flush task
 // posted (or the connection is closing).
+//
+// With TLS the same queue and the same writers apply; the writer encrypts
+// queued pieces into the session (small pieces gathered into one record,
+// large ones encrypted in place) and sends the ciphertext, and on_sent runs
+// once a message is encrypted. The reader reads ciphertext into the session
+// and decrypts into the frame reader's span, so a posted buffer still
+// receives the payload directly (docs/transport.md, "TLS").
 #pragma once
 
 #include <sys/uio.h>
@@ -37,6 +46,7 @@
 #include "net/event_loop.h"
 #include "net/frame_reader.h"
 #include "net/hmac_handshake.h"
+#include "net/tls_session.h"
 #include "net/transport.h"
 #include "net/unique_fd.h"
 
@@ -114,6 +124,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
 
  private:
   enum class Stage {
+    kTlsHandshake,
     kClientAwaitChallenge,
     kClientAwaitWelcome,
     kServerAwaitHello,
@@ -135,6 +146,27 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
 
   void OnEvents(uint32_t events);
   void OnReadable();
+  // The `got` bytes were read into the frame reader's span (plaintext) or
+  // the session's (TLS): hands them on. False when the connection closed.
+  bool TakePlaintext(std::span<const std::byte> got);
+  bool TakeCiphertext(std::span<const std::byte> got);
+  // Decrypts what the session holds (advancing its handshake first) into
+  // the frame reader. Returns false when the connection closed.
+  bool DrainTls();
+  // Before closing for a TLS failure: sends the alert OpenSSL produced, so
+  // that the peer learns why (best effort, never blocks).
+  void SendTlsAlert();
+  // The TLS handshake completed: starts the HMAC handshake inside it.
+  void OnTlsEstablished();
+  // A plaintext node's first bytes from the peer: a TLS record means the
+  // peer runs with TANDEM_TLS=1. Returns true (after closing) in that case.
+  bool RefusePeerSpeakingTls(std::span<const std::byte> first);
+  // A TLS node's first bytes from the peer: a tandem frame means the peer
+  // runs without TLS. Returns true (after closing) in that case.
+  bool RefusePeerSpeakingPlaintext(std::span<const std::byte> first);
+  // End of stream (err 0) or a read error: closes with the reason.
+  void OnEndOfStream(int err);
+  // Writes what is pending (EPOLLOUT, or output the reader produced).
   void OnWritable();
   void OnHandshakeTimeout();
   // Sets SO_RCVLOWAT for what the reader waits for next (see the .cc).
@@ -146,6 +178,22 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   // messages' callbacks to `done`. On a write error, sets write_closed_ and
   // write_error_ and posts the Close; the caller then fails the queue.
   void FlushLocked(Completions& done);
+  // FlushLocked with TLS: sends ciphertext, encrypts more, until done or the
+  // socket is full.
+  void FlushTlsLocked(Completions& done);
+  // Encrypts queued pieces until the queue is empty or the session's buffer
+  // is full; returns true when it produced ciphertext. Requires mu_. Throws
+  // what TlsSession::Encrypt throws.
+  bool EncryptQueuedLocked(Completions& done);
+  // One sendmsg() of `iov`, retried on EINTR. Returns the bytes the kernel
+  // took, or -1 after arming EPOLLOUT (socket full) or stopping writes (an
+  // error); the caller then returns. Requires mu_.
+  ssize_t SendLocked(iovec* iov, size_t count);
+  // Moves the queue's cursors over `n` bytes written (or encrypted, or
+  // gathered); finished messages' callbacks go to `done`. Requires mu_.
+  void AdvanceLocked(size_t n, Completions& done);
+  // Stops writing for good with `reason` and posts the Close. Requires mu_.
+  void StopWritingLocked(std::string reason);
   void SetWantWriteLocked(bool want);
   // Posts `done` to run on the loop thread with `error` (nullptr: success).
   void Complete(Completions done, std::exception_ptr error);
@@ -171,7 +219,8 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   std::optional<ServerHandshake> server_handshake_;
   EventLoop::TimerId handshake_timer_ = 0;
   bool closed_ = false;
-  int rcvlowat_ = 1;  // the socket's SO_RCVLOWAT
+  int rcvlowat_ = 1;           // the socket's SO_RCVLOWAT
+  bool tls_received_ = false;  // any ciphertext arrived (for mismatch reports)
 
   std::atomic<bool> established_{false};
   std::atomic<bool> close_requested_{false};
@@ -189,6 +238,15 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   // A RunPostedFlush task is queued on the loop and will write the queue,
   // so senders only append meanwhile.
   bool flush_posted_ = false;
+  // With TLS: small pieces gathered for one SSL_write, and how much of them
+  // the session took. A partly taken buffer is passed again unchanged, as
+  // OpenSSL requires after a full buffer.
+  std::vector<std::byte> plain_;
+  size_t plain_taken_ = 0;
+
+  // Set in Start() before any other thread can reach the connection, then
+  // only read; the session serialises its own use.
+  std::unique_ptr<TlsSession> tls_;
 };
 
 }  // namespace tandem::net

@@ -14,6 +14,7 @@
 
 #include "net/endpoint.h"
 #include "net/message.h"
+#include "net/tls_context.h"
 
 namespace tandem::net {
 
@@ -21,7 +22,7 @@ using ConnectionId = uint64_t;
 
 /// What the transport knows of the far end of a connection.
 struct PeerInfo {
-  Endpoint address;   ///< the peer's socket address (as seen by us)
+  Endpoint address;      ///< the peer's socket address (as seen by us)
   bool inbound = false;  ///< true when the peer connected to us
 };
 
@@ -58,10 +59,15 @@ class TransportHandler {
 
 /// Settings common to every transport.
 struct TransportOptions {
-  std::string job_id = "tandem";   ///< must match on both ends of a connection
-  std::string secret;              ///< HMAC key of the handshake
-  WireLimits limits;               ///< what we accept from a peer
+  std::string job_id = "tandem";  ///< must match on both ends of a connection
+  std::string secret;             ///< HMAC key of the handshake
+  WireLimits limits;              ///< what we accept from a peer
   std::chrono::milliseconds handshake_timeout{10000};
+  /// TANDEM_TLS=1: every TCP connection runs TLS 1.3 with mutual certificate
+  /// checks first, and the HMAC handshake inside it (docs/transport.md,
+  /// "TLS"). Null: plaintext. Must agree on both ends. The in-process
+  /// transport ignores it.
+  std::shared_ptr<const TlsContext> tls;
 };
 
 /// Thread-safety: Listen, Connect, Send and Close may be called from any

@@ -281,6 +281,7 @@ class NetBed:
         ]
         self._created: list[str] = []  # namespaces in creation order
         self._procs: list[subprocess.Popen] = []
+        self._cut: set[str] = set()  # bridge ports cut() disconnected
         self._destroyed = False
 
     # -- life cycle ---------------------------------------------------------
@@ -490,10 +491,51 @@ class NetBed:
                    f"    numgen random mod 10000 < {threshold} counter drop\n"
                    "  }\n"
                    "}\n")
+        self._load_nft(ruleset)
+
+    def _load_nft(self, ruleset: str) -> None:
+        """Loads an nftables ruleset into the bridge's namespace."""
+        br = self.bridge_netns
         result = subprocess.run(["ip", "netns", "exec", br, "nft", "-f", "-"], input=ruleset,
                                 capture_output=True, text=True, timeout=30)
         if result.returncode != 0:
             raise BedError(f"nft in {br} failed: {result.stderr.strip()}")
+
+    def cut(self, which: int | str | Host) -> None:
+        """Cuts a host's cable: the bridge drops every frame from and to its port,
+        as if the link were unplugged between the host and the switch. The host's
+        own interface stays up (no carrier change tells its programs), so TCP
+        connections survive a cut as long as their peers' patience does.
+        restore() undoes it. Several hosts may be cut at once."""
+        self._cut.add(self.host(which).bridge_port)
+        self._apply_cuts()
+
+    def restore(self, which: int | str | Host) -> None:
+        """Reconnects a host that cut() disconnected (a no-op for a connected one)."""
+        self._cut.discard(self.host(which).bridge_port)
+        self._apply_cuts()
+
+    def cut_hosts(self) -> list[str]:
+        """Names of the hosts cut off now."""
+        return [h.name for h in self.hosts if h.bridge_port in self._cut]
+
+    def _apply_cuts(self) -> None:
+        # A table of its own, so that cuts and the loss rule are independent;
+        # priority -10 runs it before the loss chain.
+        br = self.bridge_netns
+        _run(["ip", "netns", "exec", br, "nft", "delete", "table", "bridge", "netbed_cut"],
+             check=False)
+        if not self._cut:
+            return
+        rules = "".join(f'    iifname "{port}" drop\n    oifname "{port}" drop\n'
+                        for port in sorted(self._cut))
+        ruleset = ("table bridge netbed_cut {\n"
+                   "  chain forward {\n"
+                   "    type filter hook forward priority -10; policy accept;\n"
+                   f"{rules}"
+                   "  }\n"
+                   "}\n")
+        self._load_nft(ruleset)
 
     def dropped_packets(self) -> int:
         """Packets the loss rule has dropped so far (0 without a loss rule)."""

@@ -50,6 +50,25 @@ def test_a_dead_task_fails_the_job_and_the_others_name_it(launch, tandem_bin_dir
                          out), f"worker {rank} did not name worker 2\n{out}"
 
 
+def test_max_restarts_runs_srun_again_and_the_job_succeeds(launch, tandem_bin_dir, slurm_env):
+    from test_launch_restart import FAST, LABELS, starts
+    result = launch(2, 1, [tandem_bin_dir / "restart_check", "--fail-rank", "1",
+                           "--fail-until", "1"],
+                    launcher="slurm", launcher_env=slurm_env, env=FAST, timeout=180,
+                    extra_args=["--command-runs-all-roles", "--teardown-grace", "2",
+                                "--max-restarts", "1", "--restart-delay", "0.2"])
+    out = result.output
+    assert result.returncode == 0, result.job.describe()
+    # The cause is the rank that rank-exec reported, with its status, not srun's exit.
+    assert re.search(r"\[launcher\] restarting the job \(restart 1 of 1\) after worker 1 on \S+ "
+                     r"\(pid \d+\) killed by signal 9 \(SIGKILL\);", out), out
+    assert "[launcher] job succeeded after 1 restart" in out, out
+    first, second = starts(out, 0), starts(out, 1)
+    assert set(first) == LABELS and set(second) == LABELS, out
+    # srun --export=ALL carried the attempt to every task.
+    assert {p["max"] for p in (*first.values(), *second.values())} == {"1"}, out
+
+
 def _srun_tasks(slurm_env, argv, tasks: int, extra_env=None, timeout=180) -> list[str]:
     """Runs `srun --label` itself (no tandem launch): each task finds its
     role from Slurm's variables alone. Returns each task's output lines."""

@@ -5,7 +5,9 @@ hosts by name, and the job's processes run on their hosts under
 `tandem remote-exec`. Checked: the job forms with dense ranks and completes;
 kill -9 of a remote worker fails the job naming it and leaves nothing on any
 host; kill -9 of the launcher itself stops every remote process within
-seconds; a host that cannot be reached is diagnosed before anything starts."""
+seconds; a host that cannot be reached is diagnosed before anything starts;
+every host's TANDEM_TIMELINE file is merged into one trace;
+with --max-restarts a killed remote worker restarts the job on every host."""
 
 from __future__ import annotations
 
@@ -110,3 +112,28 @@ def test_timeline_of_every_remote_process_is_merged(sshbed, tandem_bin_dir):
     assert f"[launcher] timeline of 3 processes written to {trace}" in out, out
     check_collectives_trace(trace, 3, 5)
     assert not list(sshbed.dir.glob("trace.json.*")), "per-process files left behind"
+
+
+def test_max_restarts_restarts_every_process_on_every_host(sshbed, tandem_bin_dir):
+    from test_launch_restart import LABELS, attempt_alive, starts
+    proc, lines = start_launch(
+        sshbed, tandem_bin_dir, HOSTFILE,
+        ["-n", "2", "-s", "1", "--command-runs-all-roles", "--teardown-grace", "4",
+         "--max-restarts", "2", "--restart-delay", "0.2"],
+        [str(tandem_bin_dir / "restart_check"), "--fail-rank", "1", "--fail-until", "1"])
+    code = proc.wait(timeout=90)
+    time.sleep(0.2)  # the reader thread takes the last lines
+    out = "".join(lines)
+    assert code == 0, out
+    first, second = starts(out, 0), starts(out, 1)
+    assert set(first) == LABELS and set(second) == LABELS, out
+    # TANDEM_RESTART_COUNT and TANDEM_MAX_RESTARTS reached every host.
+    assert {p["max"] for p in (*first.values(), *second.values())} == {"2"}, out
+    # The killed worker is the cause, whatever order the hosts' reports came in.
+    assert re.search(r"\[launcher\] restarting the job \(restart 1 of 2\) after worker 1 on "
+                     r"h\d \(pid \d+\) exited with status 137;", out), out
+    assert out.count("[launcher] restarting the job") == 1, out
+    assert "[launcher] job succeeded after 1 restart" in out, out
+    survivors = [label for label, p in first.items() if attempt_alive(p["pid"], 0)]
+    assert not survivors, f"{survivors} of the first attempt still run\n{out}"
+    assert_nothing_left(sshbed, within=10)

@@ -5,11 +5,13 @@ however its owner ends."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +152,49 @@ def test_loss_drops_packets_and_tcp_still_delivers(netbed):
     assert bed.dropped_packets() > 0
     bed.set_loss(0)
     assert bed.dropped_packets() == 0
+
+
+def test_cut_isolates_a_host_until_restored(netbed):
+    bed = netbed(3)
+    start_server(bed, 1)
+    probe = [PYTHON, "-c", "import socket, sys; socket.create_connection((sys.argv[1], "
+             f"{PORT}), timeout=1).close()", bed.hosts[0].ip]
+    bed.cut(3)
+    assert bed.cut_hosts() == ["h3"]
+    assert bed.run(3, probe, check=False).returncode != 0  # h3 reaches nobody...
+    got, length, sent, _ = transfer(bed, 2, bed.hosts[0].ip, 100_000)  # ...the others still
+    assert (got, length) == (sent, 100_000)
+    bed.restore(3)
+    assert bed.cut_hosts() == []
+    got, length, sent, _ = transfer(bed, 3, bed.hosts[0].ip, 100_000)
+    assert (got, length) == (sent, 100_000)
+
+
+def test_netbed_run_script_runs_a_job_across_hosts(tandem_bin_dir):
+    """bench/netbed_run.py: a tandem job over a shaped, lossy bed from a script,
+    with every process's output prefixed and the bed removed afterwards."""
+    require_namespaces()
+    script = Path(__file__).resolve().parents[2] / "bench" / "netbed_run.py"
+    proc = subprocess.Popen(
+        [PYTHON, str(script), "--hosts", "3", "--rate", "1gbit", "--loss", "1", "--job", "2,1",
+         "--env", "PS_RESEND=1", "--timeout", "120", "--", str(tandem_bin_dir / "kv_rounds"),
+         "--rounds", "10", "--report-every", "5"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=netbed.kill_with_parent(signal.SIGTERM))
+    try:
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for rank in (0, 1):
+        assert re.search(rf"^\[h\d worker {rank}\] kv_rounds: done rank={rank} rounds=10 "
+                         r"workers=2 servers=1", result.stdout, re.M), result.stdout
+    assert "[h1 scheduler]" in result.stdout and "frames dropped" in result.stderr
+    # The script's bed (named with its PID) is gone.
+    assert not [n for n in netbed.list_namespaces() if f"-{proc.pid}-" in n]
 
 
 def test_teardown_after_an_exception_removes_everything():

@@ -34,8 +34,12 @@ def test_optimizer_on_the_servers_and_saved_states(launch, tandem_bin_dir, tmp_p
                     ["--kind", kind, "--scenario", "optimizer", "--dir", str(tmp_path)],
                     launcher_env=python_env(tandem_bin_dir), timeout=120)
     assert result.returncode == 0, result.job.describe()
-    assert check_ok(result.output, "kvstore_worker", 2, kind) == 5
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["states.server0", "states.server1"]
+    # 5 checks of the optimizer states, 2 of the store checkpoint (round 5).
+    assert check_ok(result.output, "kvstore_worker", 2, kind) == 7
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["states.server0", "states.server1",
+                                                          "store"]
+    assert sorted(p.name for p in (tmp_path / "store" / "round-5").iterdir()) == [
+        "MANIFEST", "server-0.ckpt", "server-1.ckpt", "worker-0.ckpt", "worker-1.ckpt"]
 
 
 def test_async_applies_every_push(launch, tandem_bin_dir):

@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "launch/job_credentials.h"
+#include "launch/job_restarts.h"
+#include "support/memory_file.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -31,36 +33,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using Env = std::map<std::string, std::string>;
 
-// An in-memory file the launcher writes to; read back after the job.
-class MemoryFile {
- public:
-  MemoryFile() : fd_(::memfd_create("launcher-output", MFD_CLOEXEC)) {
-    if (fd_ < 0) throw std::runtime_error("memfd_create failed");
-  }
-  ~MemoryFile() { ::close(fd_); }
-  MemoryFile(const MemoryFile&) = delete;
-  MemoryFile& operator=(const MemoryFile&) = delete;
-  int fd() const { return fd_; }
-  std::vector<std::string> Lines() const {
-    struct stat st {};
-    ::fstat(fd_, &st);
-    std::string text(static_cast<size_t>(st.st_size), '\0');
-    ssize_t n = ::pread(fd_, text.data(), text.size(), 0);
-    text.resize(n > 0 ? static_cast<size_t>(n) : 0);
-    std::vector<std::string> lines;
-    std::istringstream in(text);
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-  }
-  std::string Text() const {
-    std::string all;
-    for (const auto& l : Lines()) all += l + "\n";
-    return all;
-  }
-
- private:
-  int fd_;
-};
+using tandem::testing::MemoryFile;
 
 // The environment a process of the job must have, per the specification.
 Env Expected(const Env& launcher, const std::string& role, int rank, int servers, int workers,
@@ -282,13 +255,16 @@ TEST(RunLocalJobTest, EveryRoleGetsExactlyTheSpecifiedEnvironment) {
   ASSERT_LT(port, 65536);
   id.scheduler_port = static_cast<uint16_t>(port);
   const Env overrides = {{"EXTRA", "from --env"}, {"SHARED", "overridden"}};
+  // The first (and only) attempt: restart 0 of 0 (job_restarts.h).
+  const Env attempt = AttemptEnvironment(launcher, 0, 0);
 
-  EXPECT_EQ(envs["scheduler"], Expected(launcher, "scheduler", 0, 2, 3, id, overrides));
-  EXPECT_EQ(envs["server 0"], Expected(launcher, "server", 0, 2, 3, id, overrides));
-  EXPECT_EQ(envs["server 1"], Expected(launcher, "server", 1, 2, 3, id, overrides));
-  EXPECT_EQ(envs["worker 0"], Expected(launcher, "worker", 0, 2, 3, id, overrides));
-  EXPECT_EQ(envs["worker 1"], Expected(launcher, "worker", 1, 2, 3, id, overrides));
-  EXPECT_EQ(envs["worker 2"], Expected(launcher, "worker", 2, 2, 3, id, overrides));
+  EXPECT_EQ(envs["scheduler"], Expected(attempt, "scheduler", 0, 2, 3, id, overrides));
+  EXPECT_EQ(envs["server 0"], Expected(attempt, "server", 0, 2, 3, id, overrides));
+  EXPECT_EQ(envs["server 1"], Expected(attempt, "server", 1, 2, 3, id, overrides));
+  EXPECT_EQ(envs["worker 0"], Expected(attempt, "worker", 0, 2, 3, id, overrides));
+  EXPECT_EQ(envs["worker 1"], Expected(attempt, "worker", 1, 2, 3, id, overrides));
+  EXPECT_EQ(envs["worker 2"], Expected(attempt, "worker", 2, 2, 3, id, overrides));
+  EXPECT_EQ(envs["worker 2"]["TANDEM_RESTART_COUNT"], "0");
   EXPECT_THAT(err.Text(), HasSubstr("[launcher] job job-env-test: scheduler at 127.0.0.1:" +
                                     std::to_string(port) + ", 2 servers, 3 workers"));
   // The secret never appears in the launcher's own messages.

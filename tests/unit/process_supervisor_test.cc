@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/memory_file.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -33,43 +34,7 @@ using std::chrono::milliseconds;
 using ::testing::ContainerEq;
 using ::testing::HasSubstr;
 
-// An in-memory file that the supervisor writes to and the test reads back
-// after Run() returned.
-class MemoryFile {
- public:
-  MemoryFile() : fd_(::memfd_create("supervisor-output", MFD_CLOEXEC)) {
-    if (fd_ < 0) throw std::runtime_error("memfd_create failed");
-  }
-  ~MemoryFile() { ::close(fd_); }
-  MemoryFile(const MemoryFile&) = delete;
-  MemoryFile& operator=(const MemoryFile&) = delete;
-
-  int fd() const { return fd_; }
-
-  std::string Text() const {
-    struct stat st {};
-    ::fstat(fd_, &st);
-    std::string text(static_cast<size_t>(st.st_size), '\0');
-    size_t done = 0;
-    while (done < text.size()) {
-      ssize_t n = ::pread(fd_, text.data() + done, text.size() - done, static_cast<off_t>(done));
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    text.resize(done);
-    return text;
-  }
-
-  std::vector<std::string> Lines() const {
-    std::vector<std::string> lines;
-    std::istringstream in(Text());
-    for (std::string line; std::getline(in, line);) lines.push_back(line);
-    return lines;
-  }
-
- private:
-  int fd_;
-};
+using tandem::testing::MemoryFile;
 
 std::map<std::string, std::string> BaseEnv() {
   return {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"LC_ALL", "C"}};

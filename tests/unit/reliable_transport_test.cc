@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -353,6 +354,93 @@ TEST(ReliableTransportTest, PayloadStaysBorrowedUntilAcknowledged) {
   EXPECT_FALSE(sent->load());
   EXPECT_EQ(p.a->Stats().unacked_now, 1u);
 }
+
+// Shutdown lingers for acknowledgements, unless the job has failed: then
+// AbandonUnacknowledged makes it return at once, however long the budget,
+// whether called before Shutdown or while Shutdown already waits.
+class ReliableShutdown : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ReliableShutdown, AbandonEndsTheLingerAtOnce) {
+  const bool abandon_while_waiting = GetParam();
+  ReliableOptions oa = Options(0, 1);
+  oa.resend_timeout = 1000ms;
+  oa.max_retries = 29;  // a 30 s linger: the test fails by its time if it is honoured
+  std::vector<std::byte> buf(16, std::byte{7});  // outlives the transports
+  auto failed = std::make_shared<std::atomic<bool>>(false);
+  Pair p(oa, Options(100, 2), 16);  // b loses everything: no ack ever comes
+  OutgoingMessage m;
+  m.header.type = kDataType;
+  m.payload = {std::span<const std::byte>(buf)};
+  m.on_sent = [failed](std::exception_ptr e) { *failed = e != nullptr; };
+  p.a->Send(p.conn, std::move(m));
+  EXPECT_EQ(p.a->Stats().unacked_now, 1u);
+  const auto start = std::chrono::steady_clock::now();
+  std::thread abandoner;
+  if (abandon_while_waiting) {
+    abandoner = std::thread([&] {
+      std::this_thread::sleep_for(200ms);
+      p.a->AbandonUnacknowledged();
+    });
+  } else {
+    p.a->AbandonUnacknowledged();
+  }
+  p.a->Shutdown();
+  const auto took = std::chrono::steady_clock::now() - start;
+  if (abandoner.joinable()) abandoner.join();
+  EXPECT_LT(took, 5s) << "Shutdown waited for the retry budget";
+  if (abandon_while_waiting) {
+    EXPECT_GE(took, 150ms) << "Shutdown did not linger before";
+  }
+  // The unacknowledged message failed instead of being acknowledged.
+  EXPECT_TRUE(failed->load());
+}
+
+INSTANTIATE_TEST_SUITE_P(BeforeOrDuringShutdown, ReliableShutdown, ::testing::Bool());
+
+// After AbandonUnacknowledged, a message the peer does not acknowledge within
+// one resend timeout fails with PeerLost (its payload released) instead of
+// being resent for the whole budget; a peer that acknowledges is unaffected.
+class ReliableAbandon : public ::testing::TestWithParam<int> {};
+
+TEST_P(ReliableAbandon, UnansweredMessagesFailAfterOneResendTimeout) {
+  const auto timeout = std::chrono::milliseconds(GetParam());
+  ReliableOptions oa = Options(0, 1);
+  oa.resend_timeout = timeout;
+  oa.max_retries = 1000;  // a budget of 1000 timeouts: far beyond the test's patience
+  std::vector<std::byte> buf(16, std::byte{7});  // outlives the transports
+  {
+    // A peer that answers: delivery still works after abandoning.
+    Pair ok(oa, Options(0, 3), 16);
+    ok.a->AbandonUnacknowledged();
+    SendAll(ok, 50, 16);
+  }
+  Pair p(oa, Options(100, 2), 16);  // b loses everything
+  p.a->AbandonUnacknowledged();
+  std::promise<std::exception_ptr> result;
+  OutgoingMessage m;
+  m.header.type = kDataType;
+  m.payload = {std::span<const std::byte>(buf)};
+  m.on_sent = [&](std::exception_ptr e) { result.set_value(e); };
+  const auto start = std::chrono::steady_clock::now();
+  p.a->Send(p.conn, std::move(m));
+  auto f = result.get_future();
+  ASSERT_EQ(f.wait_for(timeout * 20 + 2s), std::future_status::ready)
+      << "the unanswered message was resent instead of given up";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, timeout);
+  std::exception_ptr e = f.get();
+  ASSERT_TRUE(e);
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerLost& lost) {
+    EXPECT_THAT(lost.what(), HasSubstr("kv message 130 with message id 1 to b:"));
+    EXPECT_THAT(lost.what(), HasSubstr("and the job has failed; giving up the connection"));
+  } catch (const std::exception& other) {
+    FAIL() << "expected PeerLost, got " << other.what();
+  }
+  EXPECT_LE(p.a->Stats().resent, 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(ResendTimeouts, ReliableAbandon, ::testing::Values(50, 300));
 
 // A peer without PS_RESEND sends messages without ids: the reliable side
 // drops the connection and says why.

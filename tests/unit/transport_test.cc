@@ -31,6 +31,8 @@
 #include "net/inproc_transport.h"
 #include "net/socket_address.h"
 #include "net/tcp_transport.h"
+#include "net/tls_material.h"
+#include "support/log_capture.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -43,7 +45,8 @@ using namespace std::chrono_literals;
 constexpr auto kPatience = 30s;
 constexpr uint16_t kTestType = msgtype::kClusterFirst + 7;
 
-enum class Kind { kTcpV4, kTcpV6, kInProc };
+// kTcpTls: TCP over IPv4 with TANDEM_TLS=1 (docs/transport.md, "TLS").
+enum class Kind { kTcpV4, kTcpV6, kTcpTls, kInProc };
 
 std::string KindName(Kind k) {
   switch (k) {
@@ -51,6 +54,8 @@ std::string KindName(Kind k) {
       return "TcpV4";
     case Kind::kTcpV6:
       return "TcpV6";
+    case Kind::kTcpTls:
+      return "TcpTls";
     case Kind::kInProc:
       return "InProc";
   }
@@ -137,36 +142,7 @@ class Recorder : public TransportHandler {
   int destination_calls_ = 0;
 };
 
-// Log lines go to an unlinked temporary file the test can read back.
-class LogCapture {
- public:
-  LogCapture() : file_(std::tmpfile()), logger_("test", 1, ::fileno(file_)) {}
-  ~LogCapture() { std::fclose(file_); }
-  base::Logger& logger() { return logger_; }
-  std::string Text() {
-    std::string out;
-    char buf[4096];
-    ssize_t n;
-    off_t at = 0;
-    while ((n = ::pread(::fileno(file_), buf, sizeof(buf), at)) > 0) {
-      out.append(buf, static_cast<size_t>(n));
-      at += n;
-    }
-    return out;
-  }
-  bool WaitFor(const std::string& needle) {
-    auto until = std::chrono::steady_clock::now() + kPatience;
-    while (std::chrono::steady_clock::now() < until) {
-      if (Text().find(needle) != std::string::npos) return true;
-      std::this_thread::sleep_for(10ms);
-    }
-    return false;
-  }
-
- private:
-  FILE* file_;
-  base::Logger logger_;
-};
+using tandem::testing::LogCapture;
 
 TransportOptions Options(std::string secret = "s3cret", std::string job = "job-a") {
   TransportOptions o;
@@ -190,18 +166,25 @@ OutgoingMessage Msg(uint64_t request, std::string meta = {},
 // Builds transports of one kind and knows its addresses.
 class Net {
  public:
-  explicit Net(Kind kind) : kind_(kind) {}
+  explicit Net(Kind kind) : kind_(kind) {
+    if (kind == Kind::kTcpTls) {
+      tls_material_ = std::make_unique<testing::TlsMaterial>("transport-test-ca");
+      tls_ = tls_material_->Context("node");
+    }
+  }
 
   std::unique_ptr<Transport> Make(TransportHandler* h, TransportOptions o = Options()) {
     if (kind_ == Kind::kInProc) {
       return std::make_unique<InProcTransport>(network_, std::move(o), h, log_.logger());
     }
+    o.tls = tls_;
     return std::make_unique<TcpTransport>(std::move(o), h, log_.logger(),
                                           TcpTuning{10ms, 200ms, 0});
   }
   Endpoint Address(uint16_t port = 0) const {
     switch (kind_) {
       case Kind::kTcpV4:
+      case Kind::kTcpTls:
         return {"127.0.0.1", port};
       case Kind::kTcpV6:
         return {"::1", port};
@@ -224,6 +207,8 @@ class Net {
   Kind kind_;
   InProcNetwork network_;
   LogCapture log_;
+  std::unique_ptr<testing::TlsMaterial> tls_material_;  // kTcpTls only
+  std::shared_ptr<const TlsContext> tls_;
 };
 
 // A listening server and a connected client. Handlers are declared before
@@ -676,7 +661,8 @@ TEST_P(TransportTest, HandlerMayReplyFromInsideOnMessage) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest,
-                         ::testing::Values(Kind::kTcpV4, Kind::kTcpV6, Kind::kInProc),
+                         ::testing::Values(Kind::kTcpV4, Kind::kTcpV6, Kind::kTcpTls,
+                                           Kind::kInProc),
                          [](const auto& param_info) { return KindName(param_info.param); });
 
 // Payload sizes around the reader's thresholds, on every transport.
@@ -712,7 +698,7 @@ TEST_P(TransportPayloadTest, PayloadArrivesIntact) {
 
 INSTANTIATE_TEST_SUITE_P(Sizes, TransportPayloadTest,
                          ::testing::Combine(::testing::Values(Kind::kTcpV4, Kind::kTcpV6,
-                                                              Kind::kInProc),
+                                                              Kind::kTcpTls, Kind::kInProc),
                                             ::testing::Values(size_t{0}, size_t{1}, size_t{4095},
                                                               size_t{65537}, size_t{16} << 20)),
                          [](const auto& param_info) {

@@ -157,6 +157,20 @@ def optimizer(kv, c: Checker, directory: str) -> None:
         expected.append(f32(p[3][0] + mom5))
     c.equal("opt round5 after load", w, expected)
 
+    # A store checkpoint at round 5 (five pushes of key 0), a sixth round,
+    # then the checkpoint again: round 5's weights and momentum come back.
+    assert kv.save_checkpoint(f"{directory}/store", b"rank %d" % rank) == 5
+    mom5 = [f32(f32(0.5 * p[2][1]) - f32(0.5 * tri * (i % 3 + 1))) for i, p in enumerate(per)]
+    round_(5)
+    assert kv.load_checkpoint(f"{directory}/store") == (5, b"rank %d" % rank)
+    kv.pull(0, out=w)
+    c.equal("opt after load_checkpoint", w, expected)
+    kv.barrier()
+    round_(5)
+    c.equal("opt round6 after load_checkpoint", w,
+            [f32(expected[i] + f32(f32(0.5 * mom5[i]) - f32(0.5 * tri * (i % 3 + 1))))
+             for i in range(12)])
+
 
 def async_(kv, c: Checker) -> None:
     n = kv.num_workers

@@ -138,6 +138,7 @@ struct KvJobOptions {
   uint64_t big_array_bound = kv::kDefaultBigArrayBound;
   uint64_t inflight_bytes = uint64_t{64} << 20;
   std::shared_ptr<TestSgd::UpdateLog> update_log;  // the servers' updates, in order
+  kv::OptimizerFactory optimizer_factory;          // the servers' optimizers; unset: TestSgd
   Timings timings{};
 };
 
@@ -148,7 +149,8 @@ class KvJob {
     for (int i = 0; i < o.servers; ++i) {
       kv::KvServer::Options so;
       so.threads = o.server_threads;
-      so.optimizer_factory = TestSgdFactory(o.update_log);
+      so.optimizer_factory =
+          o.optimizer_factory ? o.optimizer_factory : TestSgdFactory(o.update_log);
       servers_.push_back(
           std::make_unique<kv::KvServer>(job_.node(static_cast<size_t>(i)).services(), so));
     }

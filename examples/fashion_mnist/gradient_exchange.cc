@@ -1,0 +1,22 @@
+#include "gradient_exchange.h"
+
+#include <fmt/format.h>
+
+#include "tandem/error.h"
+
+namespace fashion_mnist {
+
+uint64_t GradientExchange::SaveStoreCheckpoint(const std::string& dir, const std::string&) {
+  throw tandem::InvalidArgument(fmt::format(
+      "store checkpoint into {}: the {} exchange has no parameter-server store to checkpoint", dir,
+      mode()));
+}
+
+std::optional<std::string> GradientExchange::LoadStoreCheckpoint(
+    const std::string& dir, const std::vector<tandem::TensorView>&) {
+  throw tandem::InvalidArgument(fmt::format(
+      "store checkpoint from {}: the {} exchange has no parameter-server store to restore", dir,
+      mode()));
+}
+
+}  // namespace fashion_mnist
