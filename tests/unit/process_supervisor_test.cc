@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "launch/restart_policy.h"
 #include "support/memory_file.h"
 #include "tandem/error.h"
 
@@ -735,6 +736,16 @@ TEST_P(RelayedRankFailureTest, TheFirstReportedRankIsTheJobsFailure) {
   auto lines = err.Lines();
   ASSERT_FALSE(lines.empty());
   EXPECT_THAT(lines.back(), ::testing::MatchesRegex(c.last)) << err.Text();
+  // The exits (which the restart decision reads: AttemptCause) have the
+  // relayed rank's status for a failed launcher, not the launcher's own.
+  ASSERT_EQ(outcome.exits.size(), 1u) << err.Text();
+  EXPECT_EQ(outcome.exits.front().status.ShellCode(), c.exit_code) << err.Text();
+  const std::optional<ProcessExit> cause = AttemptCause(outcome);
+  ASSERT_EQ(cause.has_value(), c.exit_code != 0) << err.Text();
+  if (cause) {
+    EXPECT_EQ(cause->status.ShellCode(), c.exit_code);
+    EXPECT_EQ(lines.back(), "[launcher] job failed: " + cause->Describe());
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
