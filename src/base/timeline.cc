@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "tandem/error.h"
 
@@ -129,6 +133,8 @@ uint64_t Timeline::events() const {
 
 void MergeTimelines(const std::string& output, const std::vector<std::string>& inputs) {
   nlohmann::json merged = {{"traceEvents", nlohmann::json::array()}};
+  std::set<int64_t> used_pids;
+  int64_t highest_pid = 4194304;  // above Linux's pid_max: a new number is nobody's pid
   for (const auto& path : inputs) {
     std::ifstream in(path);
     if (!in) throw IoError(fmt::format("cannot read the timeline file {}", path));
@@ -140,7 +146,22 @@ void MergeTimelines(const std::string& output, const std::vector<std::string>& i
           "that died before closing its timeline leaves it unfinished)",
           path));
     }
-    for (auto& e : doc["traceEvents"]) merged["traceEvents"].push_back(std::move(e));
+    // Files from different hosts may carry the same pid: a pid taken by an
+    // earlier file gets a new number, so each process keeps a track of its own.
+    std::map<int64_t, int64_t> renumbered;
+    for (auto& e : doc["traceEvents"]) {
+      if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer()) {
+        const int64_t pid = e["pid"].get<int64_t>();
+        auto [it, fresh] = renumbered.emplace(pid, pid);
+        if (fresh && used_pids.count(pid) != 0) it->second = ++highest_pid;
+        e["pid"] = it->second;
+      }
+      merged["traceEvents"].push_back(std::move(e));
+    }
+    for (const auto& [from, to] : renumbered) {
+      used_pids.insert(to);
+      highest_pid = std::max(highest_pid, to);
+    }
   }
   std::ofstream out(output, std::ios::trunc);
   if (!out) throw IoError(fmt::format("cannot create the timeline file {}", output));

@@ -70,8 +70,10 @@ class Timeline {
 };
 
 /// Joins the trace files `inputs` (each as Timeline writes it) into one
-/// file `output`. Throws IoError (unreadable or unwritable file) or
-/// InvalidArgument (a file that is not a trace), naming the file.
+/// file `output`. A process id that an earlier input already used (files
+/// of processes on different hosts) is renumbered above 4194304 (Linux's
+/// largest pid), so that every process keeps its own track. Throws IoError (unreadable or
+/// unwritable file) or InvalidArgument (a file that is not a trace), naming the file.
 void MergeTimelines(const std::string& output, const std::vector<std::string>& inputs);
 
 }  // namespace tandem::base

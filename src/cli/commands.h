@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 
 namespace tandem::cli {
@@ -18,5 +17,6 @@ void RegisterK8sCommand(CLI::App& app, CommandBody* body);
 void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body);
 void RegisterBenchCommand(CLI::App& app, CommandBody* body);
 void RegisterRankExecCommand(CLI::App& app, CommandBody* body);
+void RegisterTimelineCommand(CLI::App& app, CommandBody* body);
 
 }  // namespace tandem::cli

@@ -14,6 +14,7 @@
 #include "launch/local_launcher.h"
 #include "launch/process_supervisor.h"
 #include "launch/rank_exec.h"
+#include "launch/rank_timeline.h"
 
 namespace tandem::cli {
 
@@ -52,11 +53,24 @@ void RegisterRankExecCommand(CLI::App& app, CommandBody* body) {
       o.job.tandem_binary = launch::CurrentExecutablePath();
       for (const auto& e : args->env) o.job.env.push_back(launch::ParseEnvAssignment(e));
       o.loopback = args->loopback;
-      launch::ProcessSpec spec = launch::RankProcess(o, base::Environment::FromProcess().vars());
+      launch::StopWithParent();
+      const auto env = base::Environment::FromProcess().vars();
+      launch::ProcessSpec spec = launch::RankProcess(o, env);
+      spec.host = launch::RankHostName(env);
       launch::FindExecutable(spec.argv[0], spec.env);
-      launch::ProcessSupervisor supervisor;
-      supervisor.Start(spec);
-      return supervisor.Run().exit_code;
+      // Its lines are "[rank-exec] ...": the launcher on top (`tandem launch
+      // --launcher mpi|slurm`) reads "[rank-exec] job failed: ..." to name
+      // the first failed rank and host.
+      launch::SupervisorOptions options;
+      options.log_tag = std::string(launch::kRankExecLogTag);
+      options.end_adopted_orphans = true;
+      options.stamp_first_failure = true;
+      launch::ProcessSupervisor supervisor(options);
+      const pid_t pid = supervisor.Start(spec);
+      const int code = supervisor.Run().exit_code;
+      // PATH.<pid> becomes PATH.<label>, which the launcher merges.
+      launch::KeepRankTimeline(spec.env, "", pid, spec.label);
+      return code;
     };
   });
 }

@@ -36,6 +36,7 @@ void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body) {
         launch::RemoteExecOptions o;
         o.command = args->command;
         o.working_directory = args->cwd;
+        o.label = args->label;
         o.grace = std::chrono::milliseconds(static_cast<int64_t>(args->grace_seconds * 1000));
         o.environment = base::Environment::FromProcess().vars();
         for (auto& [k, v] : launch::ReadRemoteEnvironment(STDIN_FILENO, std::chrono::seconds(60))) {

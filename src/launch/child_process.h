@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,10 +40,30 @@ struct ProcessSpec {
   /// false for a process whose lines carry their own labels (mpirun, whose
   /// ranks prefix theirs).
   bool prefix_output = true;
+  /// A rank launcher (mpirun, srun) whose ranks run `tandem rank-exec`:
+  /// the first report of a failure by a rank-exec in its output
+  /// (RankFailureReport) names the job's first failed rank, and when the launcher then fails, the
+  /// supervisor reports that rank and its exit code as the job's failure
+  /// (ProcessSupervisor, "Exit code"), not the launcher's own.
+  bool relays_rank_exec = false;
+  /// How the supervisor asks the process to stop (a forwarded SIGINT,
+  /// SIGTERM or SIGHUP, or the SIGTERM after the grace period): false, with
+  /// that signal; true, with SIGINT twice, kSecondSigintDelay apart. srun
+  /// wants the latter: one SIGINT only makes it print its tasks' states,
+  /// two within a second make it send SIGINT to every task and wait for
+  /// them, whereas SIGTERM makes it cancel the step at once with SIGKILL,
+  /// which leaves the tasks (tandem rank-exec) no time to end their own
+  /// processes. SIGKILL is sent as it is.
+  bool stop_with_two_sigints = false;
   /// Where the process runs when that is not this host ("h2" for the ssh
   /// launcher); named in the reports of its end. Empty: this host.
   std::string host;
 };
+
+/// ProcessSpec::stop_with_two_sigints: the pause between the two SIGINTs
+/// (srun cancels its step on two within a second; two signals sent at once
+/// may arrive as one).
+inline constexpr std::chrono::milliseconds kSecondSigintDelay{300};
 
 /// The most bytes ProcessSpec::stdin_data may hold (one pipe buffer, so the
 /// write never waits for the child).

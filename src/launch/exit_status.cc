@@ -45,6 +45,31 @@ std::string ExitStatus::Describe() const {
                      core_dumped ? ", core dumped" : "");
 }
 
+std::optional<ExitStatus> ExitStatus::FromDescription(std::string_view text) {
+  // The number after the last of the two phrases, if digits follow it.
+  std::optional<ExitStatus> found;
+  size_t found_at = 0;
+  for (const bool killed : {false, true}) {
+    const std::string_view phrase = killed ? "killed by signal " : "exited with status ";
+    const size_t at = text.rfind(phrase);
+    if (at == std::string_view::npos || (found && at < found_at)) continue;
+    size_t digits = at + phrase.size();
+    int value = 0;
+    size_t end = digits;
+    while (end < text.size() && end - digits < 4 && text[end] >= '0' && text[end] <= '9') {
+      value = value * 10 + (text[end] - '0');
+      ++end;
+    }
+    if (end == digits) continue;
+    found = killed ? Killed(value) : Exited(value);
+    found_at = at;
+  }
+  if (found && found->signaled && text.find(", core dumped", found_at) != std::string_view::npos) {
+    found->core_dumped = true;
+  }
+  return found;
+}
+
 std::string SignalName(int signal) {
   const char* abbrev = ::sigabbrev_np(signal);
   if (abbrev == nullptr) return fmt::format("signal {}", signal);

@@ -4,7 +4,9 @@
 
 #include <signal.h>
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace tandem::launch {
 
@@ -34,6 +36,12 @@ struct ExitStatus {
   /// "exited with status 3" or "killed by signal 9 (SIGKILL)", with
   /// ", core dumped" when a core was written.
   std::string Describe() const;
+
+  /// The status a text holding Describe()'s words says ("... exited with
+  /// status 3", "... killed by signal 9 (SIGKILL)"), e.g. a line another
+  /// process wrote; nothing when it holds neither. The last such phrase of
+  /// the text counts. Pure.
+  static std::optional<ExitStatus> FromDescription(std::string_view text);
 };
 
 /// "SIGKILL" for 9, and "signal 70" for numbers the C library has no name for.

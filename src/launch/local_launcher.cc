@@ -11,9 +11,9 @@
 #include <cstring>
 #include <random>
 
-#include "base/timeline.h"
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
+#include "launch/rank_timeline.h"
 #include "net/hmac_handshake.h"
 #include "net/unique_fd.h"
 #include "tandem/error.h"
@@ -210,18 +210,7 @@ void MergeJobTimeline(const std::vector<ProcessSpec>& specs, const std::vector<p
     std::string file = fmt::format("{}.{}", path, pid);
     if (::access(file.c_str(), R_OK) == 0) inputs.push_back(file);
   }
-  if (inputs.empty()) return;
-  try {
-    base::MergeTimelines(path, inputs);
-    for (const auto& f : inputs) ::unlink(f.c_str());
-    sink.WriteLine(
-        fmt::format("[launcher] timeline of {} processes written to {}\n", inputs.size(), path));
-  } catch (const std::exception& e) {
-    sink.WriteLine(
-        fmt::format("[launcher] could not merge the timeline into {}: {} (the "
-                    "per-process files {}.<pid> remain)\n",
-                    path, e.what(), path));
-  }
+  if (!inputs.empty()) MergeTimelineFiles(path, inputs, sink);
 }
 
 }  // namespace tandem::launch

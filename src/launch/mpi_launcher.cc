@@ -8,6 +8,7 @@
 
 #include "launch/job_credentials.h"
 #include "launch/rank_exec.h"
+#include "launch/rank_timeline.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -85,6 +86,7 @@ int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_
         o.job.rendezvous_in_worker ? " (in worker 0)" : "", o.mpirun, o.job.num_servers,
         o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s",
         o.hosts.empty() ? " on this host" : fmt::format(" on {} hosts", o.hosts.size()));
+    launch.ranks = BuildLocalJob(o.job, identity, env);
     return launch;
   };
   return RunRankLauncher(build, o.job.restarts, supervisor_options, launcher_env);

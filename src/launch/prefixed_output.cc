@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 
 namespace tandem::launch {
 
@@ -58,6 +59,7 @@ void LinePrefixer::Flush() {
 }
 
 void LinePrefixer::Emit(std::string_view text) {
+  if (observer_) observer_(text);
   scratch_.clear();
   scratch_.reserve(prefix_.size() + text.size() + 1);
   scratch_.append(prefix_);

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -61,6 +62,13 @@ class LinePrefixer {
   /// Writes the held partial line, if any, ending it with a newline.
   void Flush();
 
+  /// Calls `observer` with every line (without prefix and newline) just
+  /// before it is written; the supervisor reads what a rank launcher relays
+  /// (ProcessSpec::relays_rank_exec). Empty: none.
+  void SetObserver(std::function<void(std::string_view)> observer) {
+    observer_ = std::move(observer);
+  }
+
   /// True when bytes of an unfinished line are held.
   bool has_partial() const { return !partial_.empty(); }
 
@@ -72,6 +80,7 @@ class LinePrefixer {
   std::string prefix_;
   OutputSink* sink_;
   size_t max_line_;
+  std::function<void(std::string_view)> observer_;
   std::string partial_;  // the current line's bytes so far, without a newline
   std::string scratch_;  // the line being written, reused to spare allocations
 };

@@ -10,8 +10,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
 
 #include "base/exit_code.h"
 #include "tandem/error.h"
@@ -35,6 +40,14 @@ constexpr int kReadsAtExit = 1024;
 
 std::string Seconds(milliseconds d) { return fmt::format("{:g} s", d.count() / 1000.0); }
 
+constexpr std::string_view kTearingDown = "; tearing down the job";
+constexpr std::string_view kSeenAt = " (seen at ";
+
+// Now, in seconds since the epoch.
+double WallClockSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
 std::string Groups(int n) {
   return n == 1 ? "1 process group" : fmt::format("{} process groups", n);
 }
@@ -54,14 +67,21 @@ struct ProcessSupervisor::Child {
         stderr_lines(prefix, err) {}
 
   std::string label;
-  pid_t pid;                  // also the process group id
-  bool exited = false;        // reaped (or given up on)
-  bool group_gone = false;    // kill(-pid, 0) failed with ESRCH (or given up on)
-  bool service = false;       // ProcessSpec::service
-  std::string host;           // ProcessSpec::host
-  net::UniqueFd stdout_pipe;  // closed at EOF
-  net::UniqueFd stderr_pipe;  // closed at EOF
-  net::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
+  pid_t pid;                 // also the process group id
+  bool exited = false;       // reaped (or given up on)
+  bool group_gone = false;   // kill(-pid, 0) failed with ESRCH (or given up on)
+  bool service = false;      // ProcessSpec::service
+  std::string host;          // ProcessSpec::host
+  bool two_sigints = false;  // ProcessSpec::stop_with_two_sigints
+  // The second of two SIGINTs is due then.
+  std::optional<std::chrono::steady_clock::time_point> second_sigint_at;
+  // With ProcessSpec::relays_rank_exec: the first rank failure its output
+  // reported, if any.
+  std::optional<ProcessExit> relayed_failure;
+  double relayed_seen_at = 0;  // of relayed_failure; infinity when not said
+  net::UniqueFd stdout_pipe;   // closed at EOF
+  net::UniqueFd stderr_pipe;   // closed at EOF
+  net::UniqueFd stdin_pipe;    // with stdin data: held open until the child exits
   LinePrefixer stdout_lines;
   LinePrefixer stderr_lines;
   // With a log directory: the log file and the unprefixed copies of both
@@ -72,6 +92,35 @@ struct ProcessSupervisor::Child {
   std::unique_ptr<LinePrefixer> stderr_log;
 };
 
+std::optional<RankFailureReport> ParseRankFailureReport(std::string_view line) {
+  const std::string tag = fmt::format("[{}] ", kRankExecLogTag);
+  if (line.substr(0, tag.size()) != tag) return std::nullopt;
+  line.remove_prefix(tag.size());
+  constexpr std::string_view kJobFailed = "job failed: ";
+  RankFailureReport report;
+  if (line.substr(0, kJobFailed.size()) == kJobFailed) {
+    report.description = line.substr(kJobFailed.size());
+    return report;
+  }
+  if (line.size() <= kTearingDown.size() ||
+      line.substr(line.size() - kTearingDown.size()) != kTearingDown) {
+    return std::nullopt;
+  }
+  report.description = line.substr(0, line.size() - kTearingDown.size());
+  const size_t at = report.description.rfind(kSeenAt);
+  if (at != std::string_view::npos && report.description.back() == ')') {
+    const std::string stamp(report.description.substr(
+        at + kSeenAt.size(), report.description.size() - 1 - at - kSeenAt.size()));
+    char* end = nullptr;
+    const double seen = std::strtod(stamp.c_str(), &end);
+    if (!stamp.empty() && end == stamp.c_str() + stamp.size()) {
+      report.seen_at = seen;
+      report.description = report.description.substr(0, at);
+    }
+  }
+  return report;
+}
+
 std::string LogFileName(std::string_view label) {
   std::string name(label);
   for (char& c : name) {
@@ -81,6 +130,7 @@ std::string LogFileName(std::string_view label) {
 }
 
 std::string ProcessExit::Describe() const {
+  if (!relayed.empty()) return relayed;
   if (!host.empty())
     return fmt::format("{} on {} (pid {}) {}", label, host, pid, status.Describe());
   return fmt::format("{} (pid {}) {}", label, pid, status.Describe());
@@ -155,6 +205,33 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   }
   child->service = spec.service;
   child->host = spec.host;
+  child->two_sigints = spec.stop_with_two_sigints;
+  if (spec.relays_rank_exec) {
+    Child* c = child.get();
+    auto observe = [c](std::string_view line) {
+      std::optional<RankFailureReport> report = ParseRankFailureReport(line);
+      if (!report) return;
+      std::optional<ExitStatus> status = ExitStatus::FromDescription(report->description);
+      if (!status || status->success()) return;
+      // A death by a signal (a crash, kill -9: rank-exec reports no death
+      // that its own stop caused) is a cause; exits with a status, such as
+      // the survivors' PeerLost, are usually its consequences, and over
+      // TCP they may see the loss before the victim's parent sees the
+      // death. So: deaths by signal first, then the earliest seen; of
+      // equal times (none said), the first line.
+      if (c->relayed_failure) {
+        const bool killed = status->signaled;
+        const bool had_killed = c->relayed_failure->status.signaled;
+        if (killed != had_killed ? had_killed : report->seen_at >= c->relayed_seen_at) return;
+      }
+      ProcessExit failure{c->label, c->pid, *status, c->host};
+      failure.relayed = std::string(report->description);
+      c->relayed_failure = failure;
+      c->relayed_seen_at = report->seen_at;
+    };
+    child->stdout_lines.SetObserver(observe);
+    child->stderr_lines.SetObserver(observe);
+  }
   children_.push_back(std::move(child));
   return children_.back()->pid;
 }
@@ -174,6 +251,7 @@ JobOutcome ProcessSupervisor::Run() {
       UpdateGroups();
     }
     AdvanceTearDown(now);
+    SendDueSigints(now);
     if (Finished()) break;
 
     fds.clear();
@@ -200,6 +278,8 @@ JobOutcome ProcessSupervisor::Run() {
       if (fds[i].revents != 0) Drain(*owners[i - 1].first, owners[i - 1].second, kReadsPerTurn);
     }
   }
+
+  if (options_.end_adopted_orphans) EndAdoptedOrphans();
 
   // Every group is gone, so only a process that left its group could still
   // write: take what is in the pipes and finish the partial lines.
@@ -328,11 +408,22 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   child.stdin_pipe.Reset();
   ProcessExit exit{child.label, child.pid, status, child.host,
                    phase_ == Phase::kTerminating || phase_ == Phase::kKilling};
-  exits_.push_back(exit);
+  // A rank launcher that failed ends as the rank it relayed (the cause, with
+  // the rank's status), so that what reads the exits (the restart decision,
+  // AttemptCause) sees the rank's status rather than mpirun's or srun's.
+  ProcessExit reported = exit;
+  if (!status.success() && child.relayed_failure) {
+    reported = *child.relayed_failure;
+    reported.torn_down = exit.torn_down;
+  }
+  exits_.push_back(reported);
   if (!status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_) {
-    first_failure_ = exit;
+    // A rank launcher's failure is that of the first rank that reported one.
+    first_failure_ = reported;
     if (phase_ == Phase::kRunning) {
-      Log(fmt::format("{}; tearing down the job", exit.Describe()));
+      Log(options_.stamp_first_failure ? fmt::format("{}{}{:.3f}){}", exit.Describe(), kSeenAt,
+                                                     WallClockSeconds(), kTearingDown)
+                                       : fmt::format("{}{}", exit.Describe(), kTearingDown));
       phase_ = Phase::kGrace;
       deadline_ = now + options_.teardown_grace;
       return;
@@ -444,13 +535,26 @@ int ProcessSupervisor::SignalGroups(int signal) {
   int signalled = 0;
   for (auto& child : children_) {
     if (child->group_gone) continue;
-    if (::kill(-child->pid, signal) == 0) {
+    const bool twice = child->two_sigints && signal != SIGKILL;
+    if (twice && !child->second_sigint_at) {
+      child->second_sigint_at = std::chrono::steady_clock::now() + kSecondSigintDelay;
+    }
+    if (::kill(-child->pid, twice ? SIGINT : signal) == 0) {
       ++signalled;
     } else if (errno == ESRCH && child->exited) {
       child->group_gone = true;
     }
   }
   return signalled;
+}
+
+void ProcessSupervisor::SendDueSigints(TimePoint now) {
+  for (auto& child : children_) {
+    if (!child->second_sigint_at || now < *child->second_sigint_at) continue;
+    if (!child->group_gone) ::kill(-child->pid, SIGINT);
+    // Done: a later stop sends one SIGINT (srun is cancelling its step already).
+    child->second_sigint_at = TimePoint::max();
+  }
 }
 
 int ProcessSupervisor::LiveGroups() const {
@@ -486,13 +590,18 @@ void ProcessSupervisor::Drain(Child& child, bool from_stderr, int max_reads) {
 }
 
 void ProcessSupervisor::Log(const std::string& text) {
-  stderr_sink_.WriteLine(fmt::format("[launcher] {}\n", text));
+  stderr_sink_.WriteLine(fmt::format("[{}] {}\n", options_.log_tag, text));
 }
 
 int ProcessSupervisor::PollTimeoutMs(TimePoint now) const {
   milliseconds wait = kSweepInterval;
   if (phase_ != Phase::kRunning) {
     auto left = std::chrono::ceil<milliseconds>(deadline_ - now);
+    wait = std::clamp(left, milliseconds(0), wait);
+  }
+  for (const auto& child : children_) {
+    if (!child->second_sigint_at || *child->second_sigint_at == TimePoint::max()) continue;
+    auto left = std::chrono::ceil<milliseconds>(*child->second_sigint_at - now);
     wait = std::clamp(left, milliseconds(0), wait);
   }
   return static_cast<int>(wait.count());
@@ -527,6 +636,58 @@ void ProcessSupervisor::KillAndReapEverything() {
     }
     UpdateGroups();
     if (LiveGroups() > 0) ::usleep(5000);
+  }
+}
+
+void ProcessSupervisor::EndAdoptedOrphans() {
+  // Our children: the processes whose parent (the 4th field of
+  // /proc/PID/stat, after the command's closing parenthesis) is us.
+  std::vector<pid_t> orphans;
+  const pid_t self = ::getpid();
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    char state = 0;
+    long parent = 0;
+    if (std::sscanf(stat.c_str() + paren + 1, " %c %ld", &state, &parent) != 2) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    if (parent != self || std::any_of(children_.begin(), children_.end(),
+                                      [pid](const auto& c) { return c->pid == pid; })) {
+      continue;
+    }
+    orphans.push_back(pid);
+  }
+  for (pid_t pid : orphans) ::kill(pid, SIGKILL);
+  for (pid_t pid : orphans) {
+    // SIGKILL ends it unless it is stuck in the kernel; then give up after
+    // kill_delay rather than hang.
+    const auto end = std::chrono::steady_clock::now() + options_.kill_delay;
+    siginfo_t info{};
+    while (true) {
+      info.si_pid = 0;
+      if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG) != 0) {
+        if (errno == EINTR) continue;
+        break;  // ECHILD: reaped already
+      }
+      if (info.si_pid == pid) {
+        Log(fmt::format("reaped pid {}, a process of the job whose parent had died ({})", pid,
+                        ExitStatus::FromSiginfo(info).Describe()));
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= end) {
+        Log(
+            fmt::format("pid {}, an orphaned process of the job, is still there {} after "
+                        "SIGKILL; giving up on it",
+                        pid, Seconds(options_.kill_delay)));
+        break;
+      }
+      ::usleep(5000);
+    }
   }
 }
 

@@ -21,6 +21,9 @@
 //  - Exit code: 0 when every process exited 0; else the first failed
 //    process's code (128 + signal for a signal); 128 + signal when the
 //    launcher was interrupted before anything failed (130 for Ctrl-C).
+//    For a rank launcher (mpirun, srun: ProcessSpec::relays_rank_exec) the
+//    first failed process is the first rank whose `tandem rank-exec`
+//    reported its failure (RankFailureReport), with that rank's code.
 //
 // Mechanics: one thread, one poll() loop over a signalfd (SIGCHLD, SIGINT,
 // SIGTERM, SIGHUP, SIGPIPE), the children's output pipes and the tear-down
@@ -35,6 +38,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -75,11 +79,53 @@ struct SupervisorOptions {
   /// ("worker-3.log"), created or truncated by Start. The directory must
   /// exist. docs/launch.md, "Per-process log files".
   std::string log_dir;
+  /// The tag of the supervisor's own lines ("[launcher] job failed: ...");
+  /// `tandem rank-exec` uses kRankExecLogTag, so that a rank launcher's
+  /// supervisor can tell its ranks' reports from its own.
+  std::string log_tag = "launcher";
+  /// Once the job is over (before Run returns), SIGKILL and reap every
+  /// child of this process that the supervisor did not start: orphans it
+  /// adopted as child subreaper from process groups it does not watch (the
+  /// process of a rank whose `tandem rank-exec` mpirun killed before it
+  /// could reap it), which would otherwise stay as zombies of init. Only
+  /// for a process whose children are all the supervisor's (the launcher,
+  /// rank-exec); requires adopt_orphans.
+  bool end_adopted_orphans = false;
+  /// The line that reports the first failure gives the wall-clock time it
+  /// was seen: "... (SIGKILL) (seen at 1763906457.421); tearing down the
+  /// job". `tandem rank-exec` sets it, so that the launcher above can tell
+  /// which rank failed first (ParseRankFailureReport).
+  bool stamp_first_failure = false;
   /// Append to existing log files instead of truncating them: the later
   /// attempts of a restarted job (job_restarts.h) keep the earlier ones'
   /// output.
   bool append_logs = false;
 };
+
+/// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
+inline constexpr std::string_view kRankExecLogTag = "rank-exec";
+
+/// rank-exec's report of its process's failure, read from a line.
+struct RankFailureReport {
+  /// "worker 1 on h2 (pid 4711) killed by signal 9 (SIGKILL)"
+  std::string_view description;
+  /// When rank-exec saw the failure (seconds since the epoch); infinity
+  /// when the line does not say.
+  double seen_at = std::numeric_limits<double>::infinity();
+};
+
+/// The report in `line`, if it is one: the line rank-exec writes the moment
+/// the failure is seen, "[rank-exec] DESCRIPTION (seen at 1763906457.421);
+/// tearing down the job" (SupervisorOptions::stamp_first_failure), or its
+/// last one, "[rank-exec] job failed: DESCRIPTION". A rank launcher relays
+/// the reports of ranks on different hosts in no particular order (a
+/// survivor's on the launcher's host often before the victim's from
+/// another), so the supervisor takes a death by a signal before an exit
+/// with a status (a killed or crashed rank is the cause, the survivors'
+/// PeerLost exits its consequences, which TCP may show them before the
+/// victim's parent sees the death), then the earliest `seen_at`. Any
+/// thread.
+std::optional<RankFailureReport> ParseRankFailureReport(std::string_view line);
 
 /// The log file name of a process labelled `label` ("worker 3" ->
 /// "worker-3.log"): spaces and slashes become dashes. Any thread.
@@ -95,10 +141,15 @@ struct ProcessExit {
   /// (SIGTERM or SIGKILL of the tear-down, or a forwarded interrupt): its
   /// end may be the supervisor's doing rather than a cause of the failure.
   bool torn_down = false;
+  /// For the failure of a rank that a rank launcher relayed
+  /// (ProcessSpec::relays_rank_exec): rank-exec's description of it
+  /// ("worker 2 on h2 (pid 4711) killed by signal 9 (SIGKILL)"); `status`
+  /// is then the rank's, label and pid the rank launcher's.
+  std::string relayed;
 
   /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)", and with a host
   /// "worker 2 on h2 (pid 4711) ..." (the pid is the launcher's process,
-  /// e.g. ssh).
+  /// e.g. ssh); `relayed` when set.
   std::string Describe() const;
 };
 
@@ -180,7 +231,10 @@ class ProcessSupervisor {
   // True once every non-service process has exited with status 0 and a
   // service has outlived them by teardown_grace (starts that clock).
   bool ServicesOutlivedTheJob(TimePoint now);
+  // Signals every group still present (a child that stops with two SIGINTs
+  // gets the first; SendDueSigints the second). Returns how many.
   int SignalGroups(int signal);
+  void SendDueSigints(TimePoint now);
   int LiveGroups() const;
   bool AllExited() const;
   bool Finished() const;
@@ -188,6 +242,7 @@ class ProcessSupervisor {
   void Log(const std::string& text);
   int PollTimeoutMs(TimePoint now) const;
   void KillAndReapEverything();
+  void EndAdoptedOrphans();
   void RestoreProcessState();
 
   SupervisorOptions options_;

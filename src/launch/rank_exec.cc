@@ -2,13 +2,19 @@
 #include "launch/rank_exec.h"
 
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "cluster/launch_contract.h"
 #include "launch/job_restarts.h"
+#include "launch/rank_timeline.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -103,15 +109,41 @@ int RunRankLauncher(
     const std::function<RankLaunch(const std::map<std::string, std::string>& env)>& build,
     const RestartOptions& restarts, const SupervisorOptions& supervisor_options,
     const base::Environment& launcher_env) {
+  SupervisorOptions options = supervisor_options;
+  options.end_adopted_orphans = true;
   auto attempt = [&](ProcessSupervisor& supervisor, const std::map<std::string, std::string>& env) {
-    const RankLaunch launch = build(env);
+    RankLaunch launch = build(env);
     // "mpirun not found" before anything starts
     FindExecutable(launch.launcher.argv[0], launch.launcher.env);
-    OutputSink(supervisor_options.stderr_fd).WriteLine("[launcher] " + launch.announcement + "\n");
+    launch.launcher.relays_rank_exec = true;
+    OutputSink(options.stderr_fd).WriteLine("[launcher] " + launch.announcement + "\n");
     supervisor.Start(launch.launcher);
-    return supervisor.Run();
+    JobOutcome outcome = supervisor.Run();
+    MergeRankTimelines(launch.ranks, OutputSink(options.stderr_fd));
+    return outcome;
   };
-  return RunWithRestarts(restarts, supervisor_options, launcher_env, attempt);
+  return RunWithRestarts(restarts, options, launcher_env, attempt);
+}
+
+void StopWithParent() {
+  const pid_t parent = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) {
+    throw IoError(
+        fmt::format("tandem rank-exec: prctl(PR_SET_PDEATHSIG): {}", std::strerror(errno)));
+  }
+  // The parent may have died before the death signal was set.
+  if (parent == 1 || ::getppid() != parent) {
+    throw IoError(
+        "tandem rank-exec: the launcher that started this rank (mpirun, orted, "
+        "slurmstepd) is gone");
+  }
+}
+
+std::string RankHostName(const std::map<std::string, std::string>& env) {
+  if (const std::string* node = Get(env, "SLURMD_NODENAME")) return *node;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
 }
 
 ProcessSpec RankProcess(const RankProcessOptions& options,

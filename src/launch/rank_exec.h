@@ -38,11 +38,15 @@ int ProcessCount(const LocalJobOptions& job);
 std::vector<std::string> RankExecArgv(const LocalJobOptions& job, bool loopback);
 
 /// What one attempt of an mpirun or srun job starts: the process that
-/// starts the ranks, and the line that announces it. Thread-safety: a
-/// value type.
+/// starts the ranks, the line that announces it, and the ranks it starts.
+/// Thread-safety: a value type.
 struct RankLaunch {
   ProcessSpec launcher;      ///< mpirun or srun, with the attempt's identity
   std::string announcement;  ///< "job ...: scheduler at ..."
+  /// The job's processes (BuildLocalJob with the attempt's identity and
+  /// environment): their labels and TANDEM_TIMELINE say which rank
+  /// timelines to merge after the attempt (MergeRankTimelines).
+  std::vector<ProcessSpec> ranks;
 };
 
 /// Runs the job's attempts (RunWithRestarts with `restarts`): for each,
@@ -50,12 +54,33 @@ struct RankLaunch {
 /// ranks) from the attempt's environment (AttemptEnvironment) with a fresh
 /// identity; its program is checked to exist before anything starts,
 /// "[launcher] <announcement>" is written, and it runs as the attempt's only
-/// supervised process. Returns the launcher's exit code. Throws what
-/// `build`, FindExecutable, RunWithRestarts and ProcessSupervisor throw.
+/// supervised process, relaying its ranks' failure reports
+/// (ProcessSpec::relays_rank_exec): the attempt's failure, and so the
+/// restart decision, is the first failed rank's as its rank-exec reported
+/// it, with the rank's status. Orphans of ranks that mpirun killed before
+/// their rank-exec could reap them are ended and reaped
+/// (SupervisorOptions::end_adopted_orphans). After each attempt the ranks'
+/// timelines are merged (MergeRankTimelines), so the merged timeline is
+/// the last attempt's. Returns the exit code RunWithRestarts returns: the
+/// first failed rank's, else the launcher's. Throws what `build`,
+/// FindExecutable, RunWithRestarts and ProcessSupervisor throw.
 int RunRankLauncher(
     const std::function<RankLaunch(const std::map<std::string, std::string>& env)>& build,
     const RestartOptions& restarts, const SupervisorOptions& supervisor_options,
     const base::Environment& launcher_env);
+
+/// The name of the host a rank runs on, for the reports of its end:
+/// SLURMD_NODENAME of `env` (under srun, Slurm's name of the node), else
+/// gethostname(). Any thread.
+std::string RankHostName(const std::map<std::string, std::string>& env);
+
+/// Makes this process (rank-exec) get SIGTERM when the thread that
+/// started it dies (PR_SET_PDEATHSIG): its parent is mpirun, Open MPI's
+/// orted or srun's slurmstepd, and when that one is killed with SIGKILL
+/// (with the launcher above it) nobody else would stop the rank; the
+/// SIGTERM makes the supervisor end the rank's process. Throws IoError
+/// when the parent is gone already. Call before the supervisor exists.
+void StopWithParent();
 
 /// This rank's process. The rank and world size come from `env`:
 /// OMPI_COMM_WORLD_RANK and _SIZE (mpirun), else PMIX_RANK or PMI_RANK

@@ -13,6 +13,7 @@
 
 #include "launch/child_process.h"
 #include "launch/exit_status.h"
+#include "launch/rank_timeline.h"
 #include "net/unique_fd.h"
 #include "tandem/error.h"
 
@@ -204,6 +205,7 @@ int RunRemoteExec(const RemoteExecOptions& options) {
     if (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG) == 0 &&
         info.si_pid == pid) {
       ::kill(-pid, SIGKILL);  // whatever the command left in its group
+      KeepRankTimeline(options.environment, options.working_directory, pid, options.label);
       ExitStatus status = ExitStatus::FromSiginfo(info);
       return status.signaled ? 128 + status.signal : status.code;
     }

@@ -35,6 +35,9 @@ struct RemoteExecOptions {
   std::map<std::string, std::string> environment;            ///< the complete environment
   std::chrono::milliseconds grace{std::chrono::seconds(3)};  ///< SIGTERM to SIGKILL
   int watch_fd = 0;  ///< end-of-file here stops the command (stdin)
+  /// The process's label ("worker 3"): its timeline file PATH.<pid> is
+  /// renamed PATH.<label> when it ends (launch/rank_timeline.h).
+  std::string label = "process";
 };
 
 /// Runs the command as described above and returns remote-exec's exit

@@ -8,6 +8,7 @@
 
 #include "launch/job_credentials.h"
 #include "launch/rank_exec.h"
+#include "launch/rank_timeline.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -18,6 +19,10 @@ ProcessSpec BuildSrunCommand(const SlurmJobOptions& options, const LocalJobIdent
   ProcessSpec spec;
   spec.label = "srun";
   spec.prefix_output = false;  // every task prefixes its own lines
+  // One SIGINT only makes srun print its tasks' states, SIGTERM makes it
+  // kill the tasks at once; two SIGINTs make it pass SIGINT on to every
+  // task (rank-exec ends its process) and wait for them.
+  spec.stop_with_two_sigints = true;
   spec.env = launcher_env;
   spec.env["TANDEM_SECRET"] = identity.secret;
   spec.env["TANDEM_JOB_ID"] = identity.job_id;
@@ -58,6 +63,7 @@ int RunSlurmJob(const SlurmJobOptions& options, const SupervisorOptions& supervi
         identity.job_id, ProcessCount(o.job), o.srun, identity.scheduler_port,
         o.job.rendezvous_in_worker ? ", in worker 0" : "", o.job.num_servers,
         o.job.num_servers == 1 ? "" : "s", o.job.num_workers, o.job.num_workers == 1 ? "" : "s");
+    launch.ranks = BuildLocalJob(o.job, identity, env);
     return launch;
   };
   return RunRankLauncher(build, o.job.restarts, supervisor_options, launcher_env);

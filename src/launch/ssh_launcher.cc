@@ -11,6 +11,7 @@
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
 #include "launch/prefixed_output.h"
+#include "launch/rank_timeline.h"
 #include "launch/remote_exec.h"
 #include "tandem/error.h"
 
@@ -294,7 +295,11 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
                                o.job.num_workers, o.job.num_workers == 1 ? "" : "s", o.hosts.size(),
                                o.hosts.size() == 1 ? "" : "s"));
     for (const auto& spec : specs) supervisor.Start(spec);
-    return supervisor.Run();
+    JobOutcome outcome = supervisor.Run();
+    // After each attempt: the merged timeline is the last attempt's.
+    MergeRankTimelines(BuildLocalJob(o.job, identity, attempt_env),
+                       OutputSink(supervisor_options.stderr_fd));
+    return outcome;
   };
   return RunWithRestarts(o.job.restarts, supervisor_options, launcher_env, attempt);
 }

@@ -53,3 +53,17 @@ def test_a_missing_mpirun_is_reported_before_anything_starts(launch, tandem_bin_
                     launcher_env={"TANDEM_MPIRUN": "/nonexistent/mpirun"}, timeout=30)
     assert result.returncode != 0
     assert "/nonexistent/mpirun" in result.output, result.output
+
+
+def test_timeline_of_every_rank_is_merged(launch, tandem_bin_dir, tmp_path):
+    """TANDEM_TIMELINE under mpirun: each rank's rank-exec names its file
+    for the rank, and the launcher merges them into one trace."""
+    from test_metrics_launch import check_collectives_trace
+    trace = tmp_path / "trace.json"
+    result = launch(3, 0, [tandem_bin_dir / "collective_check", "--steady", "5"], launcher="mpi",
+                    extra_args=["--no-scheduler"], env={"TANDEM_TIMELINE": str(trace)},
+                    timeout=120)
+    assert result.returncode == 0, result.job.describe()
+    assert f"[launcher] timeline of 3 processes written to {trace}" in result.output, result.output
+    check_collectives_trace(trace, 3, 5)
+    assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"

@@ -1,7 +1,7 @@
 """`tandem launch --launcher slurm` under a real one-machine Slurm: the test
 starts munged, slurmctld and slurmd (Debian's slurm-wlm and munge) with a
-configuration of its own in a temporary directory, a single node
-`localhost` at 127.0.0.1, and stops them by PID afterwards. srun starts
+configuration of its own in a temporary directory (tests/system/
+slurm_cluster.py). srun starts
 every task as `tandem rank-exec`, which becomes the scheduler, a server or a
 worker by SLURM_PROCID; the parameter-server and collectives jobs give
 their exact results, and a dead task ends the job with nothing left behind.
@@ -11,112 +11,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
-import signal
 import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from slurm_cluster import requires_slurm, slurm_env  # noqa: F401 - a fixture
 from test_kvstore_launch import SERVERS, WORKERS, check_sync_scenario, run
 
-DAEMONS = ("munged", "slurmctld", "slurmd", "srun", "sinfo")
-
-pytestmark = [
-    pytest.mark.skipif(any(shutil.which(d) is None and not Path(f"/usr/sbin/{d}").exists()
-                           for d in DAEMONS),
-                       reason="Slurm is not installed (slurm-wlm, munge)"),
-    pytest.mark.skipif(os.geteuid() != 0, reason="the test's slurmd runs tasks as root"),
-]
-
-CONF = """\
-ClusterName=tandemtest
-SlurmctldHost=localhost(127.0.0.1)
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-AuthType=auth/munge
-AuthInfo=socket={d}/munge.sock
-CredType=cred/munge
-SlurmUser=root
-SlurmdUser=root
-StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
-SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
-SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-MpiDefault=none
-ReturnToService=2
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SlurmdParameters=config_overrides
-NodeName=localhost NodeAddr=127.0.0.1 CPUs=16 State=UNKNOWN
-PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
-"""
-
-
-def _daemon(name: str) -> str:
-    return shutil.which(name) or f"/usr/sbin/{name}"
-
-
-@pytest.fixture(scope="module")
-def slurm_env():
-    """A running one-node Slurm; yields the environment srun needs."""
-    d = Path(tempfile.mkdtemp(prefix="tandem-slurm."))
-    procs: list[subprocess.Popen] = []
-    try:
-        (d / "state").mkdir()
-        (d / "spool").mkdir()
-        key = d / "munge.key"
-        key.write_bytes(os.urandom(1024))
-        key.chmod(0o400)
-        (d / "slurm.conf").write_text(CONF.format(d=d, ctld_port=free_port(),
-                                                  slurmd_port=free_port()))
-        env = dict(os.environ, SLURM_CONF=str(d / "slurm.conf"))
-        logs = open(d / "daemons.log", "w")
-        procs.append(subprocess.Popen(
-            [_daemon("munged"), "--force", "-F", f"--key-file={key}",
-             f"--socket={d}/munge.sock", f"--pid-file={d}/munged.pid",
-             f"--log-file={d}/munged.log", f"--seed-file={d}/munge.seed"],
-            stdout=logs, stderr=subprocess.STDOUT))
-        for _ in range(100):
-            if (d / "munge.sock").exists():
-                break
-            time.sleep(0.05)
-        procs.append(subprocess.Popen([_daemon("slurmctld"), "-D", "-f", str(d / "slurm.conf")],
-                                      env=env, stdout=logs, stderr=subprocess.STDOUT))
-        procs.append(subprocess.Popen([_daemon("slurmd"), "-D", "-N", "localhost", "-f",
-                                       str(d / "slurm.conf")],
-                                      env=env, stdout=logs, stderr=subprocess.STDOUT))
-        state = ""
-        for _ in range(120):
-            state = subprocess.run([_daemon("sinfo"), "-h", "-o", "%T"], env=env,
-                                   capture_output=True, text=True).stdout.strip()
-            if state == "idle":
-                break
-            time.sleep(0.5)
-        if state != "idle":
-            pytest.fail(f"the test's Slurm node did not become idle (state '{state}'):\n"
-                        + (d / "daemons.log").read_text()[-3000:])
-        yield {"SLURM_CONF": str(d / "slurm.conf")}
-    finally:
-        for p in reversed(procs):
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        shutil.rmtree(d, ignore_errors=True)
+pytestmark = requires_slurm
 
 
 def test_parameter_server_job_gives_exact_sums(launch, tandem_bin_dir, slurm_env):
@@ -157,8 +59,9 @@ def test_max_restarts_runs_srun_again_and_the_job_succeeds(launch, tandem_bin_di
                                 "--max-restarts", "1", "--restart-delay", "0.2"])
     out = result.output
     assert result.returncode == 0, result.job.describe()
-    assert re.search(r"\[launcher\] restarting the job \(restart 1 of 1\) after srun \(pid \d+\) "
-                     r"exited with status \d+", out), out
+    # The cause is the rank that rank-exec reported, with its status, not srun's exit.
+    assert re.search(r"\[launcher\] restarting the job \(restart 1 of 1\) after worker 1 on \S+ "
+                     r"\(pid \d+\) killed by signal 9 \(SIGKILL\);", out), out
     assert "[launcher] job succeeded after 1 restart" in out, out
     first, second = starts(out, 0), starts(out, 1)
     assert set(first) == LABELS and set(second) == LABELS, out
@@ -192,3 +95,17 @@ def test_programs_started_by_plain_srun_find_their_job(tandem_bin_dir, slurm_env
     outputs = _srun_tasks(slurm_env, [tandem_bin_dir / "kvstore_check", "--scenario", "sync"], 5,
                           extra_env={"TANDEM_NUM_SERVERS": "2"})
     check_kvstore(outputs, 3, 2, "slurm")
+
+
+def test_timeline_of_every_task_is_merged(launch, tandem_bin_dir, slurm_env, tmp_path):
+    """TANDEM_TIMELINE under srun: each task's rank-exec names its file for
+    the task, and the launcher merges them into one trace."""
+    from test_metrics_launch import check_collectives_trace
+    trace = tmp_path / "trace.json"
+    result = launch(3, 0, [tandem_bin_dir / "collective_check", "--steady", "5"],
+                    launcher="slurm", extra_args=["--no-scheduler"], launcher_env=slurm_env,
+                    env={"TANDEM_TIMELINE": str(trace)}, timeout=180)
+    assert result.returncode == 0, result.job.describe()
+    assert f"[launcher] timeline of 3 processes written to {trace}" in result.output, result.output
+    check_collectives_trace(trace, 3, 5)
+    assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"

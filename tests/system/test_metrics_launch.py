@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -182,6 +183,14 @@ def test_collectives_job_metrics_and_timeline(launch, tandem_bin_dir, tmp_path):
     # One trace file, merged by the launcher; one process track per rank,
     # each with its 30 allreduces as complete events.
     assert f"timeline of {workers} processes written to {trace}" in job.output, job.output
+    check_collectives_trace(trace, workers, 30)
+    assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"
+
+
+def check_collectives_trace(trace: Path, workers: int, allreduces: int) -> None:
+    """`trace` is one valid JSON Chrome trace with one process track per
+    rank, named `worker <rank>`, each with its `allreduces` allreduces of
+    `collective_check --steady` as complete events."""
     doc = json.loads(trace.read_text())
     events = doc["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in events
@@ -190,7 +199,41 @@ def test_collectives_job_metrics_and_timeline(launch, tandem_bin_dir, tmp_path):
     for pid in names:
         spans = [e for e in events if e.get("pid") == pid and e.get("ph") == "X"
                  and e.get("name") == "allreduce"]
-        assert len(spans) == 30, (names[pid], len(spans))
+        assert len(spans) == allreduces, (names[pid], len(spans))
         assert all(e["dur"] >= 0 and e["ts"] > 0 for e in spans)
         assert all(e["args"]["what"].startswith("AllReduce") for e in spans), spans[0]
-    assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"
+
+
+def test_timeline_merge_command_joins_the_files_of_a_job(tandem_bin_dir, tmp_path):
+    """`tandem timeline merge` joins the per-process files of a job whose
+    processes no launcher merged (here started by hand with tandem's own
+    contract, as on hosts with disks of their own)."""
+    from test_contracts_start import run_processes, tandem_envs
+    workers = 3
+    trace = tmp_path / "trace.json"
+    envs = tandem_envs(workers, free_port())
+    for env in envs:
+        env["TANDEM_TIMELINE"] = str(trace)
+    results = run_processes([tandem_bin_dir / "collective_check", "--steady", "5"], envs, tmp_path)
+    assert all(code == 0 for code, _ in results), results
+    files = sorted(tmp_path.glob("trace.json.*"))
+    assert len(files) == workers, files
+    merged = tmp_path / "merged.json"
+    proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),
+                           *map(str, files)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert f"timeline of {workers} processes written to {merged}" in proc.stderr, proc.stderr
+    check_collectives_trace(merged, workers, 5)
+    # Files of two hosts may hold the same pid: each keeps a track of its own.
+    twice = tmp_path / "twice.json"
+    subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(twice),
+                    str(files[0]), str(files[0])], check=True, capture_output=True, timeout=30)
+    events = json.loads(twice.read_text())["traceEvents"]
+    tracks = {e["pid"] for e in events if e.get("name") == "process_name"}
+    assert len(tracks) == 2, tracks
+    # A file that is not a trace is refused, naming it.
+    (tmp_path / "broken").write_text('{"traceEvents": [')
+    proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),
+                           str(files[0]), str(tmp_path / "broken")], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode != 0 and f"{tmp_path / 'broken'} is not a complete trace" in proc.stderr

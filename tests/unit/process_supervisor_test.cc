@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "launch/restart_policy.h"
 #include "support/memory_file.h"
 #include "tandem/error.h"
 
@@ -197,12 +198,11 @@ TEST_P(ProcessSupervisorServices, AServiceOutlivingTheWorkersIsStuck) {
       << err.Text();
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, ProcessSupervisorServices,
-    ::testing::Values(ServiceCase{"stuck", "sleep 30", 201},
-                      ServiceCase{"ends_after_the_workers", "sleep 0.5", 0},
-                      ServiceCase{"ends_first", "exit 0", 0}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Cases, ProcessSupervisorServices,
+                         ::testing::Values(ServiceCase{"stuck", "sleep 30", 201},
+                                           ServiceCase{"ends_after_the_workers", "sleep 0.5", 0},
+                                           ServiceCase{"ends_first", "exit 0", 0}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 TEST(ProcessSupervisorTest, FlushesAPartialLastLineAndJoinsLinesSplitAcrossWrites) {
   MemoryFile out, err;
@@ -705,6 +705,224 @@ TEST(LauncherSignalTest, ChildrenDieWhenTheLauncherIsKilled) {
     if (!dead) std::this_thread::sleep_for(milliseconds(20));
   }
   EXPECT_TRUE(dead) << "pid " << child << " outlived its launcher";
+}
+
+// --- rank launchers (mpirun, srun): docs/launch.md "Through Open MPI" ---
+
+// What a rank launcher relays: each rank's output, with rank-exec's own
+// "[rank-exec] job failed: ..." line for the rank that failed.
+struct RelayCase {
+  const char* name;
+  std::string script;  // the rank launcher's stand-in
+  int exit_code;       // the job's
+  std::string last;    // the launcher's last line
+};
+
+class RelayedRankFailureTest : public ::testing::TestWithParam<RelayCase> {};
+
+TEST_P(RelayedRankFailureTest, TheFirstReportedRankIsTheJobsFailure) {
+  const RelayCase& c = GetParam();
+  MemoryFile out, err;
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    ProcessSpec spec = Shell("mpirun", c.script);
+    spec.prefix_output = false;
+    spec.relays_rank_exec = true;
+    supervisor.Start(spec);
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, c.exit_code) << err.Text();
+  auto lines = err.Lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_THAT(lines.back(), ::testing::MatchesRegex(c.last)) << err.Text();
+  // The exits (which the restart decision reads: AttemptCause) have the
+  // relayed rank's status for a failed launcher, not the launcher's own.
+  ASSERT_EQ(outcome.exits.size(), 1u) << err.Text();
+  EXPECT_EQ(outcome.exits.front().status.ShellCode(), c.exit_code) << err.Text();
+  const std::optional<ProcessExit> cause = AttemptCause(outcome);
+  ASSERT_EQ(cause.has_value(), c.exit_code != 0) << err.Text();
+  if (cause) {
+    EXPECT_EQ(cause->status.ShellCode(), c.exit_code);
+    EXPECT_EQ(lines.back(), "[launcher] job failed: " + cause->Describe());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Reports, RelayedRankFailureTest,
+    ::testing::Values(
+        RelayCase{"KilledRank",
+                  "echo '[rank-exec] job failed: worker 1 on h2 (pid 4711) killed by signal 9 "
+                  "(SIGKILL)' >&2; echo '[rank-exec] job failed: worker 0 on h1 (pid 12) exited "
+                  "with status 1' >&2; exit 1",
+                  137,
+                  "\\[launcher\\] job failed: worker 1 on h2 \\(pid 4711\\) killed by signal 9 "
+                  "\\(SIGKILL\\)"},
+        RelayCase{"ExitedRankOnStdout",
+                  "echo '[rank-exec] job failed: server 0 on n07 (pid 9) exited with status 3'; "
+                  "exit 14",
+                  3, "\\[launcher\\] job failed: server 0 on n07 \\(pid 9\\) exited with status 3"},
+        // The report at the moment of the failure counts before later ones.
+        RelayCase{"TearingDownLine",
+                  "echo '[rank-exec] worker 2 on h3 (pid 77) killed by signal 15 (SIGTERM); "
+                  "tearing down the job' >&2; echo '[rank-exec] job failed: worker 0 on h1 (pid "
+                  "8) exited with status 1' >&2; exit 1",
+                  143,
+                  "\\[launcher\\] job failed: worker 2 on h3 \\(pid 77\\) killed by signal 15 "
+                  "\\(SIGTERM\\)"},
+        // Reports of ranks on other hosts arrive in any order: a death by a
+        // signal wins, then the earliest time seen, whatever the order.
+        RelayCase{"KilledBeforeExited",
+                  "echo '[rank-exec] server 0 on h1 (pid 5) exited with status 1 (seen at "
+                  "1763906457.430); tearing down the job' >&2; echo '[rank-exec] worker 3 on h3 "
+                  "(pid 6) killed by signal 9 (SIGKILL) (seen at 1763906457.441); tearing down "
+                  "the job' >&2; echo '[rank-exec] worker 0 on h2 (pid 7) exited with status 1 "
+                  "(seen at 1763906457.425); tearing down the job' >&2; exit 1",
+                  137,
+                  "\\[launcher\\] job failed: worker 3 on h3 \\(pid 6\\) killed by signal 9 "
+                  "\\(SIGKILL\\)"},
+        RelayCase{"EarliestOfTheExits",
+                  "echo '[rank-exec] server 0 on h1 (pid 5) exited with status 4 (seen at "
+                  "1763906457.430); tearing down the job' >&2; echo '[rank-exec] worker 0 on h2 "
+                  "(pid 7) exited with status 2 (seen at 1763906457.425); tearing down the job' "
+                  ">&2; exit 1",
+                  2, "\\[launcher\\] job failed: worker 0 on h2 \\(pid 7\\) exited with status 2"},
+        // No rank reported (a rank-exec killed before it could): mpirun's own.
+        RelayCase{"NoReport", "echo '[rank-exec] job interrupted by SIGTERM' >&2; exit 14", 14,
+                  "\\[launcher\\] job failed: mpirun \\(pid [0-9]+\\) exited with status 14"},
+        // A report of a rank that failed, but the launcher itself succeeded.
+        RelayCase{"LauncherSucceeded",
+                  "echo '[rank-exec] job failed: worker 1 on h2 (pid 5) exited with status 2' "
+                  ">&2; exit 0",
+                  0, "\\[launcher\\] mpirun \\(pid [0-9]+\\) exited with status 0"}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// srun (ProcessSpec::stop_with_two_sigints): whatever stops the job reaches
+// it as two SIGINTs, less than a second apart, never as SIGTERM.
+class TwoSigintsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(TwoSigintsTest, StopsWithTwoSigintsWithinASecond) {
+  const int signal = GetParam();
+  SupervisorOptions options;
+  options.kill_delay = milliseconds(20000);
+  // Prints the time of each SIGINT (ms) and ends on the second.
+  ProcessSpec srun = Shell("srun",
+                           "n=0; trap 'n=$((n+1)); echo int $n $(date +%s%3N); "
+                           "[ $n = 2 ] && exit 5' INT; trap 'echo got TERM; exit 6' TERM; "
+                           "echo ready $$; while :; do sleep 0.02; done");
+  srun.stop_with_two_sigints = true;
+  ForkedSupervisor launcher({srun}, options);
+  ASSERT_EQ(launcher.WaitForLines(std::regex("ready ([0-9]+)"), 1, milliseconds(20000)).size(), 1u)
+      << launcher.Output();
+  ASSERT_EQ(::kill(launcher.pid(), signal), 0);
+  auto times = launcher.WaitForLines(std::regex("int [12] ([0-9]+)"), 2, milliseconds(20000));
+  int status = launcher.Wait(milliseconds(20000));
+  ASSERT_NE(status, -1) << launcher.Output();
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + signal) << launcher.Output();
+  ASSERT_EQ(times.size(), 2u) << launcher.Output();
+  const long long gap = std::stoll(times[1]) - std::stoll(times[0]);
+  EXPECT_GT(gap, 100) << launcher.Output();  // two signals, not one merged
+  EXPECT_LT(gap, 1000) << launcher.Output();
+  EXPECT_THAT(launcher.Output(), ::testing::Not(HasSubstr("got TERM")));
+  EXPECT_THAT(launcher.Output(), HasSubstr("srun (pid"));
+}
+
+INSTANTIATE_TEST_SUITE_P(LauncherSignals, TwoSigintsTest, ::testing::Values(SIGINT, SIGTERM));
+
+// A process of the job whose parent died outside every group the supervisor
+// watches (a rank whose rank-exec mpirun killed) is adopted, then ended and
+// reaped before Run returns.
+TEST(ProcessSupervisorTest, EndsAndReapsAdoptedOrphans) {
+  MemoryFile out, err;
+  const std::string marker =
+      std::filesystem::temp_directory_path() / ("orphan-" + std::to_string(::getpid()));
+  JobOutcome outcome;
+  {
+    SupervisorOptions options = Options(out, err);
+    options.end_adopted_orphans = true;
+    ProcessSupervisor supervisor(options);
+    // setsid: the sleeper leaves the group, so only adoption reaches it.
+    // The marker is written once the sleeper has its own session.
+    supervisor.Start(Shell("mpirun", "setsid sh -c 'echo $$ > " + marker +
+                                         "; exec sleep 1000' & while [ ! -s " + marker +
+                                         " ]; do sleep 0.01; done; exit 0"));
+    outcome = supervisor.Run();
+  }
+  std::ifstream in(marker);
+  pid_t orphan = 0;
+  in >> orphan;
+  std::filesystem::remove(marker);
+  ASSERT_GT(orphan, 0);
+  EXPECT_TRUE(ProcessGone(orphan)) << "pid " << orphan << " (not even a zombie should be left)";
+  EXPECT_THAT(err.Text(), HasSubstr("reaped pid " + std::to_string(orphan) +
+                                    ", a process of the job whose parent had died"));
+  EXPECT_EQ(outcome.exit_code, 0);
+}
+
+TEST(ProcessSupervisorTest, OwnLinesCarryTheLogTag) {
+  MemoryFile out, err;
+  {
+    SupervisorOptions options = Options(out, err);
+    options.log_tag = std::string(kRankExecLogTag);
+    options.stamp_first_failure = true;
+    ProcessSupervisor supervisor(options);
+    ProcessSpec spec = Shell("worker 1", "exit 3");
+    spec.host = "h2";
+    supervisor.Start(spec);
+    supervisor.Run();
+  }
+  EXPECT_THAT(err.Lines().back(),
+              ::testing::MatchesRegex("\\[rank-exec\\] job failed: worker 1 on h2 \\(pid [0-9]+\\) "
+                                      "exited with status 3"));
+  // The first report says when; the parser gives the time and the rest.
+  const std::string first = err.Lines().front();
+  std::optional<RankFailureReport> report = ParseRankFailureReport(first);
+  ASSERT_TRUE(report.has_value()) << first;
+  EXPECT_THAT(std::string(report->description),
+              ::testing::MatchesRegex("worker 1 on h2 \\(pid [0-9]+\\) exited with status 3"));
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_NEAR(report->seen_at, now, 60) << first;
+}
+
+struct DescriptionCase {
+  const char* text;
+  bool found;
+  bool signaled;
+  int number;
+};
+
+class ExitStatusFromDescriptionTest : public ::testing::TestWithParam<DescriptionCase> {};
+
+TEST_P(ExitStatusFromDescriptionTest, ReadsWhatDescribeWrote) {
+  const DescriptionCase& c = GetParam();
+  std::optional<ExitStatus> s = ExitStatus::FromDescription(c.text);
+  ASSERT_EQ(s.has_value(), c.found) << c.text;
+  if (!s) return;
+  EXPECT_EQ(s->signaled, c.signaled);
+  EXPECT_EQ(c.signaled ? s->signal : s->code, c.number);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Texts, ExitStatusFromDescriptionTest,
+    ::testing::Values(
+        DescriptionCase{"worker 1 on h2 (pid 4) killed by signal 9 (SIGKILL)", true, true, 9},
+        DescriptionCase{"server 0 (pid 4) exited with status 255", true, false, 255},
+        DescriptionCase{"a (pid 1) exited with status 0", true, false, 0},
+        DescriptionCase{"killed by signal 6 (SIGABRT), core dumped", true, true, 6},
+        // The last phrase counts: the label may hold the words.
+        DescriptionCase{"exited with status 1 (pid 2) killed by signal 15", true, true, 15},
+        DescriptionCase{"exited with status x", false, false, 0},
+        DescriptionCase{"job interrupted by SIGTERM", false, false, 0}));
+
+TEST(ExitStatusTest, DescriptionRoundTrips) {
+  for (const ExitStatus& s : {ExitStatus::Exited(0), ExitStatus::Exited(77), ExitStatus::Killed(9),
+                              ExitStatus::Killed(15)}) {
+    std::optional<ExitStatus> back = ExitStatus::FromDescription("x (pid 1) " + s.Describe());
+    ASSERT_TRUE(back.has_value()) << s.Describe();
+    EXPECT_EQ(back->ShellCode(), s.ShellCode()) << s.Describe();
+  }
 }
 
 }  // namespace
