@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   tandem::cli::RegisterRemoteExecCommand(app, &body);
   tandem::cli::RegisterBenchCommand(app, &body);
   tandem::cli::RegisterRankExecCommand(app, &body);
+  tandem::cli::RegisterSpawnLocalCommand(app, &body);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

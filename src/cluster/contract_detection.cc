@@ -36,6 +36,9 @@ std::vector<std::string> OthersPresent(const base::Environment& env, const std::
   for (const auto& [name, vars] : Markers()) {
     if (name == winner) continue;
     if (winner == "pytorchjob" && name == "torchrun") continue;
+    // tandem spawn-local read the TrainJob's (or PyTorchJob's) variables
+    // and set torchrun's from them.
+    if (winner == "spawn-local" && (name == "torchrun" || name == "trainjob")) continue;
     bool all = true;
     for (const auto& v : vars) all = all && env.Get(v).has_value();
     if (all) out.push_back(name);
