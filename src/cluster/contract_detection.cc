@@ -72,7 +72,8 @@ DetectedContract DetectContract(const base::Environment& env) {
     return d;
   };
   if (auto c = ReadTandemContract(env)) return peers(std::move(*c));
-  if (env.Get("DMLC_ROLE") && env.Get("DMLC_PS_ROOT_URI")) {
+  // MXJob's MX_CONFIG names the role and the scheduler as DMLC_* does.
+  if ((env.Get("DMLC_ROLE") && env.Get("DMLC_PS_ROOT_URI")) || env.Get("MX_CONFIG")) {
     d.name = "dmlc";
     d.dmlc = ParseDmlcContract(env);
     d.also_present = OthersPresent(env, "dmlc");
