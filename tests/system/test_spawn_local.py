@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from test_contracts_start import clean_env, coordinator_port, run_processes  # noqa: F401
+from test_contracts_start import clean_env, coordinator_port, run_processes
 
 NPROC = 2
 NODES = 2
@@ -99,7 +100,6 @@ def children_of(pid: int) -> list[int]:
 def test_sigkill_from_outside_tears_down_the_pods_other_process(tandem_bin_dir, tmp_path):
     # One pod of a one-node job, two processes in a steady loop; SIGKILL to
     # local process 0 from outside ends the pod with rank 0 named.
-    import subprocess
     port = coordinator_port()
     env = {**clean_env(), "PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "2",
            "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
@@ -130,3 +130,4 @@ def test_sigkill_from_outside_tears_down_the_pods_other_process(tandem_bin_dir, 
     for kid in kids:
         assert not Path(f"/proc/{kid}").exists() or \
             Path(f"/proc/{kid}/stat").read_text().split()[2] == "Z"
+
