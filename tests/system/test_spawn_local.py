@@ -92,42 +92,62 @@ def test_a_child_killed_by_sigkill_ends_its_pod_and_fails_the_job(tandem_bin_dir
     assert "PeerLost" in out0, out0
 
 
-def children_of(pid: int) -> list[int]:
-    text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    return [int(c) for c in text.split()]
+def children_by_rank(pid: int) -> dict[int, int]:
+    """The children of `pid`, by the RANK in their environment."""
+    out = {}
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        rank = next(int(v[5:]) for v in environ if v.startswith(b"RANK="))
+        out[rank] = int(child)
+    return out
 
 
-def test_sigkill_from_outside_tears_down_the_pods_other_process(tandem_bin_dir, tmp_path):
-    # One pod of a one-node job, two processes in a steady loop; SIGKILL to
-    # local process 0 from outside ends the pod with rank 0 named.
+def gone(pid: int) -> bool:
+    path = Path(f"/proc/{pid}/stat")
+    return not path.exists() or path.read_text().split()[2] == "Z"
+
+
+def run_steady_pod(bin_dir: Path, tmp_path: Path, signal_to, signum: int):
+    """One pod of a one-node job, two processes in a steady loop of
+    allreduces; once they run, sends `signum` to the pid `signal_to(pod pid,
+    children by rank)` names. Returns (exit code, output, children by rank)."""
     port = coordinator_port()
     env = {**clean_env(), "PET_NNODES": "1", "PET_NODE_RANK": "0", "PET_NPROC_PER_NODE": "2",
            "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(port)}
     log = open(tmp_path / "pod.log", "w+b")
-    pod = subprocess.Popen(spawn_argv(tandem_bin_dir, "--steady", "300"), env=env,
+    pod = subprocess.Popen(spawn_argv(bin_dir, "--steady", "300"), env=env,
                            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                            start_new_session=True)
     try:
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and len(children_of(pod.pid)) < 2:
+        while time.monotonic() < deadline and len(children_by_rank(pod.pid)) < 2:
             time.sleep(0.05)
-        # Let them join and start their allreduces.
-        time.sleep(2)
-        kids = children_of(pod.pid)
-        assert len(kids) == 2, kids
-        victim = min(kids)  # started first: rank 0
-        os.kill(victim, signal.SIGKILL)
+        time.sleep(2)  # let them join and start their allreduces
+        kids = children_by_rank(pod.pid)
+        assert sorted(kids) == [0, 1], kids
+        os.kill(signal_to(pod.pid, kids), signum)
         code = pod.wait(timeout=40)
     finally:
         if pod.poll() is None:
             os.kill(pod.pid, signal.SIGKILL)
             pod.wait()
     log.seek(0)
-    output = log.read().decode(errors="replace")
-    assert code == 128 + signal.SIGKILL, output
-    assert f"[launcher] job failed: rank 0 (pid {victim}) killed by signal 9 (SIGKILL)" in output, \
-        output
-    for kid in kids:
-        assert not Path(f"/proc/{kid}").exists() or \
-            Path(f"/proc/{kid}/stat").read_text().split()[2] == "Z"
+    return code, log.read().decode(errors="replace"), kids
 
+
+def test_sigkill_from_outside_tears_down_the_pods_other_process(tandem_bin_dir, tmp_path):
+    code, output, kids = run_steady_pod(tandem_bin_dir, tmp_path, lambda pod, kids: kids[0],
+                                        signal.SIGKILL)
+    assert code == 128 + signal.SIGKILL, output
+    assert (f"[launcher] job failed: rank 0 (pid {kids[0]}) killed by signal 9 (SIGKILL)"
+            in output), output
+    assert all(gone(k) for k in kids.values()), kids
+
+
+def test_sigterm_to_spawn_local_ends_every_process(tandem_bin_dir, tmp_path):
+    # What the kubelet sends when the pod is deleted.
+    code, output, kids = run_steady_pod(tandem_bin_dir, tmp_path, lambda pod, kids: pod,
+                                        signal.SIGTERM)
+    assert code == 128 + signal.SIGTERM, output
+    assert "[launcher] job interrupted by SIGTERM" in output, output
+    assert all(gone(k) for k in kids.values()), kids
