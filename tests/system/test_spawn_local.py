@@ -93,12 +93,18 @@ def test_a_child_killed_by_sigkill_ends_its_pod_and_fails_the_job(tandem_bin_dir
 
 
 def children_by_rank(pid: int) -> dict[int, int]:
-    """The children of `pid`, by the RANK in their environment."""
+    """The children of `pid` that run their command, by the RANK in their
+    environment (a child between fork and execve still has its parent's,
+    without RANK, and is left out)."""
     out = {}
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-        environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-        rank = next(int(v[5:]) for v in environ if v.startswith(b"RANK="))
-        out[rank] = int(child)
+        try:
+            environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        ranks = [int(v[5:]) for v in environ if v.startswith(b"RANK=")]
+        if ranks:
+            out[ranks[0]] = int(child)
     return out
 
 
