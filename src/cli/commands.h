@@ -18,5 +18,6 @@ void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body);
 void RegisterBenchCommand(CLI::App& app, CommandBody* body);
 void RegisterRankExecCommand(CLI::App& app, CommandBody* body);
 void RegisterTimelineCommand(CLI::App& app, CommandBody* body);
+void RegisterSpawnLocalCommand(CLI::App& app, CommandBody* body);
 
 }  // namespace tandem::cli

@@ -175,6 +175,7 @@ JobDescription ParseJobDescription(const json& doc) {
                     "command",
                     "strategy",
                     "workers",
+                    "processes_per_node",
                     "servers",
                     "command_runs_all_roles",
                     "port",
@@ -236,6 +237,8 @@ JobDescription ParseJobDescription(const json& doc) {
         fmt::format("strategy must be 'parameter-server' or 'collectives', got '{}'", strategy));
   }
   d.workers = static_cast<int>(GetInt(doc, "workers", 1, 1, 1 << 16, "workers"));
+  d.processes_per_node =
+      static_cast<int>(GetInt(doc, "processes_per_node", 1, 1, 4096, "processes_per_node"));
   if (d.strategy == Strategy::kParameterServer) {
     d.servers = static_cast<int>(GetInt(doc, "servers", 1, 1, 1 << 16, "servers"));
   } else {

@@ -35,6 +35,11 @@ struct JobDescription {
   std::vector<std::string> command;  ///< the workers' argv
   Strategy strategy = Strategy::kCollectives;
   int workers = 1;
+  /// Processes per worker pod (collectives, kinds trainjob and pytorchjob
+  /// only): above 1 the pod's command becomes `tandem spawn-local --
+  /// COMMAND...`, which starts them as torchrun would (docs/contracts.md).
+  /// `workers` still counts pods (nodes).
+  int processes_per_node = 1;
   int servers = 0;  ///< parameter server only
   bool command_runs_all_roles = false;
   int port = 0;  ///< the rendezvous port (0 until defaulted)

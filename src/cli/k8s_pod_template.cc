@@ -38,6 +38,11 @@ std::vector<Role> RolesOf(const JobDescription& d) {
 }
 
 std::vector<std::string> RoleCommand(const JobDescription& d, Role role) {
+  if (role == Role::kWorker && d.processes_per_node > 1) {
+    std::vector<std::string> argv{"tandem", "spawn-local", "--"};
+    argv.insert(argv.end(), d.command.begin(), d.command.end());
+    return argv;
+  }
   if (role == Role::kWorker || d.command_runs_all_roles) return d.command;
   return {"tandem", RoleName(role)};
 }

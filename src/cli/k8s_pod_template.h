@@ -40,7 +40,8 @@ struct ContainerOptions {
 };
 
 /// The argv of a role: `tandem scheduler`, `tandem server`, or the user's
-/// command (always for workers; for every role with command_runs_all_roles).
+/// command (always for workers; for every role with command_runs_all_roles),
+/// behind `tandem spawn-local --` for a worker when processes_per_node > 1.
 std::vector<std::string> RoleCommand(const JobDescription& d, Role role);
 
 /// {"name": name, "value": value}.

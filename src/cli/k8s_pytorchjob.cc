@@ -1,5 +1,6 @@
 // PyTorchJob (kubeflow.org/v1): one Master and WORKERS-1 Worker replicas,
-// one process per pod (nprocPerNode "1"). The operator sets MASTER_ADDR
+// one process per pod (nprocPerNode "1"), or processes_per_node N with the
+// command behind `tandem spawn-local --`. The operator sets MASTER_ADDR
 // (NAME-master-0), MASTER_PORT (the container port named pytorchjob-port),
 // RANK, WORLD_SIZE and PET_*; tandem reads them as the torchrun/PyTorchJob
 // contract (docs/contracts.md). The operator needs the container named
@@ -37,12 +38,13 @@ std::vector<json> RenderPyTorchJob(const JobDescription& d) {
     if (!d.priority_class.empty()) scheduling["priorityClass"] = d.priority_class;
     run_policy["schedulingPolicy"] = scheduling;
   }
-  json job = {
-      {"apiVersion", "kubeflow.org/v1"},
-      {"kind", "PyTorchJob"},
-      {"metadata", ObjectMetadata(d, d.name, "")},
-      {"spec",
-       {{"nprocPerNode", "1"}, {"runPolicy", run_policy}, {"pytorchReplicaSpecs", replicas}}}};
+  json job = {{"apiVersion", "kubeflow.org/v1"},
+              {"kind", "PyTorchJob"},
+              {"metadata", ObjectMetadata(d, d.name, "")},
+              {"spec",
+               {{"nprocPerNode", std::to_string(d.processes_per_node)},
+                {"runPolicy", run_policy},
+                {"pytorchReplicaSpecs", replicas}}}};
   return {job};
 }
 

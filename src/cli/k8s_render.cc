@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "cli/k8s_pod_template.h"
+#include "tandem/error.h"
 
 namespace tandem::cli::k8s {
 
@@ -40,6 +41,12 @@ std::optional<Kind> ParseKind(const std::string& name) {
 
 std::vector<nlohmann::json> Render(const JobDescription& d, Kind kind,
                                    const std::string& secret_value) {
+  if (d.processes_per_node > 1 && kind != Kind::kTrainJob && kind != Kind::kPyTorchJob) {
+    throw InvalidArgument(fmt::format(
+        "processes_per_node={} needs kind trainjob or pytorchjob (whose pods start their "
+        "processes with `tandem spawn-local`); kind {} runs one process per pod",
+        d.processes_per_node, KindName(kind)));
+  }
   std::vector<nlohmann::json> objects;
   switch (kind) {
     case Kind::kMXJob:

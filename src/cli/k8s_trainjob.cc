@@ -3,7 +3,9 @@
 // spec with the replicated Job "node" (container "node"); the torch policy
 // makes the trainer inject PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR,
 // PET_MASTER_PORT and PET_NPROC_PER_NODE, which tandem reads as the TrainJob
-// contract (docs/contracts.md) with one process per node.
+// contract (docs/contracts.md) with one process per node, or, with
+// processes_per_node N > 1, numProcPerNode N and the command behind
+// `tandem spawn-local --`, which starts the N processes.
 #include <fmt/format.h>
 
 #include "cli/k8s_pod_template.h"
@@ -40,15 +42,16 @@ std::vector<json> RenderTrainJob(const JobDescription& d) {
                   {"kind", "ClusterTrainingRuntime"},
                   {"metadata", {{"name", runtime_name}, {"labels", runtime_labels}}},
                   {"spec", runtime_spec}};
-  json trainjob = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
-                   {"kind", "TrainJob"},
-                   {"metadata", ObjectMetadata(d, d.name, "")},
-                   {"spec",
-                    {{"runtimeRef",
-                      {{"apiGroup", "trainer.kubeflow.org"},
-                       {"kind", "ClusterTrainingRuntime"},
-                       {"name", runtime_name}}},
-                     {"trainer", {{"numNodes", d.workers}, {"numProcPerNode", 1}}}}}};
+  json trainjob = {
+      {"apiVersion", "trainer.kubeflow.org/v1alpha1"},
+      {"kind", "TrainJob"},
+      {"metadata", ObjectMetadata(d, d.name, "")},
+      {"spec",
+       {{"runtimeRef",
+         {{"apiGroup", "trainer.kubeflow.org"},
+          {"kind", "ClusterTrainingRuntime"},
+          {"name", runtime_name}}},
+        {"trainer", {{"numNodes", d.workers}, {"numProcPerNode", d.processes_per_node}}}}}};
   return {runtime, trainjob};
 }
 

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   tandem::cli::RegisterBenchCommand(app, &body);
   tandem::cli::RegisterRankExecCommand(app, &body);
   tandem::cli::RegisterTimelineCommand(app, &body);
+  tandem::cli::RegisterSpawnLocalCommand(app, &body);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -36,6 +36,9 @@ std::vector<std::string> OthersPresent(const base::Environment& env, const std::
   for (const auto& [name, vars] : Markers()) {
     if (name == winner) continue;
     if (winner == "pytorchjob" && name == "torchrun") continue;
+    // tandem spawn-local read the TrainJob's (or PyTorchJob's) variables
+    // and set torchrun's from them.
+    if (winner == "spawn-local" && (name == "torchrun" || name == "trainjob")) continue;
     bool all = true;
     for (const auto& v : vars) all = all && env.Get(v).has_value();
     if (all) out.push_back(name);
@@ -69,7 +72,8 @@ DetectedContract DetectContract(const base::Environment& env) {
     return d;
   };
   if (auto c = ReadTandemContract(env)) return peers(std::move(*c));
-  if (env.Get("DMLC_ROLE") && env.Get("DMLC_PS_ROOT_URI")) {
+  // MXJob's MX_CONFIG names the role and the scheduler as DMLC_* does.
+  if ((env.Get("DMLC_ROLE") && env.Get("DMLC_PS_ROOT_URI")) || env.Get("MX_CONFIG")) {
     d.name = "dmlc";
     d.dmlc = ParseDmlcContract(env);
     d.also_present = OthersPresent(env, "dmlc");

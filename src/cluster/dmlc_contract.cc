@@ -2,13 +2,19 @@
 
 #include <fmt/format.h>
 
+#include "cluster/mx_config.h"
 #include "tandem/error.h"
 
 namespace tandem::cluster {
 
-bool HasDmlcContract(const base::Environment& env) { return env.Get("DMLC_ROLE").has_value(); }
+bool HasDmlcContract(const base::Environment& env) {
+  return env.Get("DMLC_ROLE").has_value() || env.Get("MX_CONFIG").has_value();
+}
 
-ProcessDescription ParseDmlcContract(const base::Environment& env) {
+ProcessDescription ParseDmlcContract(const base::Environment& process_env) {
+  // MXJob's MX_CONFIG fills what DMLC_* leaves out and must agree with what
+  // it gives (mx_config.h).
+  const base::Environment env(WithMxConfig(process_env.vars()));
   ProcessDescription d;
   d.contract = "dmlc";
   std::string role = env.GetString("DMLC_ROLE", "");

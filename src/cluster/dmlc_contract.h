@@ -11,6 +11,8 @@
 //   DMLC_USE_KUBERNETES  1: the scheduler binds every interface
 //   DMLC_WORKER_ID       a worker's requested rank (BytePS's variable)
 //   DMLC_SERVER_ID       a server's requested rank (tandem's addition)
+//   MX_CONFIG            MXJob's JSON (mx_config.h): fills the DMLC_*
+//                        variables absent, must agree with those present
 #pragma once
 
 #include <cstdint>
@@ -35,11 +37,14 @@ struct ProcessDescription {
   std::string contract;     ///< which contract described us, for the log
 };
 
-/// True when `env` carries the DMLC contract (DMLC_ROLE is set).
+/// True when `env` carries the DMLC contract (DMLC_ROLE or MX_CONFIG is
+/// set).
 bool HasDmlcContract(const base::Environment& env);
 
-/// Reads the DMLC contract. Throws ConfigError naming the missing or bad
-/// variable.
+/// Reads the DMLC contract, with MX_CONFIG's variables where DMLC_* lacks
+/// them (WithMxConfig). Throws ConfigError naming the missing or bad
+/// variable, MX_CONFIG's JSON error or bad field, or a DMLC_* variable and
+/// the MX_CONFIG field that disagree.
 ProcessDescription ParseDmlcContract(const base::Environment& env);
 
 }  // namespace tandem::cluster

@@ -5,7 +5,10 @@
 // command is not torchrun but which asks for more than one process per pod
 // (PET_NPROC_PER_NODE > 1) has RANK = the pod's rank and WORLD_SIZE counting
 // pods: such a contract is refused here with what to do instead, since the
-// pod's single process is not one rank.
+// pod's single process is not one rank: `tandem spawn-local` starts the
+// pod's processes instead (src/launch/local_spawn.h), each with RANK,
+// LOCAL_RANK and the rest as torchrun gives them, plus TANDEM_SPAWN_LOCAL,
+// which makes the contract's name "spawn-local".
 #include <fmt/format.h>
 
 #include "cluster/launch_contract.h"
@@ -19,6 +22,7 @@ std::optional<LaunchContract> ReadTorchrunContract(const base::Environment& env)
   }
   LaunchContract c;
   c.name = env.Get("TORCHELASTIC_RUN_ID") ? "torchrun" : "pytorchjob";
+  if (env.Get("TANDEM_SPAWN_LOCAL") && env.Get("LOCAL_RANK")) c.name = "spawn-local";
   c.world_size = static_cast<int>(env.GetInt("WORLD_SIZE", 1, 1, 1 << 20));
   c.rank = static_cast<int>(env.GetInt("RANK", 0, 0, c.world_size - 1));
   bool spawned = env.Get("LOCAL_RANK").has_value();
@@ -30,7 +34,7 @@ std::optional<LaunchContract> ReadTorchrunContract(const base::Environment& env)
     throw ConfigError(fmt::format(
         "PyTorchJob asks for {} processes per pod (PET_NPROC_PER_NODE) but this process was not "
         "started by torchrun (no LOCAL_RANK), so RANK={} is the pod's rank: run the command "
-        "through torchrun, or set nprocPerNode to 1",
+        "through torchrun or `tandem spawn-local --`, or set nprocPerNode to 1",
         nproc, c.rank));
   }
   c.local_rank = static_cast<int>(env.GetInt("LOCAL_RANK", 0, 0, 1 << 16));

@@ -5,8 +5,9 @@
 // A pod whose command is torchrun is read by torchrun_contract.cc (torchrun
 // sets RANK and the rest). A pod that runs a tandem program directly is one
 // rank per node: PET_NPROC_PER_NODE must then be 1 (any other value,
-// "auto" and "cpu" included, is refused), because tandem does not spawn
-// local processes itself; the error says so.
+// "auto" and "cpu" included, is refused), and the error says to run the
+// command through torchrun or `tandem spawn-local --`, which starts the
+// node's processes as torchrun would (src/launch/local_spawn.h).
 #include <fmt/format.h>
 
 #include "cluster/launch_contract.h"
@@ -22,8 +23,8 @@ std::optional<LaunchContract> ReadTrainJobContract(const base::Environment& env)
   if (nproc != "1") {
     throw ConfigError(fmt::format(
         "TrainJob asks for PET_NPROC_PER_NODE={} processes per node, but this process was "
-        "started directly, not by torchrun: tandem does not spawn local processes itself; run "
-        "the command through torchrun or set numProcPerNode to 1",
+        "started directly, not by torchrun: run the command through torchrun or through "
+        "`tandem spawn-local --`, which starts the node's processes, or set numProcPerNode to 1",
         nproc));
   }
   c.node_count = static_cast<int>(env.GetInt("PET_NNODES", 1, 1, 1 << 20));

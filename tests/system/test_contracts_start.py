@@ -37,8 +37,15 @@ def clean_env() -> dict[str, str]:
 def run_processes(argv, envs: list[dict[str, str]], tmp_path: Path, timeout: float = 90):
     """Starts one process per environment (as a launcher would), waits for all;
     returns [(returncode, output)]. Kills every one (by pid) on timeout."""
+    return run_commands([(argv, env) for env in envs], tmp_path, timeout)
+
+
+def run_commands(commands, tmp_path: Path, timeout: float = 90):
+    """Starts one process per (argv, env), the environment over clean_env(),
+    waits for all; returns [(returncode, output)]. Kills every one (by pid)
+    on timeout."""
     procs = []
-    for i, env in enumerate(envs):
+    for i, (argv, env) in enumerate(commands):
         out = open(tmp_path / f"proc{i}.log", "w+b")
         procs.append((subprocess.Popen([str(a) for a in argv], env={**clean_env(), **env},
                                        stdin=subprocess.DEVNULL, stdout=out,

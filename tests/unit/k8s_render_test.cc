@@ -7,7 +7,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
+#include <tuple>
 
 #include "cli/k8s_job_description.h"
 #include "tandem/error.h"
@@ -125,6 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"WorkersText", R"({"workers": "4"})", false,
                  "workers must be a whole number, got \"4\""},
         BadField{"WorkersFraction", R"({"workers": 1.5})", false, "workers must be a whole number"},
+        BadField{"ProcessesPerNodeZero", R"({"processes_per_node": 0})", false,
+                 "processes_per_node must be >= 1, got 0"},
         BadField{"ServersZeroPs", R"({"servers": 0})", true, "servers must be >= 1, got 0"},
         BadField{"ServersInCollectives", R"({"servers": 2})", false,
                  "servers must be 0 for strategy 'collectives'"},
@@ -453,6 +457,61 @@ TEST(K8sStream, BlockYaml) {
             "    - 1\n"
             "    - 2\n");
 }
+
+// ---- several processes per node (tandem spawn-local) ------------------------------
+
+// kind, processes per node
+using SpawnCase = std::tuple<Kind, int>;
+
+class K8sProcessesPerNode : public ::testing::TestWithParam<SpawnCase> {};
+
+TEST_P(K8sProcessesPerNode, CountAndCommandBehindSpawnLocal) {
+  const Kind kind = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  json doc = CollectivesJob();
+  doc["processes_per_node"] = n;
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_EQ(d.processes_per_node, n);
+  std::vector<json> objects = Render(d, kind, "s3cret");
+  std::vector<json> containers;
+  std::optional<json> count;
+  for (const auto& o : objects) {
+    CollectContainers(o, &containers);
+    if (o["kind"] == "TrainJob") count = o["spec"]["trainer"]["numProcPerNode"];
+    if (o["kind"] == "PyTorchJob") count = o["spec"]["nprocPerNode"];
+  }
+  ASSERT_TRUE(count.has_value());
+  if (kind == Kind::kTrainJob) {
+    EXPECT_EQ(*count, n);
+  } else {
+    EXPECT_EQ(*count, std::to_string(n));
+  }
+  const json want =
+      n > 1 ? json::array({"tandem", "spawn-local", "--", "./train"}) : json::array({"./train"});
+  ASSERT_FALSE(containers.empty());
+  for (const auto& c : containers) EXPECT_EQ(c["command"], want) << c.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, K8sProcessesPerNode,
+                         ::testing::Combine(::testing::Values(Kind::kTrainJob, Kind::kPyTorchJob),
+                                            ::testing::Values(1, 2, 8)));
+
+class K8sOneProcessPerPod : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(K8sOneProcessPerPod, RefusesSeveralProcessesPerNode) {
+  json doc = CollectivesJob();
+  doc["processes_per_node"] = 2;
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_THAT([&] { Render(d, GetParam(), "s"); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr(
+                  "processes_per_node=2 needs kind trainjob or pytorchjob (whose pods start their "
+                  "processes with `tandem spawn-local`); kind " +
+                  std::string(KindName(GetParam())))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, K8sOneProcessPerPod,
+                         ::testing::Values(Kind::kMPIJob, Kind::kJobSet, Kind::kIndexedJob,
+                                           Kind::kVolcanoJob, Kind::kMXJob));
 
 }  // namespace
 }  // namespace tandem::cli::k8s
