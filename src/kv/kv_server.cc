@@ -163,9 +163,11 @@ void KvServer::Reply(net::ConnectionId id, const net::Header& h, std::string pay
   m.header.sender = context_.self_id;
   m.header.recipient = h.sender;
   m.header.request_id = h.request_id;
-  m.owned_storage.resize(payload.size());
-  std::memcpy(m.owned_storage.data(), payload.data(), payload.size());
-  if (!m.owned_storage.empty()) m.payload.push_back(std::span<const std::byte>(m.owned_storage));
+  if (!payload.empty()) {
+    m.owned_storage.resize(payload.size());
+    std::memcpy(m.owned_storage.data(), payload.data(), payload.size());
+    m.payload.push_back(std::span<const std::byte>(m.owned_storage));
+  }
   try {
     services_.transport.Send(id, std::move(m));
   } catch (const std::exception& e) {
