@@ -64,7 +64,7 @@ std::vector<ProcessSpec> LocalSpawnProcesses(const LocalSpawnPlan& plan,
                                              const std::vector<std::string>& command,
                                              const std::map<std::string, std::string>& env);
 
-/// "trainjob: node 1 of 2, 2 processes (ranks 2..3 of 4), master 10.0.0.1:29500".
+/// "trainjob: node 1 of 2, 2 processes (ranks 2..3 of 4), master 127.0.0.1:29500".
 /// Pure.
 std::string DescribeLocalSpawnPlan(const LocalSpawnPlan& plan);
 

@@ -116,11 +116,11 @@ INSTANTIATE_TEST_SUITE_P(Pods, MxConfigRoles,
 
 TEST(MxConfig, SchedulerAddressMustAgree) {
   Env env = OperatorDmlc("worker", 0, 1, 2);
-  env["DMLC_PS_ROOT_URI"] = "10.0.0.9";
+  env["DMLC_PS_ROOT_URI"] = "127.0.0.9";
   env["MX_CONFIG"] = OperatorMxConfig("worker", 0, 1, 2);
   EXPECT_THAT([&] { ParseDmlcContract(base::Environment(env)); },
               ThrowsMessage<ConfigError>(HasSubstr(
-                  "DMLC_PS_ROOT_URI=10.0.0.9 but MX_CONFIG's cluster.scheduler[0].url gives "
+                  "DMLC_PS_ROOT_URI=127.0.0.9 but MX_CONFIG's cluster.scheduler[0].url gives "
                   "mx-scheduler-0")));
 }
 
