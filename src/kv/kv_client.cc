@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "kv/kv_messages.h"
 #include "tandem/error.h"
 
@@ -300,11 +302,21 @@ void KvClient::FailServer(int server, const std::string& text) {
 void KvClient::FailAll(const std::string& text) {
   // Runs under Membership's lock: quick, and no call back into it.
   std::vector<std::tuple<std::shared_ptr<KvOperation>, int, bool>> failed;
+  std::set<net::ConnectionId> to_close;
   {
     std::lock_guard lock(mu_);
     if (!failure_) failure_ = text;
     for (auto it = pending_.begin(); it != pending_.end();) {
-      // A reply being written into the caller's buffer finishes first.
+      // The transport may still hold the caller's memory of a sent request:
+      // its payload not yet all written (the on_sent event is still to
+      // come) or its reply being written into the destination. Neither may
+      // be waited for (a lost server, a cut link: the rest never moves), so
+      // the connection is closed: the transport drops the payload (on_sent
+      // runs with an error) and stops receiving, and OnDisconnected fails a
+      // reply being received.
+      if (it->second.sent) {
+        to_close.insert(servers_[static_cast<size_t>(it->second.request.server)].connection);
+      }
       if (it->second.receiving) {
         ++it;
         continue;
@@ -319,6 +331,9 @@ void KvClient::FailAll(const std::string& text) {
     }
     outstanding_.Set(static_cast<double>(pending_.size()));
   }
+  // Close only posts the closing to the transport's thread (no callback runs
+  // from here), so it is safe under Membership's lock.
+  for (net::ConnectionId c : to_close) services_.transport.Close(c);
   auto error = std::make_exception_ptr(PeerLost(text));
   for (auto& [op, server, unsent] : failed) {
     if (unsent) op->Event(server, error);

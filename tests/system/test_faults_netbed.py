@@ -325,6 +325,36 @@ def test_link_cut_longer_than_heartbeat_timeout_fails_the_job(netbed, tandem_bin
         finish(bed, job)
 
 
+def test_server_cut_in_the_middle_of_its_replies_fails_every_worker(netbed, tandem_bin_dir):
+    """The server's host is cut while its big replies are half received (links
+    shaped to 20 Mbit/s, 1 MiB a reply, so a reply takes about 0.4 s to
+    arrive and the link is never idle). Found a hang: a pull whose reply had
+    begun to arrive was left out when the job failed (its destination buffer
+    was being written), and with the link cut the rest never came, so that
+    worker waited for it until the operation timeout. Now the worker closes
+    such a connection and fails the pull when the transport has let go of the
+    buffer (KvClient::FailAll, docs/protocol-ps.md)."""
+    bed = netbed(6, rate="20mbit")
+    job = BedJob(bed, PLACEMENT,
+                 [str(tandem_bin_dir / "kv_rounds"), "--rounds", "1000000", "--small", "1000",
+                  "--big", "524288", "--pause-ms", "0", "--report-every", "1"],
+                 env=job_env())
+    try:
+        job.wait_for(r"kv_rounds: rank=\d+ round=2 ok", count=WORKERS, timeout=90,
+                     role="worker")
+        cut_host = bed.host(2)
+        cut_off = [p for p in job.procs if p.host == cut_host]
+        bed.cut(cut_host)
+        cut_at = time.monotonic()
+        try:
+            check_failure_reported(job, cut_at, cut_off, cut_off[0],
+                                   "link cut of the server's host mid-reply")
+        finally:
+            bed.restore(cut_host)
+    finally:
+        finish(bed, job)
+
+
 # -- soak ----------------------------------------------------------------------------------
 
 
