@@ -6,7 +6,8 @@
 #
 #   scripts/run-fuzzers.sh [SECONDS]
 #
-# Build directory: $TANDEM_FUZZ_BUILD_DIR, else <repo>/build-fuzz. Inputs the
+# Build directory: $TANDEM_FUZZ_BUILD_DIR, else <repo>/build-fuzz (one that
+# was configured with -DTANDEM_FUZZ=ON is reused as it is). Inputs the
 # fuzzer finds interesting accumulate in <build>/fuzz-corpus/<target>/ (the
 # committed seeds are never modified); a failing input is written to
 # <build>/fuzz-findings/<target>/ and its log to <build>/fuzz-<target>.log.
@@ -24,9 +25,14 @@ fi
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${TANDEM_FUZZ_BUILD_DIR:-$repo/build-fuzz}
 
-CC=clang-14 CXX=clang++-14 cmake -S "$repo" -B "$build" \
-  -DTANDEM_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# A build directory already configured with TANDEM_FUZZ=ON (CI's sanitizer
+# build, scripts/test.sh) is used as it is; any other is configured for the
+# fuzz targets alone.
+if ! grep -qs '^TANDEM_FUZZ:BOOL=ON$' "$build/CMakeCache.txt"; then
+  CC=clang-14 CXX=clang++-14 cmake -S "$repo" -B "$build" \
+    -DTANDEM_FUZZ=ON -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
 cmake --build "$build" -j2 --target fuzzers
 
 failed=()

@@ -13,7 +13,10 @@
 #   asan-build  ASan+UBSan build with clang 14        ($TANDEM_ASAN_BUILD_DIR, build-asan/),
 #             without the LibTorch example and the Python module (their C++ is
 #             tandem's API, which the unit and system tests cover; compiling
-#             LibTorch's headers under the sanitizers costs minutes of CI)
+#             LibTorch's headers under the sanitizers costs minutes of CI).
+#             It is also the fuzz build (TANDEM_FUZZ=ON: libFuzzer's coverage
+#             instrumentation on every source, and the fuzz targets): one
+#             sanitized compile of the library instead of two
 #   asan-tests  unit and system tests of that build, except the system test files in
 #             $ASAN_SYSTEM_EXCLUDE: the example and Python files (nothing to run),
 #             and the multi-host fault bed and the ssh/mpirun beds, whose code paths
@@ -41,15 +44,16 @@
 #             (404) side by side in ~150 s, then tandem_collective_tests (226).
 #             The build is what exceeds the budget; with ccache (as every
 #             other build here) a rebuild after a change is a few files.
-#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, nine targets;
-#             build dir $TANDEM_FUZZ_BUILD_DIR, build-fuzz/)
+#   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (30 s per target in CI, ten targets)
+#             in the asan-build directory
 #
 # clang-tidy is not a stage: it needs a build's compile commands, takes one to
 # three minutes of both cores, and its findings need a person's judgement (a
 # check that fires wrongly is tuned in .clang-tidy, not silenced in a hurry).
 # Run scripts/lint.sh --tidy before sending a change.
 #
-# Environment: TANDEM_BUILD_DIR, TANDEM_ASAN_BUILD_DIR, TANDEM_TSAN_BUILD_DIR, TANDEM_FUZZ_SECONDS,
+# Environment: TANDEM_BUILD_DIR, TANDEM_ASAN_BUILD_DIR (also the fuzz build), TANDEM_TSAN_BUILD_DIR,
+# TANDEM_FUZZ_SECONDS,
 # TANDEM_FORMAT_ENFORCED (1: an unformatted file fails the run),
 # TANDEM_SANITIZE_CC/TANDEM_SANITIZE_CXX (default clang-14/clang++-14).
 set -euo pipefail
@@ -164,7 +168,7 @@ sanitized_build() {
   if [[ ! -f "$ASAN_DIR/CMakeCache.txt" ]]; then
     export CC=$SANITIZE_CC CXX=$SANITIZE_CXX
   fi
-  scripts/build.sh "$ASAN_DIR" -DTANDEM_SANITIZE=ON -DTANDEM_BUILD_BENCH=OFF \
+  scripts/build.sh "$ASAN_DIR" -DTANDEM_SANITIZE=ON -DTANDEM_FUZZ=ON -DTANDEM_BUILD_BENCH=OFF \
     -DTANDEM_BUILD_EXAMPLES=OFF -DTANDEM_BUILD_PYTHON=OFF
 }
 
@@ -221,7 +225,7 @@ tsan_tests() {
 
 fuzzers() {
   if [[ -f scripts/run-fuzzers.sh ]]; then
-    bash scripts/run-fuzzers.sh "$FUZZ_SECONDS"
+    TANDEM_FUZZ_BUILD_DIR=$ASAN_DIR bash scripts/run-fuzzers.sh "$FUZZ_SECONDS"
   else
     echo "no scripts/run-fuzzers.sh in this tree: nothing to fuzz"
   fi
