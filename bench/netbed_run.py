@@ -5,9 +5,18 @@ however the run ends. Needs root (network namespaces). docs/netbed.md.
 
 Two modes:
 
-  # the same command on every host ({host}, {index}, {ip}, {hosts} are
-  # replaced: the host's name, 1-based index, IPv4 address, all names)
+  # the same command on every host ({host}, {index}, {rank}, {ip}, {hosts}
+  # are replaced in the command and in --env values: the host's name, its
+  # 1-based index, index - 1, its IPv4 address, all names); e.g. a
+  # collectives job under the torchrun contract, one rank per host:
   bench/netbed_run.py --hosts 4 --rate 1gbit -- sh -c 'echo {host} {ip}'
+  bench/netbed_run.py --hosts 4 --rate 1gbit --env RANK={rank} --env WORLD_SIZE=4 \
+      --env MASTER_ADDR=h1 --env MASTER_PORT=29500 -- build/bin/collective_bench \
+      --op allreduce --min-bytes 64M --max-bytes 64M
+
+  # the bed's ceiling: one TCP stream from h1 to h2 for SECONDS, its payload
+  # rate in GB/s (10^9 bytes a second)
+  bench/netbed_run.py --hosts 4 --rate 1gbit --stream 10
 
   # a tandem job: the scheduler on h1, servers on the next hosts, workers
   # round-robin over all hosts; every process gets the plain DMLC environment
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,8 +68,10 @@ def run_everywhere(bed: netbed.NetBed, command: list[str], env: dict[str, str],
     names = " ".join(h.name for h in bed.hosts)
     procs = []
     for h in bed.hosts:
-        argv = [a.format(host=h.name, index=h.index, ip=h.ip, hosts=names) for a in command]
-        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env}
+        fields = dict(host=h.name, index=h.index, rank=h.index - 1, ip=h.ip, hosts=names)
+        argv = [a.format(**fields) for a in command]
+        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                    **{k: v.format(**fields) for k, v in env.items()}}
         procs.append((h, bed.popen(h, argv, env=full_env)))
     end = time.monotonic() + timeout
     code = 0
@@ -72,6 +84,50 @@ def run_everywhere(bed: netbed.NetBed, command: list[str], env: dict[str, str],
         print(f"netbed_run: {h.name} exited {rc}", file=sys.stderr)
         code = code or rc
     return code
+
+
+# One TCP stream: the receiver counts what arrives for the given seconds
+# after the first byte and prints it; the sender writes 1 MiB buffers.
+_STREAM_RECEIVER = """
+import socket, sys, time
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("0.0.0.0", 5201)); srv.listen(1); print("ready", flush=True)
+conn, _ = srv.accept(); buf = bytearray(1 << 20); view = memoryview(buf)
+n = conn.recv_into(view); start = time.monotonic(); total = 0
+while time.monotonic() - start < float(sys.argv[1]):
+    n = conn.recv_into(view)
+    if n == 0: break
+    total += n
+print(f"{total / (time.monotonic() - start) / 1e9:.4f}", flush=True)
+"""
+_STREAM_SENDER = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], 5201)); data = bytes(1 << 20)
+try:
+    while True: s.sendall(data)
+except OSError:
+    pass
+"""
+
+
+def measure_stream(bed: netbed.NetBed, seconds: float) -> float:
+    """GB/s of payload one TCP stream moves from h1 to h2 over `seconds`."""
+    receiver = bed.popen(bed.host(2), [sys.executable, "-c", _STREAM_RECEIVER, str(seconds)],
+                         stdout=subprocess.PIPE, text=True)
+    try:
+        if receiver.stdout.readline().strip() != "ready":
+            raise SystemExit("netbed_run: the stream receiver did not start")
+        sender = bed.popen(bed.host(1), [sys.executable, "-c", _STREAM_SENDER, bed.host(2).ip],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            line = receiver.stdout.readline().strip()
+        finally:
+            sender.kill()
+            sender.wait()
+        return float(line)
+    finally:
+        receiver.kill()
+        receiver.wait()
 
 
 def run_job(bed: netbed.NetBed, command: list[str], env: dict[str, str], workers: int,
@@ -101,18 +157,25 @@ def main(argv: list[str]) -> int:
                         help="run a tandem job of W workers and S servers (plus the scheduler)")
     parser.add_argument("--env", action="append", default=[], metavar="K=V",
                         help="environment for every process (repeatable)")
+    parser.add_argument("--stream", type=float, metavar="SECONDS",
+                        help="measure one TCP stream h1 -> h2 for SECONDS instead of a command")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("give the command after --")
+    if not command and not args.stream:
+        parser.error("give the command after --, or --stream SECONDS")
     env = parse_env(args.env)
     try:
         with netbed.NetBed(args.hosts, rate=args.rate, loss_percent=args.loss) as bed:
             print(f"netbed_run: {len(bed.hosts)} hosts, rate {args.rate or 'unshaped'}, "
                   f"loss {args.loss or 0}%", file=sys.stderr)
-            if args.job:
+            if args.stream:
+                rate = measure_stream(bed, args.stream)
+                print(f"one TCP stream h1 -> h2: {rate:.4f} GB/s of payload "
+                      f"({rate * 8:.3f} Gbit/s)")
+                code = 0
+            elif args.job:
                 workers, _, servers = args.job.partition(",")
                 code = run_job(bed, command, env, int(workers), int(servers or 0), args.timeout)
             else:

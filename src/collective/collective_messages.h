@@ -20,18 +20,58 @@ inline constexpr uint16_t kData = net::msgtype::kCollectiveFirst + 1;
 /// The accepting side's answer to kHello (no metadata): the link is known
 /// on both ends, data may flow.
 inline constexpr uint16_t kHelloAck = net::msgtype::kCollectiveFirst + 2;
+/// A piece the receiver copies out of the sender's memory itself (same
+/// host, docs/collectives.md "Same-host copy"): metadata is a DataRef, no
+/// payload. The sender's memory stays untouched until kDataRefDone.
+inline constexpr uint16_t kDataRef = net::msgtype::kCollectiveFirst + 3;
+/// The receiver is done with a kDataRef's memory: metadata is its MessageKey.
+inline constexpr uint16_t kDataRefDone = net::msgtype::kCollectiveFirst + 4;
+/// The connecting side's verdict on the accepting side's probe (after
+/// kHelloAck on connection 0): metadata is a CopyStatus.
+inline constexpr uint16_t kCopyStatus = net::msgtype::kCollectiveFirst + 5;
 inline constexpr uint16_t kLast = net::msgtype::kLast;
 }  // namespace msg
 
-/// kHello's metadata: who is connecting, and which of the connections
-/// between the pair this is (0..connections-1).
+/// Where a process's memory can be read from by a peer on the same host
+/// (process_vm_readv): its pid and the address of an 8-byte cookie with its
+/// value. pid 0: the process does not take part (another host's process
+/// can never read it either way, since the cookie will not match there).
+struct CopyProbe {
+  int32_t pid = 0;
+  uint64_t address = 0;
+  uint64_t cookie = 0;
+};
+
+/// kHello's metadata: who is connecting, which of the connections between
+/// the pair this is (0..connections-1), and, on connection 0, its probe.
 struct Hello {
   int32_t rank = -1;
   uint32_t connection = 0;
   uint32_t connections = 1;
+  CopyProbe probe;
 
   std::string Encode() const;
   static Hello Decode(const std::string& meta);
+};
+
+/// kHelloAck's metadata: the accepting side's probe and whether it could
+/// read the connecting side's memory (so the connecting side may send it
+/// kDataRef).
+struct HelloAck {
+  CopyProbe probe;
+  bool reads_you = false;
+
+  std::string Encode() const;
+  static HelloAck Decode(const std::string& meta);
+};
+
+/// kCopyStatus's metadata: whether the connecting side could read the
+/// accepting side's memory.
+struct CopyStatus {
+  bool reads_you = false;
+
+  std::string Encode() const;
+  static CopyStatus Decode(const std::string& meta);
 };
 
 /// kData's metadata: which receive of which operation the payload fills.
@@ -46,6 +86,17 @@ struct MessageKey {
   auto operator<=>(const MessageKey&) const = default;
   std::string Encode() const;
   static MessageKey Decode(const std::string& meta);
+};
+
+/// kDataRef's metadata: the piece's key and where its bytes are in the
+/// sender's address space.
+struct DataRef {
+  MessageKey key;
+  uint64_t address = 0;
+  uint64_t length = 0;
+
+  std::string Encode() const;
+  static DataRef Decode(const std::string& meta);
 };
 
 }  // namespace tandem::collective

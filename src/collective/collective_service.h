@@ -24,7 +24,8 @@ namespace tandem::collective {
 struct CollectiveSettings {
   PeerMesh::Options mesh;
   CommunicatorSettings communicator;
-  /// Reads TANDEM_COLLECTIVE_CONNECTIONS, TANDEM_COLLECTIVE_TIMEOUT,
+  /// Reads TANDEM_COLLECTIVE_CONNECTIONS, TANDEM_COLLECTIVE_SAME_HOST_COPY,
+  /// TANDEM_COLLECTIVE_TIMEOUT,
   /// TANDEM_COLLECTIVE_SEGMENT_BYTES, TANDEM_ALLREDUCE_ALGORITHM, and the
   /// connect time-out of `config`. Throws ConfigError.
   static CollectiveSettings FromEnvironment(const base::Environment& env,

@@ -3,8 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "tandem/error.h"
@@ -25,8 +30,17 @@ void MeshFailure::Throw(const std::string& prefix) const {
   throw Error(prefix + text);
 }
 
+namespace {
+
+uint64_t RandomCookie() {
+  std::random_device rd;
+  return (uint64_t{rd()} << 32) ^ rd() ^ 0x74616e64656d0000ULL;  // never 0
+}
+
+}  // namespace
+
 PeerMesh::PeerMesh(Options options, net::Transport& transport, base::Logger& log)
-    : options_(options), transport_(transport), log_(log) {
+    : options_(options), transport_(transport), log_(log), cookie_(RandomCookie()) {
   if (options_.connections_per_peer < 1) {
     throw InvalidArgument(fmt::format("connections per peer must be at least 1, got {}",
                                       options_.connections_per_peer));
@@ -53,16 +67,20 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     self_rank_ = self_rank;
     self_id_ = self_id;
     outgoing_.assign(workers_.size(), {});
+    peer_reads_me_.assign(workers_.size(), 0);
+    i_read_peer_.assign(workers_.size(), 0);
+    peer_pids_.assign(workers_.size(), 0);
+    status_heard_.assign(workers_.size(), 0);
   }
-  std::vector<net::ConnectionId> to_ack;
+  std::vector<std::pair<net::ConnectionId, bool>> to_ack;
   {
     std::lock_guard lock(mu_);
     for (const auto& [id, hello] : early_hellos_) {
-      if (AcceptHelloLocked(id, hello)) to_ack.push_back(id);
+      if (auto reads = AcceptHelloLocked(id, hello)) to_ack.emplace_back(id, *reads);
     }
     early_hellos_.clear();
   }
-  for (net::ConnectionId id : to_ack) SendAck(id);
+  for (const auto& [id, reads] : to_ack) SendAck(id, reads);
   const auto deadline = Clock::now() + options_.connect_timeout;
   // Lower ranks: we connect. Higher ranks connect to us.
   for (int peer = 0; peer < self_rank; ++peer) {
@@ -80,7 +98,9 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
       m.header.type = msg::kHello;
       m.header.sender = self_id_;
       m.header.recipient = n.id;
-      m.meta = Hello{self_rank, static_cast<uint32_t>(k), static_cast<uint32_t>(k_count)}.Encode();
+      Hello hello{self_rank, static_cast<uint32_t>(k), static_cast<uint32_t>(k_count), {}};
+      if (k == 0) hello.probe = OwnProbe();
+      m.meta = hello.Encode();
       transport_.Send(id, std::move(m));
     }
   }
@@ -93,6 +113,9 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
       bool complete = static_cast<int>(conns.size()) == k_count;
       if (peer < self_rank) {
         for (net::ConnectionId id : conns) complete = complete && links_[id].acked;
+      } else {
+        // Its verdict on our probe, so that both ends know the path first.
+        complete = complete && status_heard_[static_cast<size_t>(peer)];
       }
       if (!complete) out.push_back(peer);
     }
@@ -111,7 +134,74 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
                     "(TANDEM_CONNECT_TIMEOUT)",
                     self_rank, names, options_.connect_timeout.count()));
   }
-  log_.V1("collective mesh formed: {} workers, {} connection(s) per pair", size(), k_count);
+  int copy_peers = 0;
+  for (int peer = 0; peer < size(); ++peer) {
+    const auto p = static_cast<size_t>(peer);
+    copy_peers += (peer_reads_me_[p] && i_read_peer_[p]) ? 1 : 0;
+  }
+  log_.V1("collective mesh formed: {} workers, {} connection(s) per pair, same-host copy with {} "
+          "of {} peers{}",
+          size(), k_count, copy_peers, size() - 1,
+          options_.same_host_copy ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0)");
+}
+
+std::pair<int, int> PeerMesh::SameHostPeers() const {
+  std::lock_guard lock(mu_);
+  int out = 0, in = 0;
+  for (char c : peer_reads_me_) out += c ? 1 : 0;
+  for (char c : i_read_peer_) in += c ? 1 : 0;
+  return {out, in};
+}
+
+CopyProbe PeerMesh::OwnProbe() const {
+  if (!options_.same_host_copy) return {};
+  return CopyProbe{static_cast<int32_t>(::getpid()), reinterpret_cast<uintptr_t>(&cookie_),
+                   cookie_};
+}
+
+bool PeerMesh::CanRead(const CopyProbe& probe) const {
+  if (!options_.same_host_copy || probe.pid <= 0 || probe.address == 0) return false;
+  uint64_t value = 0;
+  iovec local{&value, sizeof value};
+  iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(probe.address)), sizeof value};
+  const ssize_t n = ::process_vm_readv(static_cast<pid_t>(probe.pid), &local, 1, &remote, 1, 0);
+  return n == static_cast<ssize_t>(sizeof value) && value == probe.cookie;
+}
+
+std::string PeerMesh::CopyFromPeer(int peer, uint64_t address, std::span<std::byte> dest,
+                                   FailureKind& kind) const {
+  const pid_t pid = static_cast<pid_t>(peer_pids_[static_cast<size_t>(peer)]);
+  size_t done = 0;
+  while (done < dest.size()) {
+    iovec local{dest.data() + done, dest.size() - done};
+    iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(address + done)),
+                 dest.size() - done};
+    const ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (n <= 0) {
+      const int err = n == 0 ? EFAULT : errno;
+      kind = err == ESRCH ? FailureKind::kPeerLost : FailureKind::kProtocol;
+      return fmt::format(
+          "copying {} bytes from the memory of {} (pid {}, same-host copy) failed after {} bytes: "
+          "{}{}",
+          dest.size(), Describe(peer), pid, done, std::strerror(err),
+          err == ESRCH ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0 turns the same-host copy off)");
+    }
+    done += static_cast<size_t>(n);
+  }
+  return {};
+}
+
+std::vector<std::function<void(std::exception_ptr)>> PeerMesh::TakeRefsLocked(int peer) {
+  std::vector<std::function<void(std::exception_ptr)>> out;
+  for (auto it = refs_out_.begin(); it != refs_out_.end();) {
+    if (it->first.peer == peer) {
+      out.push_back(std::move(it->second));
+      it = refs_out_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
 }
 
 void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
@@ -135,6 +225,39 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
     on_sent(nullptr);
     return;
   }
+  {
+    std::unique_lock lock(mu_);
+    if (peer_reads_me_[static_cast<size_t>(peer)] && !failure_) {
+      // Same-host copy: the peer copies the bytes itself; on_sent runs on
+      // its kDataRefDone (or when the link is lost).
+      const SlotKey sk{peer, key};
+      if (refs_out_.count(sk)) {
+        lock.unlock();
+        throw InvalidArgument(fmt::format(
+            "collective send to rank {} (communicator {}, operation {}, tag {:#x}) is already "
+            "in flight",
+            peer, key.communicator, key.sequence, key.tag));
+      }
+      refs_out_.emplace(sk, std::move(on_sent));
+      lock.unlock();
+      m.header.type = msg::kDataRef;
+      m.meta = DataRef{key, reinterpret_cast<uintptr_t>(bytes.data()), bytes.size()}.Encode();
+      try {
+        transport_.Send(id, std::move(m));
+      } catch (...) {
+        std::function<void(std::exception_ptr)> f;
+        {
+          std::lock_guard relock(mu_);
+          auto it = refs_out_.find(sk);
+          if (it == refs_out_.end()) return;  // already failed with the link
+          f = std::move(it->second);
+          refs_out_.erase(it);
+        }
+        f(std::current_exception());
+      }
+      return;
+    }
+  }
   m.payload.push_back(bytes);
   m.on_sent = std::move(on_sent);
   transport_.Send(id, std::move(m));
@@ -149,6 +272,13 @@ void PeerMesh::Post(int peer, const MessageKey& key, std::span<std::byte> dest) 
     Slot& s = it->second;
     if (inserted) {
       s.dest = dest;
+      s.posted = true;
+      return;
+    }
+    if (s.state == Slot::State::kRef && !s.posted) {
+      // Sent by reference before we posted: Wait copies it.
+      s.dest = dest;
+      s.posted = true;
       return;
     }
     if (s.state != Slot::State::kArrived) {
@@ -162,6 +292,7 @@ void PeerMesh::Post(int peer, const MessageKey& key, std::span<std::byte> dest) 
     early_size = s.arrived_size;
     s.state = Slot::State::kFilling;
     s.dest = dest;
+    s.posted = true;
   }
   std::string error;
   if (early_size != dest.size()) {
@@ -185,6 +316,45 @@ PeerMesh::WaitResult PeerMesh::Wait(int peer, const MessageKey& key,
   const SlotKey sk{peer, key};
   for (;;) {
     auto it = slots_.find(sk);
+    if (it != slots_.end() && it->second.state == Slot::State::kRef && it->second.posted &&
+        !failure_) {
+      // Same-host copy: this thread copies the piece out of the peer.
+      Slot& s = it->second;
+      const std::span<std::byte> dest = s.dest;
+      const uint64_t address = s.ref_address;
+      const uint64_t length = s.ref_length;
+      const net::ConnectionId link = s.ref_link;
+      s.state = Slot::State::kFilling;
+      lock.unlock();
+      std::string error;
+      FailureKind kind = FailureKind::kProtocol;
+      bool copy_failed = false;
+      if (length != dest.size()) {
+        error = fmt::format(
+            "{} sent {} bytes for a piece of {} bytes (communicator {}, operation {}, tag {:#x})",
+            Describe(peer), length, dest.size(), key.communicator, key.sequence, key.tag);
+      } else {
+        error = CopyFromPeer(peer, address, dest, kind);
+        copy_failed = !error.empty();
+      }
+      SendRefDone(link, key);
+      if (copy_failed) {
+        log_.Error("{}", error);
+        Fail(kind, error);
+      }
+      lock.lock();
+      it = slots_.find(sk);
+      if (it == slots_.end()) return WaitResult::kFailed;
+      if (failure_) {
+        // The peer may have let go of its memory meanwhile: the bytes
+        // cannot be trusted.
+        slots_.erase(it);
+        return WaitResult::kFailed;
+      }
+      it->second.state = Slot::State::kDone;
+      it->second.error = std::move(error);
+      continue;
+    }
     if (it != slots_.end() && it->second.state == Slot::State::kDone) {
       std::string error = std::move(it->second.error);
       slots_.erase(it);
@@ -216,6 +386,14 @@ void PeerMesh::Abandon(int peer, const MessageKey& key) {
   for (;;) {
     auto it = slots_.find(sk);
     if (it == slots_.end()) return;
+    if (it->second.state == Slot::State::kRef) {
+      // Not copied: the sender may let go of its memory.
+      const net::ConnectionId link = it->second.ref_link;
+      slots_.erase(it);
+      lock.unlock();
+      SendRefDone(link, key);
+      return;
+    }
     if (it->second.state != Slot::State::kFilling || OpenLinksLocked(peer) == 0) {
       slots_.erase(it);
       return;
@@ -246,6 +424,24 @@ void PeerMesh::Fail(FailureKind kind, const std::string& text) {
     FailLocked(kind, text);
   }
   cv_.notify_all();
+  ReleaseUncopiedRefs();
+}
+
+void PeerMesh::ReleaseUncopiedRefs() {
+  std::vector<std::pair<net::ConnectionId, MessageKey>> release;
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_) return;
+    for (auto it = slots_.begin(); it != slots_.end();) {
+      if (it->second.state == Slot::State::kRef) {
+        release.emplace_back(it->second.ref_link, it->first.key);
+        it = slots_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& [link, key] : release) SendRefDone(link, key);
 }
 
 void PeerMesh::FailLocked(FailureKind kind, const std::string& text) {
@@ -324,7 +520,7 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
   try {
     if (m.header.type == msg::kHello) {
       Hello hello = Hello::Decode(m.meta);
-      bool ack = false;
+      std::optional<bool> ack;
       {
         std::lock_guard lock(mu_);
         if (self_rank_ < 0) {
@@ -333,18 +529,24 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
         }
         ack = AcceptHelloLocked(id, hello);
       }
-      if (ack) SendAck(id);
+      if (ack) SendAck(id, *ack);
       cv_.notify_all();
       return;
     }
     if (m.header.type == msg::kHelloAck) {
-      {
-        std::lock_guard lock(mu_);
-        auto link = links_.find(id);
-        if (link == links_.end()) throw ProtocolError("a hello acknowledgement for no hello");
-        link->second.acked = true;
-      }
-      cv_.notify_all();
+      OnHelloAck(id, m);
+      return;
+    }
+    if (m.header.type == msg::kCopyStatus) {
+      OnCopyStatus(id, m);
+      return;
+    }
+    if (m.header.type == msg::kDataRef) {
+      OnDataRef(id, m);
+      return;
+    }
+    if (m.header.type == msg::kDataRefDone) {
+      OnDataRefDone(id, m);
       return;
     }
     if (m.header.type != msg::kData) {
@@ -400,14 +602,121 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
   }
 }
 
-void PeerMesh::SendAck(net::ConnectionId id) {
+void PeerMesh::OnHelloAck(net::ConnectionId id, const net::Message& m) {
+  const HelloAck ack = HelloAck::Decode(m.meta);
+  bool first_link = false;
+  bool reads = false;
+  {
+    std::lock_guard lock(mu_);
+    auto link = links_.find(id);
+    if (link == links_.end()) throw ProtocolError("a hello acknowledgement for no hello");
+    link->second.acked = true;
+    const auto peer = static_cast<size_t>(link->second.rank);
+    const auto& conns = outgoing_[peer];
+    first_link = !conns.empty() && conns.front() == id;
+    if (first_link) {
+      peer_reads_me_[peer] = ack.reads_you ? 1 : 0;
+      reads = CanRead(ack.probe);
+      i_read_peer_[peer] = reads ? 1 : 0;
+      if (reads) peer_pids_[peer] = ack.probe.pid;
+    }
+  }
+  if (first_link) {
+    net::OutgoingMessage status;
+    status.header.type = msg::kCopyStatus;
+    status.header.sender = self_id_;
+    status.meta = CopyStatus{reads}.Encode();
+    transport_.Send(id, std::move(status));
+  }
+  cv_.notify_all();
+}
+
+void PeerMesh::OnCopyStatus(net::ConnectionId id, const net::Message& m) {
+  const CopyStatus status = CopyStatus::Decode(m.meta);
+  {
+    std::lock_guard lock(mu_);
+    auto link = links_.find(id);
+    if (link == links_.end()) {
+      throw ProtocolError("a copy status on a connection that sent no hello");
+    }
+    peer_reads_me_[static_cast<size_t>(link->second.rank)] = status.reads_you ? 1 : 0;
+    status_heard_[static_cast<size_t>(link->second.rank)] = 1;
+  }
+  cv_.notify_all();
+}
+
+void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
+  const DataRef ref = DataRef::Decode(m.meta);
+  bool release = false;
+  {
+    std::lock_guard lock(mu_);
+    auto link = links_.find(id);
+    if (link == links_.end()) {
+      throw ProtocolError("collective data on a connection that sent no hello");
+    }
+    const int peer = link->second.rank;
+    if (!i_read_peer_[static_cast<size_t>(peer)]) {
+      throw ProtocolError(fmt::format(
+          "{} sent a piece by reference, but this process cannot read its memory", Describe(peer)));
+    }
+    if (failure_) {
+      // Never copied after a failure: the sender may let go at once.
+      release = true;
+    } else {
+      auto [it, inserted] = slots_.try_emplace(SlotKey{peer, ref.key});
+      Slot& s = it->second;
+      if (!inserted && s.state != Slot::State::kPosted) {
+        throw ProtocolError(
+            fmt::format("{} sent the piece (communicator {}, operation {}, tag {:#x}) twice",
+                        Describe(peer), ref.key.communicator, ref.key.sequence, ref.key.tag));
+      }
+      s.state = Slot::State::kRef;
+      s.ref_address = ref.address;
+      s.ref_length = ref.length;
+      s.ref_link = id;
+    }
+  }
+  if (release) {
+    SendRefDone(id, ref.key);
+    return;
+  }
+  cv_.notify_all();
+}
+
+void PeerMesh::OnDataRefDone(net::ConnectionId id, const net::Message& m) {
+  const MessageKey key = MessageKey::Decode(m.meta);
+  std::function<void(std::exception_ptr)> done;
+  {
+    std::lock_guard lock(mu_);
+    auto link = links_.find(id);
+    if (link == links_.end()) {
+      throw ProtocolError("collective data on a connection that sent no hello");
+    }
+    auto it = refs_out_.find(SlotKey{link->second.rank, key});
+    if (it == refs_out_.end()) return;  // failed already, with a lost link
+    done = std::move(it->second);
+    refs_out_.erase(it);
+  }
+  done(nullptr);
+}
+
+void PeerMesh::SendAck(net::ConnectionId id, bool reads_you) {
   net::OutgoingMessage m;
   m.header.type = msg::kHelloAck;
   m.header.sender = self_id_;
+  m.meta = HelloAck{OwnProbe(), reads_you}.Encode();
   transport_.Send(id, std::move(m));
 }
 
-bool PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hello& hello) {
+void PeerMesh::SendRefDone(net::ConnectionId id, const MessageKey& key) {
+  net::OutgoingMessage m;
+  m.header.type = msg::kDataRefDone;
+  m.header.sender = self_id_;
+  m.meta = key.Encode();
+  transport_.Send(id, std::move(m));
+}
+
+std::optional<bool> PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hello& hello) {
   if (hello.rank <= self_rank_ || hello.rank >= size() ||
       hello.connections != static_cast<uint32_t>(options_.connections_per_peer) ||
       hello.connection >= hello.connections) {
@@ -419,27 +728,40 @@ bool PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hello& hello) {
         self_rank_, size(), options_.connections_per_peer);
     log_.Error("{}", text);
     FailLocked(FailureKind::kProtocol, text);
-    return false;
+    return std::nullopt;
   }
   links_[id] = Link{hello.rank, true, true};
   outgoing_[static_cast<size_t>(hello.rank)].push_back(id);
-  return true;
+  if (hello.connection != 0) return false;
+  const bool reads = CanRead(hello.probe);
+  i_read_peer_[static_cast<size_t>(hello.rank)] = reads ? 1 : 0;
+  if (reads) peer_pids_[static_cast<size_t>(hello.rank)] = hello.probe.pid;
+  return reads;
 }
 
 void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
+  std::vector<std::function<void(std::exception_ptr)>> refs;
+  std::string text;
   {
     std::lock_guard lock(mu_);
     auto link = links_.find(id);
     if (link == links_.end()) return;
     link->second.open = false;
+    text = fmt::format("lost {}: {}", Describe(link->second.rank), reason);
     if (!closing_) {
       const bool first = !failure_;
-      FailLocked(FailureKind::kPeerLost,
-                 fmt::format("lost {}: {}", Describe(link->second.rank), reason));
+      FailLocked(FailureKind::kPeerLost, text);
       if (first && !slots_.empty()) log_.Error("{}", failure_->text);
     }
+    // Pieces sent by reference to that peer will not be answered now.
+    refs = TakeRefsLocked(link->second.rank);
   }
   cv_.notify_all();
+  if (!refs.empty()) {
+    auto error = std::make_exception_ptr(PeerLost(text));
+    for (auto& f : refs) f(error);
+  }
+  ReleaseUncopiedRefs();
 }
 
 }  // namespace tandem::collective

@@ -6,7 +6,8 @@
 // only accepts) and sends kHello{i, k, K} first on connection k; j answers
 // kHelloAck once it knows the link. A worker's mesh is complete once every
 // connection it opened was acknowledged and it heard a hello on K
-// connections from every higher rank; data flows only on complete links.
+// connections and a kCopyStatus from every higher rank; data flows only on
+// complete links.
 //
 // Data: a kData message carries a MessageKey (communicator, sequence, tag).
 // An operation posts a receive for (peer, key) with its destination; when
@@ -14,6 +15,16 @@
 // payload straight into it (PayloadDestination). A message that arrives
 // before its receive is posted is kept (the transport allocated it) and
 // copied when the receive is posted.
+//
+// Same-host copy (docs/collectives.md): on connection 0 of each pair the
+// hello and its acknowledgement carry a probe (pid, address and value of a
+// cookie); a side that can read the peer's cookie with process_vm_readv
+// says so (in kHelloAck, or kCopyStatus from the connecting side). To a
+// peer that reads it, a piece larger than kCopySendBytes goes as kDataRef
+// (where its bytes are); the receiver copies them straight from the
+// sender's memory into the posted destination in Wait, then answers
+// kDataRefDone, which ends the send (on_sent). One copy instead of TCP's
+// two, and no socket traffic for the bytes.
 //
 // Failure: a mesh connection lost without our Close, or the membership's
 // news of a lost node, fails the mesh; every wait then returns kFailed at
@@ -65,6 +76,8 @@ class PeerMesh final : public net::TransportHandler {
   struct Options {
     int connections_per_peer = 1;
     std::chrono::milliseconds connect_timeout{120000};
+    /// TANDEM_COLLECTIVE_SAME_HOST_COPY: offer and use the same-host copy.
+    bool same_host_copy = true;
   };
 
   /// `transport` and `log` are borrowed and must outlive the mesh. The
@@ -92,7 +105,9 @@ class PeerMesh final : public net::TransportHandler {
 
   /// Queues `bytes` (borrowed until `on_sent` ran) for worker `peer`.
   /// `on_sent` always runs, with the error if the send failed (a small
-  /// piece's loss shows as the connection's loss instead).
+  /// piece's loss shows as the connection's loss instead). A piece sent by
+  /// reference (same-host copy) is done once the peer copied it, so the
+  /// bytes stay borrowed until the peer waited for that piece.
   void Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
             std::function<void(std::exception_ptr)> on_sent);
 
@@ -130,6 +145,10 @@ class PeerMesh final : public net::TransportHandler {
   /// posted buffers once OnDisconnected ran.
   void CloseAll();
 
+  /// How many peers this process sends by reference (they read its memory)
+  /// and reads by reference; for logs and tests.
+  std::pair<int, int> SameHostPeers() const;
+
  private:
   struct SlotKey {
     int peer;
@@ -137,11 +156,16 @@ class PeerMesh final : public net::TransportHandler {
     auto operator<=>(const SlotKey&) const = default;
   };
   struct Slot {
-    enum class State { kPosted, kFilling, kArrived, kDone } state = State::kPosted;
-    std::span<std::byte> dest;             // kPosted, kFilling, kDone
+    // kRef: a kDataRef arrived; copied by Wait once posted.
+    enum class State { kPosted, kFilling, kArrived, kRef, kDone } state = State::kPosted;
+    bool posted = false;
+    std::span<std::byte> dest;             // kPosted, kFilling, kDone, kRef once posted
     std::unique_ptr<std::byte[]> arrived;  // kArrived
     size_t arrived_size = 0;               // kArrived
     std::string error;                     // kDone with a bad payload
+    uint64_t ref_address = 0;              // kRef
+    uint64_t ref_length = 0;               // kRef
+    net::ConnectionId ref_link = 0;        // kRef: where kDataRefDone goes
   };
   struct Link {
     int rank = -1;
@@ -156,9 +180,29 @@ class PeerMesh final : public net::TransportHandler {
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
   void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
   int OpenLinksLocked(int peer) const;                         // requires mu_
-  // Records the link; returns false (and fails the mesh) for a bad hello.
-  bool AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // requires mu_
-  void SendAck(net::ConnectionId id);
+  // Records the link; returns nothing (and fails the mesh) for a bad hello,
+  // else whether this process can read the peer's memory.
+  std::optional<bool> AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // mu_
+  void SendAck(net::ConnectionId id, bool reads_you);
+  void SendRefDone(net::ConnectionId id, const MessageKey& key);
+  // After a failure: answers every piece sent by reference that was not
+  // copied (it never will be), so that its sender lets go of the memory.
+  void ReleaseUncopiedRefs();
+  // This process's probe (pid 0 without same-host copy).
+  CopyProbe OwnProbe() const;
+  // True when `probe` names a process whose cookie this process can read.
+  bool CanRead(const CopyProbe& probe) const;
+  // Copies `dest.size()` bytes at `address` of worker `peer`'s memory;
+  // returns the error text (naming the peer), or empty.
+  std::string CopyFromPeer(int peer, uint64_t address, std::span<std::byte> dest,
+                           FailureKind& kind) const;
+  // Takes the by-reference sends to `peer` still unanswered (requires mu_).
+  std::vector<std::function<void(std::exception_ptr)>> TakeRefsLocked(int peer);
+  // Handles kHelloAck, kCopyStatus, kDataRef and kDataRefDone.
+  void OnHelloAck(net::ConnectionId id, const net::Message& m);
+  void OnCopyStatus(net::ConnectionId id, const net::Message& m);
+  void OnDataRef(net::ConnectionId id, const net::Message& m);
+  void OnDataRefDone(net::ConnectionId id, const net::Message& m);
 
   const Options options_;
   net::Transport& transport_;
@@ -178,6 +222,15 @@ class PeerMesh final : public net::TransportHandler {
   std::vector<std::pair<net::ConnectionId, Hello>> early_hellos_;
   std::optional<MeshFailure> failure_;
   bool closing_ = false;
+  // Same-host copy: the cookie peers read, whether each peer reads this
+  // process's memory (it said so) and whether this process reads each
+  // peer's; the by-reference sends awaiting kDataRefDone.
+  const uint64_t cookie_;
+  std::vector<char> peer_reads_me_;  // by rank
+  std::vector<char> i_read_peer_;    // by rank
+  std::vector<int32_t> peer_pids_;   // by rank, where i_read_peer_
+  std::vector<char> status_heard_;   // by rank: its kCopyStatus arrived (higher ranks)
+  std::map<SlotKey, std::function<void(std::exception_ptr)>> refs_out_;
 };
 
 }  // namespace tandem::collective

@@ -119,11 +119,19 @@ void CollectiveSeeds(SeedWriter& w) {
   hello.connection = 1;
   hello.connections = 2;
   w.WritePicked(t, "hello_rank3_conn1of2", 0, hello.Encode());
+  hello.connection = 0;
+  hello.probe = {4242, 0x7ffd12345678, 0x74616e64656d1234};
+  w.WritePicked(t, "hello_rank3_conn0_probe", 0, hello.Encode());
   collective::MessageKey key;
   key.communicator = 2;
   key.sequence = 1000;
   key.tag = (uint64_t{5} << 32) | 17;
   w.WritePicked(t, "key_ring_step", 1, key.Encode());
+  w.WritePicked(t, "ack_reads_you", 2,
+                collective::HelloAck{{4243, 0x7ffd00001000, 99}, true}.Encode());
+  w.WritePicked(t, "copy_status_no", 3, collective::CopyStatus{false}.Encode());
+  w.WritePicked(t, "data_ref_1mib", 4,
+                collective::DataRef{key, 0x7f0000001000, uint64_t{1} << 20}.Encode());
 }
 
 void CompressionSeeds(SeedWriter& w) {

@@ -23,12 +23,20 @@ def check_ok(output: str, workers: int) -> None:
     assert len({g[3] for g in found}) == 1, f"ranks ran different checks: {found}"
 
 
+@pytest.mark.parametrize("copy", ["1", "0"], ids=["same-host-copy", "tcp-only"])
 @pytest.mark.parametrize("workers", [2, 3, 4, 5])
-def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, workers):
+def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, workers, copy):
+    """Both paths of large pieces between processes of one host: by reference
+    (process_vm_readv) and as bytes over TCP (docs/collectives.md)."""
     result = launch(workers, 0, [tandem_bin_dir / "collective_check"],
-                    extra_args=["--no-scheduler"], timeout=120)
+                    extra_args=["--no-scheduler"], timeout=120,
+                    env={"TANDEM_COLLECTIVE_SAME_HOST_COPY": copy, "PS_VERBOSE": "1"})
     assert result.returncode == 0, result.job.describe()
     check_ok(result.output, workers)
+    peers = workers - 1 if copy == "1" else 0
+    formed = re.findall(r"collective mesh formed: .*same-host copy with (\d+) of (\d+) peers",
+                        result.output)
+    assert formed == [(str(peers), str(workers - 1))] * workers, formed
     # Worker 0 hosted the rendezvous; no scheduler process was started.
     assert "worker 0 hosts the rendezvous in-process" in result.output
     assert "[scheduler]" not in result.output

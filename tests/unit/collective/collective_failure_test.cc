@@ -95,10 +95,16 @@ TEST(CollectiveTimeout, AnAbsentRankIsNamedWithTheOperationAndTensor) {
   });
 }
 
-TEST(CollectiveMismatch, APeerSendingAnotherSizeIsAProtocolErrorNotACorruption) {
+// (rank 0's count, with rank 1 sending one element more): 10 elements go as
+// bytes; 20 000 (80 000 bytes, above 32 KiB) go by reference between these
+// threads of one process (the same-host copy), and are checked the same way.
+class CollectiveMismatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(CollectiveMismatch, APeerSendingAnotherSizeIsAProtocolErrorNotACorruption) {
+  const int count = GetParam();
   CollectiveJob job(2);
   auto errors = job.Run([&](int rank, CollectiveService& s) {
-    Buffer b(DType::kI32, rank == 0 ? 10 : 11);
+    Buffer b(DType::kI32, rank == 0 ? count : count + 1);
     ReduceOptions o;
     o.algorithm = AllReduceAlgorithm::kDirect;
     o.timeout = std::chrono::milliseconds(3000);
@@ -110,9 +116,12 @@ TEST(CollectiveMismatch, APeerSendingAnotherSizeIsAProtocolErrorNotACorruption) 
                 Is<PeerLost>(errors[static_cast<size_t>(r)]))
         << What(errors[static_cast<size_t>(r)]);
   }
-  EXPECT_NE(What(errors[0]).find("sent 44 bytes for a piece of 40 bytes"), std::string::npos)
-      << What(errors[0]);
+  const std::string expected =
+      fmt::format("sent {} bytes for a piece of {} bytes", 4 * (count + 1), 4 * count);
+  EXPECT_NE(What(errors[0]).find(expected), std::string::npos) << What(errors[0]);
 }
+
+INSTANTIATE_TEST_SUITE_P(BytesAndByReference, CollectiveMismatch, ::testing::Values(10, 20000));
 
 }  // namespace
 }  // namespace tandem::collective
