@@ -23,6 +23,11 @@ Usage (docs/benchmarks.md, "Collective peers"):
 
 The template's fields: {bin} {ranks} {op} {min_bytes} {max_bytes} {factor}
 {iters} {warmup} (sizes in bytes). Without --tandem-cmd only the peers run.
+`--variant LABEL:K=V,K=V` (repeatable) runs the tandem command once per
+variant with that environment, as column tandem_LABEL, e.g.
+`--variant tcp:TANDEM_COLLECTIVE_SAME_HOST_COPY=0 --variant copy:`; every
+tandem column gets its ratio to the best TCP peer, and to OpenMPI's shared
+memory when that peer ran.
 Peers missing from --bin (not built) or without mpirun are reported and
 skipped.
 """
@@ -156,13 +161,23 @@ def main() -> int:
     p.add_argument("--peers", default=",".join(ALL_PEERS),
                    help=f"comma-separated subset of {','.join(ALL_PEERS)}")
     p.add_argument("--tandem-cmd", default=None, help="command template printing tandem's JSON")
+    p.add_argument("--variant", action="append", default=[], metavar="LABEL:K=V,...",
+                   help="run the tandem command with this environment as tandem_LABEL")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run")
     p.add_argument("--json-out", type=Path, default=None, help="also write every result here")
     a = p.parse_args()
 
     commands: dict[str, list[str]] = {}
-    if a.tandem_cmd:
+    if a.tandem_cmd and not a.variant:
         commands["tandem"] = tandem_command(a)
+    for v in a.variant:
+        if not a.tandem_cmd:
+            p.error("--variant needs --tandem-cmd")
+        label, _, assignments = v.partition(":")
+        env = [x for x in assignments.split(",") if x]
+        if not label or any("=" not in x for x in env):
+            p.error(f"--variant takes LABEL:K=V,K=V, got {v!r}")
+        commands[f"tandem_{label}"] = ["env"] + env + tandem_command(a)
     for name in [n for n in a.peers.split(",") if n]:
         if name not in ALL_PEERS:
             p.error(f"unknown peer {name!r}; known: {', '.join(ALL_PEERS)}")
@@ -200,24 +215,31 @@ def main() -> int:
           f"median of {a.rounds} round(s) of {a.iters} iterations")
     header = ["size"] + labels
     tcp_peers = [l for l in labels if l in TCP_PEERS]
-    if "tandem" in labels and tcp_peers:
-        header += ["best TCP peer", "tandem/best"]
+    tandems = [l for l in labels if l == "tandem" or l.startswith("tandem_")]
+    shm = "openmpi_shm" if "openmpi_shm" in labels else None
+    if tandems and tcp_peers:
+        header += ["best TCP peer"] + [f"{t}/best TCP" for t in tandems]
+    if tandems and shm:
+        header += [f"{t}/{shm}" for t in tandems]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
+
+    def ratio(t: float | None, peer: float | None) -> str:
+        return f"{t / peer:.2f}" if t is not None and peer else "—"
+
     for size in sizes:
         row = [human(size)]
         for label in labels:
             v = median(label, size, "busbw")
             row.append("—" if v is None else f"{v:.3g}")
-        if "tandem" in labels and tcp_peers:
+        if tandems and tcp_peers:
             peer_values = [(median(l, size, "busbw"), l) for l in tcp_peers]
             peer_values = [(v, l) for v, l in peer_values if v is not None]
-            t = median("tandem", size, "busbw")
-            if peer_values and t is not None:
-                best, best_label = max(peer_values)
-                row += [f"{best:.3g} ({best_label})", f"{t / best:.2f}" if best > 0 else "—"]
-            else:
-                row += ["—", "—"]
+            best, best_label = max(peer_values) if peer_values else (None, "")
+            row.append(f"{best:.3g} ({best_label})" if best is not None else "—")
+            row += [ratio(median(t, size, "busbw"), best) for t in tandems]
+        if tandems and shm:
+            row += [ratio(median(t, size, "busbw"), median(shm, size, "busbw")) for t in tandems]
         print("| " + " | ".join(row) + " |")
     print()
     print("# time per operation, µs (median; slowest rank per iteration)")

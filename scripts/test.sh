@@ -24,11 +24,12 @@
 #             ASan and which take ~8 minutes between them; they run in the g++
 #             stage. This keeps the whole run under an hour on 2 cores.
 #   tsan-build  ThreadSanitizer build with clang 14   ($TANDEM_TSAN_BUILD_DIR, build-tsan/):
-#             only the unit binaries of the concurrent layers (tandem_unit_tests for
-#             net and cluster, tandem_kv_tests, tandem_collective_tests), no
-#             benchmarks, programs or Python module
+#             only the unit binaries of the concurrent layers (tandem_threaded_tests:
+#             the files of tandem_unit_tests with threaded suites, net and cluster;
+#             tandem_kv_tests, tandem_collective_tests), no benchmarks, programs
+#             or Python module
 #   tsan-tests  those binaries under TSan, 2 at a time: tandem_kv_tests and
-#             tandem_collective_tests whole, tandem_unit_tests only its suites
+#             tandem_collective_tests whole, tandem_threaded_tests only its suites
 #             that run threads ($TSAN_UNIT_FILTER below: transports (TCP,
 #             in-process, reliable, metered), event loop, send-queue bound,
 #             dispatcher, thread pool, cluster formation and membership, the
@@ -67,7 +68,7 @@ TSAN_DIR=${TANDEM_TSAN_BUILD_DIR:-$ROOT/build-tsan}
 ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_python_.*|test_faults_netbed|test_launch_ssh|test_launch_mpi_hosts)$'
 # The unit binaries built and run under ThreadSanitizer, and the suites of
 # tandem_unit_tests that start threads (the rest of it is single-threaded).
-TSAN_BINARIES=(tandem_unit_tests tandem_kv_tests tandem_collective_tests)
+TSAN_BINARIES=(tandem_threaded_tests tandem_kv_tests tandem_collective_tests)
 TSAN_UNIT_FILTER='*TransportTest.*:*TcpMisbehaviourTest.*:*TransportPayloadTest.*:*EventLoopTest.*:*Reliable*:StatsRegistryRefresh.*:*SendQueueBound*:MessageDispatcher.*:*ThreadPool*:*ParallelFor*:Cluster.*:ClusterFormation.*:*LoggerConcurrencyTest.*:ConcurrentCounting.*:*TimelineTest.*'
 FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-30}
 SANITIZE_CC=${TANDEM_SANITIZE_CC:-clang-14}
@@ -216,7 +217,7 @@ tsan_tests() {
     export TSAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
   fi
   local pids=() rc=0 p
-  tsan_run tandem_unit_tests --gtest_filter="$TSAN_UNIT_FILTER" & pids+=($!)
+  tsan_run tandem_threaded_tests --gtest_filter="$TSAN_UNIT_FILTER" & pids+=($!)
   tsan_run tandem_kv_tests & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   tsan_run tandem_collective_tests || rc=1
