@@ -15,6 +15,20 @@
 
 namespace tandem::kv {
 
+/// The header of a response to `request` sent by node `self`: the request's
+/// type and id, addressed back to its sender, flagged kResponse (plus
+/// `extra_flags`, e.g. kError).
+inline net::Header ResponseHeader(const net::Header& request, int32_t self,
+                                  uint32_t extra_flags = 0) {
+  net::Header h;
+  h.type = request.type;
+  h.flags = net::flags::kResponse | extra_flags;
+  h.sender = self;
+  h.recipient = request.sender;
+  h.request_id = request.request_id;
+  return h;
+}
+
 /// Message types (docs/protocol-ps.md, "Message types"). A response has the
 /// request's type with flags::kResponse, and flags::kError when it failed.
 namespace kvmsg {

@@ -147,22 +147,14 @@ void KvServer::Reject(net::ConnectionId id, const net::Header& h, ErrorKind kind
                       const std::string& text) {
   services_.log.Warn("rejected {} from node {}: {}", KvMessageName(h.type), h.sender, text);
   net::OutgoingMessage m;
-  m.header.type = h.type;
-  m.header.flags = net::flags::kResponse | net::flags::kError;
-  m.header.sender = context_.self_id;
-  m.header.recipient = h.sender;
-  m.header.request_id = h.request_id;
+  m.header = ResponseHeader(h, context_.self_id, net::flags::kError);
   m.meta = ErrorReply{kind, text}.Encode();
   services_.transport.Send(id, std::move(m));
 }
 
 void KvServer::Reply(net::ConnectionId id, const net::Header& h, std::string payload) {
   net::OutgoingMessage m;
-  m.header.type = h.type;
-  m.header.flags = net::flags::kResponse;
-  m.header.sender = context_.self_id;
-  m.header.recipient = h.sender;
-  m.header.request_id = h.request_id;
+  m.header = ResponseHeader(h, context_.self_id);
   if (!payload.empty()) {
     m.owned_storage.resize(payload.size());
     std::memcpy(m.owned_storage.data(), payload.data(), payload.size());

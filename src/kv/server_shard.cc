@@ -344,11 +344,7 @@ void ServerShard::HandlePull(ShardItem& item) {
   const size_t row_bytes = q.row_length * ElementSize(q.dtype);
   const uint64_t first_row = q.offset / q.row_length;
   net::OutgoingMessage m;
-  m.header.type = item.msg.header.type;
-  m.header.flags = net::flags::kResponse;
-  m.header.sender = ctx_.self_id;
-  m.header.recipient = item.msg.header.sender;
-  m.header.request_id = item.msg.header.request_id;
+  m.header = ResponseHeader(item.msg.header, ctx_.self_id);
   m.owned_storage.resize(q.rows.size() * row_bytes);
   for (size_t i = 0; i < q.rows.size(); ++i) {
     std::memcpy(m.owned_storage.data() + i * row_bytes,
@@ -468,11 +464,7 @@ std::shared_ptr<ByteBuffer> ServerShard::MakeValue(ByteBuffer b) const {
 void ServerShard::ReplyValue(net::ConnectionId c, const net::Header& request,
                              const std::shared_ptr<ByteBuffer>& value) {
   net::OutgoingMessage m;
-  m.header.type = request.type;
-  m.header.flags = net::flags::kResponse;
-  m.header.sender = ctx_.self_id;
-  m.header.recipient = request.sender;
-  m.header.request_id = request.request_id;
+  m.header = ResponseHeader(request, ctx_.self_id);
   if (value->size) m.payload.push_back(std::span<const std::byte>(value->span()));
   // The value stays alive (and unchanged: copy-on-write) until it is sent.
   std::shared_ptr<const ByteBuffer> hold = value;
@@ -482,22 +474,14 @@ void ServerShard::ReplyValue(net::ConnectionId c, const net::Header& request,
 
 void ServerShard::ReplyAck(net::ConnectionId c, const net::Header& request) {
   net::OutgoingMessage m;
-  m.header.type = request.type;
-  m.header.flags = net::flags::kResponse;
-  m.header.sender = ctx_.self_id;
-  m.header.recipient = request.sender;
-  m.header.request_id = request.request_id;
+  m.header = ResponseHeader(request, ctx_.self_id);
   Send(c, std::move(m));
 }
 
 void ServerShard::ReplyError(net::ConnectionId c, const net::Header& request, ErrorKind kind,
                              const std::string& text) {
   net::OutgoingMessage m;
-  m.header.type = request.type;
-  m.header.flags = net::flags::kResponse | net::flags::kError;
-  m.header.sender = ctx_.self_id;
-  m.header.recipient = request.sender;
-  m.header.request_id = request.request_id;
+  m.header = ResponseHeader(request, ctx_.self_id, net::flags::kError);
   m.meta = ErrorReply{kind, text}.Encode();
   Send(c, std::move(m));
 }
