@@ -21,8 +21,10 @@ CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& 
   if (s.communicator.timeout.count() <= 0) {
     throw ConfigError("TANDEM_COLLECTIVE_TIMEOUT must be positive");
   }
+  s.communicator.segment_by_placement = !env.Get("TANDEM_COLLECTIVE_SEGMENT_BYTES").has_value();
   s.communicator.segment_bytes = static_cast<size_t>(
-      env.GetInt("TANDEM_COLLECTIVE_SEGMENT_BYTES", 1 << 20, 4096, int64_t{1} << 30));
+      env.GetInt("TANDEM_COLLECTIVE_SEGMENT_BYTES", CommunicatorSettings::kOneHostSegmentBytes,
+                 4096, int64_t{1} << 30));
   s.communicator.table = AlgorithmTable::FromEnvironment(env);
   return s;
 }
@@ -57,7 +59,18 @@ void CollectiveService::Start() {
   std::vector<int> all;
   for (int r = 0; r < mesh_.size(); ++r) all.push_back(r);
   world_.reset(new Communicator(std::make_unique<CommunicatorImpl>(
-      mesh_, 0, all, settings_.communicator, log_, ops_, queued_)));
+      mesh_, 0, all, SettingsFor(all), log_, ops_, queued_)));
+}
+
+CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& world_ranks) const {
+  CommunicatorSettings s = settings_.communicator;
+  if (!s.segment_by_placement) return s;
+  // Every member sees the same node table, so every member decides alike.
+  bool one_host = true;
+  for (int r : world_ranks) one_host = one_host && mesh_.Host(r) == mesh_.Host(world_ranks[0]);
+  s.segment_bytes = one_host ? CommunicatorSettings::kOneHostSegmentBytes
+                             : CommunicatorSettings::kNetworkSegmentBytes;
+  return s;
 }
 
 Communicator& CollectiveService::World() {
@@ -97,7 +110,7 @@ std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>
   mix(nth);
   if (id == 0) id = 1;  // 0 is the world's
   return std::unique_ptr<Communicator>(new Communicator(std::make_unique<CommunicatorImpl>(
-      mesh_, id, world_ranks, settings_.communicator, log_, ops_, queued_)));
+      mesh_, id, world_ranks, SettingsFor(world_ranks), log_, ops_, queued_)));
 }
 
 }  // namespace tandem::collective

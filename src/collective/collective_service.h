@@ -25,8 +25,9 @@ struct CollectiveSettings {
   PeerMesh::Options mesh;
   CommunicatorSettings communicator;
   /// Reads TANDEM_COLLECTIVE_CONNECTIONS, TANDEM_COLLECTIVE_SAME_HOST_COPY,
-  /// TANDEM_COLLECTIVE_TIMEOUT,
-  /// TANDEM_COLLECTIVE_SEGMENT_BYTES, TANDEM_ALLREDUCE_ALGORITHM, and the
+  /// TANDEM_COLLECTIVE_TIMEOUT, TANDEM_COLLECTIVE_SEGMENT_BYTES (unset: each
+  /// communicator's segment follows its placement), TANDEM_ALLREDUCE_ALGORITHM,
+  /// and the
   /// connect time-out of `config`. Throws ConfigError.
   static CollectiveSettings FromEnvironment(const base::Environment& env,
                                             const base::Config& config);
@@ -56,6 +57,9 @@ class CollectiveService {
   PeerMesh& mesh() { return mesh_; }
 
  private:
+  // The communicator settings of a group: the segment by placement
+  // (CommunicatorSettings::segment_by_placement).
+  CommunicatorSettings SettingsFor(const std::vector<int>& world_ranks) const;
   cluster::Membership& membership_;
   base::Logger& log_;
   CollectiveSettings settings_;

@@ -35,9 +35,20 @@ struct OpState {
 /// Settings every communicator of a process shares (docs/collectives.md,
 /// "Environment").
 struct CommunicatorSettings {
+  /// The pipelining segment when TANDEM_COLLECTIVE_SEGMENT_BYTES is not set:
+  /// within one host (loopback TCP or the same-host copy), large segments
+  /// cost fewer messages; across a network, small ones keep every link of
+  /// the ring busy (docs/benchmarks.md, "The multi-host bed").
+  static constexpr size_t kOneHostSegmentBytes = 1 << 20;
+  static constexpr size_t kNetworkSegmentBytes = 256 << 10;
+
   std::chrono::milliseconds timeout{300000};  ///< TANDEM_COLLECTIVE_TIMEOUT
   size_t segment_bytes = 1 << 20;             ///< TANDEM_COLLECTIVE_SEGMENT_BYTES
-  AlgorithmTable table;                       ///< TANDEM_ALLREDUCE_ALGORITHM
+  /// False when TANDEM_COLLECTIVE_SEGMENT_BYTES set `segment_bytes`; true:
+  /// each communicator picks kOneHostSegmentBytes when all its members
+  /// announced the same host address, else kNetworkSegmentBytes.
+  bool segment_by_placement = false;
+  AlgorithmTable table;  ///< TANDEM_ALLREDUCE_ALGORITHM
 };
 
 /// Thread-safety: Submit and Run may be called from any thread; the queue

@@ -97,6 +97,8 @@ class PeerMesh final : public net::TransportHandler {
   int rank() const { return self_rank_; }
   /// "rank 3 (127.0.0.5:41234)", for messages.
   std::string Describe(int rank) const;
+  /// The host (address) worker `rank` announced; valid after Connect().
+  const std::string& Host(int rank) const { return workers_.at(static_cast<size_t>(rank)).host; }
 
   /// Pieces up to this size are copied into the message and written from
   /// the calling thread; larger ones are sent zero-copy from the caller's

@@ -9,6 +9,9 @@
 
 #include <numeric>
 
+#include "base/config.h"
+#include "base/environment.h"
+
 #include "collective_job.h"
 
 namespace tandem::collective {
@@ -87,6 +90,40 @@ std::string CaseName(const ::testing::TestParamInfo<SameHostCopy::ParamType>& p)
 INSTANTIATE_TEST_SUITE_P(GroupsCopyOnAndOff, SameHostCopy,
                          ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Bool()),
                          CaseName);
+
+// The pipelining segment: TANDEM_COLLECTIVE_SEGMENT_BYTES when set, else
+// chosen per communicator by placement (1 MiB on one host, 256 KiB across
+// hosts; the workers of CollectiveJob announce different hosts).
+TEST(SegmentByPlacement, TheVariableWinsElseThePlacementDecides) {
+  const base::Config config = base::Config::FromEnvironment(base::Environment());
+  auto unset = CollectiveSettings::FromEnvironment(base::Environment(), config);
+  EXPECT_TRUE(unset.communicator.segment_by_placement);
+  auto set = CollectiveSettings::FromEnvironment(
+      base::Environment({{"TANDEM_COLLECTIVE_SEGMENT_BYTES", "65536"},
+                         {"TANDEM_COLLECTIVE_SAME_HOST_COPY", "0"}}),
+      config);
+  EXPECT_FALSE(set.communicator.segment_by_placement);
+  EXPECT_EQ(set.communicator.segment_bytes, 65536u);
+  EXPECT_FALSE(set.mesh.same_host_copy);
+  EXPECT_THROW(CollectiveSettings::FromEnvironment(
+                   base::Environment(std::map<std::string, std::string>{
+                       {"TANDEM_COLLECTIVE_SAME_HOST_COPY", "2"}}), config),
+               ConfigError);
+
+  // By placement, over hosts that differ: 256 KiB segments, exact results.
+  CollectiveSettings settings = testing::TestSettings();
+  settings.communicator.segment_by_placement = true;
+  CollectiveJob job(3, settings);
+  job.RunOk([&](int rank, CollectiveService& s) {
+    const int64_t count = (3 << 20) / 4 + 7;
+    Buffer b(DType::kF32, count);
+    for (int64_t i = 0; i < count; ++i) b.Set(i, static_cast<double>((i % 500) * (rank + 1)));
+    ReduceOptions o;
+    o.algorithm = AllReduceAlgorithm::kRing;
+    s.World().AllReduce(b.view(), b.view(), o);
+    for (int64_t i = 0; i < count; ++i) ASSERT_EQ(b.Get(i), static_cast<double>((i % 500) * 6));
+  });
+}
 
 }  // namespace
 }  // namespace tandem::collective
