@@ -77,7 +77,9 @@ def test_mpi_peer_is_correct_and_reports_nccl_tests_figures(tandem_bin_dir, op, 
     check(results(proc.stdout), "openmpi_tcp", op, ranks)
 
 
-def test_compare_script_tabulates_peers_and_a_tandem_command(tandem_bin_dir):
+@pytest.mark.parametrize("variants", [[], ["a:", "b:TANDEM_COLLECTIVE_SAME_HOST_COPY=0"]],
+                         ids=["one-tandem", "two-variants"])
+def test_compare_script_tabulates_peers_and_a_tandem_command(tandem_bin_dir, variants):
     peer(tandem_bin_dir, "gloo_collective_bench")
     # Any command printing the JSON stands in for tandem's collective_bench,
     # here Gloo's halving-doubling behind a prefix like tandem launch's.
@@ -87,17 +89,24 @@ def test_compare_script_tabulates_peers_and_a_tandem_command(tandem_bin_dir):
     proc = subprocess.run(
         ["/usr/bin/python3", REPO / "bench" / "compare_collectives.py", "--bin", tandem_bin_dir,
          "--ranks", "3", "--min-bytes", "4K", "--max-bytes", "64K", "--factor", "4", "--iters",
-         "2", "--warmup", "1", "--rounds", "2", "--peers", "gloo_ring", "--tandem-cmd", template],
+         "2", "--warmup", "1", "--rounds", "2", "--peers", "gloo_ring", "--tandem-cmd", template]
+        + [arg for v in variants for arg in ("--variant", v)],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = [l for l in proc.stdout.splitlines() if l.startswith("| ")]
-    assert lines[0] == "| size | tandem | gloo_ring | best TCP peer | tandem/best |", proc.stdout
+    tandems = [f"tandem_{v.split(':')[0]}" for v in variants] or ["tandem"]
+    k = len(tandems)
+    assert lines[0] == ("| size | " + " | ".join(tandems) + " | gloo_ring | best TCP peer | "
+                        + " | ".join(f"{t}/best TCP" for t in tandems) + " |"), proc.stdout
     rows = {l.split(" | ")[0][2:]: l.split(" | ") for l in lines[1:4]}
     assert list(rows) == ["4 KiB", "16 KiB", "64 KiB"], proc.stdout
     for cells in rows.values():
-        tandem, ring = float(cells[1]), float(cells[2])
-        ratio = float(cells[4].rstrip(" |"))
-        assert "(gloo_ring)" in cells[3]
-        # The table rounds bandwidths to 3 significant digits, ratios to 2 decimals.
-        low, high = tandem * (1 - 5e-3) / (ring * (1 + 5e-3)), tandem * (1 + 5e-3) / (ring * (1 - 5e-3))
-        assert low - 0.005 <= ratio <= high + 0.005, (cells, low, high)
+        ring = float(cells[1 + k])
+        assert "(gloo_ring)" in cells[2 + k]
+        for i in range(k):
+            tandem = float(cells[1 + i])
+            ratio = float(cells[3 + k + i].rstrip(" |"))
+            # Bandwidths are rounded to 3 significant digits, ratios to 2 decimals.
+            low = tandem * (1 - 5e-3) / (ring * (1 + 5e-3))
+            high = tandem * (1 + 5e-3) / (ring * (1 - 5e-3))
+            assert low - 0.005 <= ratio <= high + 0.005, (cells, low, high)
