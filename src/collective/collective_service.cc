@@ -58,8 +58,8 @@ void CollectiveService::Start() {
   mesh_.Connect(membership_.table(), self.rank, self.id);
   std::vector<int> all;
   for (int r = 0; r < mesh_.size(); ++r) all.push_back(r);
-  world_.reset(new Communicator(std::make_unique<CommunicatorImpl>(
-      mesh_, 0, all, SettingsFor(all), log_, ops_, queued_)));
+  world_.reset(new Communicator(
+      std::make_unique<CommunicatorImpl>(mesh_, 0, all, SettingsFor(all), log_, ops_, queued_)));
 }
 
 CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& world_ranks) const {

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -139,10 +138,11 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     const auto p = static_cast<size_t>(peer);
     copy_peers += (peer_reads_me_[p] && i_read_peer_[p]) ? 1 : 0;
   }
-  log_.V1("collective mesh formed: {} workers, {} connection(s) per pair, same-host copy with {} "
-          "of {} peers{}",
-          size(), k_count, copy_peers, size() - 1,
-          options_.same_host_copy ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0)");
+  log_.V1(
+      "collective mesh formed: {} workers, {} connection(s) per pair, same-host copy with {} "
+      "of {} peers{}",
+      size(), k_count, copy_peers, size() - 1,
+      options_.same_host_copy ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0)");
 }
 
 std::pair<int, int> PeerMesh::SameHostPeers() const {

@@ -11,7 +11,6 @@
 
 #include "base/config.h"
 #include "base/environment.h"
-
 #include "collective_job.h"
 
 namespace tandem::collective {
@@ -105,10 +104,11 @@ TEST(SegmentByPlacement, TheVariableWinsElseThePlacementDecides) {
   EXPECT_FALSE(set.communicator.segment_by_placement);
   EXPECT_EQ(set.communicator.segment_bytes, 65536u);
   EXPECT_FALSE(set.mesh.same_host_copy);
-  EXPECT_THROW(CollectiveSettings::FromEnvironment(
-                   base::Environment(std::map<std::string, std::string>{
-                       {"TANDEM_COLLECTIVE_SAME_HOST_COPY", "2"}}), config),
-               ConfigError);
+  EXPECT_THROW(
+      CollectiveSettings::FromEnvironment(base::Environment(std::map<std::string, std::string>{
+                                              {"TANDEM_COLLECTIVE_SAME_HOST_COPY", "2"}}),
+                                          config),
+      ConfigError);
 
   // By placement, over hosts that differ: 256 KiB segments, exact results.
   CollectiveSettings settings = testing::TestSettings();
