@@ -67,7 +67,6 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     self_id_ = self_id;
     outgoing_.assign(workers_.size(), {});
     peer_reads_me_.assign(workers_.size(), 0);
-    i_read_peer_.assign(workers_.size(), 0);
     peer_pids_.assign(workers_.size(), 0);
     status_heard_.assign(workers_.size(), 0);
   }
@@ -136,7 +135,7 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
   int copy_peers = 0;
   for (int peer = 0; peer < size(); ++peer) {
     const auto p = static_cast<size_t>(peer);
-    copy_peers += (peer_reads_me_[p] && i_read_peer_[p]) ? 1 : 0;
+    copy_peers += (peer_reads_me_[p] && peer_pids_[p] != 0) ? 1 : 0;
   }
   log_.V1(
       "collective mesh formed: {} workers, {} connection(s) per pair, same-host copy with {} "
@@ -149,7 +148,7 @@ std::pair<int, int> PeerMesh::SameHostPeers() const {
   std::lock_guard lock(mu_);
   int out = 0, in = 0;
   for (char c : peer_reads_me_) out += c ? 1 : 0;
-  for (char c : i_read_peer_) in += c ? 1 : 0;
+  for (int32_t pid : peer_pids_) in += pid != 0 ? 1 : 0;
   return {out, in};
 }
 
@@ -617,8 +616,7 @@ void PeerMesh::OnHelloAck(net::ConnectionId id, const net::Message& m) {
     if (first_link) {
       peer_reads_me_[peer] = ack.reads_you ? 1 : 0;
       reads = CanRead(ack.probe);
-      i_read_peer_[peer] = reads ? 1 : 0;
-      if (reads) peer_pids_[peer] = ack.probe.pid;
+      peer_pids_[peer] = reads ? ack.probe.pid : 0;
     }
   }
   if (first_link) {
@@ -655,7 +653,7 @@ void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
       throw ProtocolError("collective data on a connection that sent no hello");
     }
     const int peer = link->second.rank;
-    if (!i_read_peer_[static_cast<size_t>(peer)]) {
+    if (peer_pids_[static_cast<size_t>(peer)] == 0) {
       throw ProtocolError(fmt::format(
           "{} sent a piece by reference, but this process cannot read its memory", Describe(peer)));
     }
@@ -734,8 +732,7 @@ std::optional<bool> PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hell
   outgoing_[static_cast<size_t>(hello.rank)].push_back(id);
   if (hello.connection != 0) return false;
   const bool reads = CanRead(hello.probe);
-  i_read_peer_[static_cast<size_t>(hello.rank)] = reads ? 1 : 0;
-  if (reads) peer_pids_[static_cast<size_t>(hello.rank)] = hello.probe.pid;
+  peer_pids_[static_cast<size_t>(hello.rank)] = reads ? hello.probe.pid : 0;
   return reads;
 }
 

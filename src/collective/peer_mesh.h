@@ -225,12 +225,12 @@ class PeerMesh final : public net::TransportHandler {
   std::optional<MeshFailure> failure_;
   bool closing_ = false;
   // Same-host copy: the cookie peers read, whether each peer reads this
-  // process's memory (it said so) and whether this process reads each
-  // peer's; the by-reference sends awaiting kDataRefDone.
+  // process's memory (it said so), and the pid of each peer whose memory
+  // this process reads (0: it does not); the by-reference sends awaiting
+  // kDataRefDone.
   const uint64_t cookie_;
   std::vector<char> peer_reads_me_;  // by rank
-  std::vector<char> i_read_peer_;    // by rank
-  std::vector<int32_t> peer_pids_;   // by rank, where i_read_peer_
+  std::vector<int32_t> peer_pids_;   // by rank
   std::vector<char> status_heard_;   // by rank: its kCopyStatus arrived (higher ranks)
   std::map<SlotKey, std::function<void(std::exception_ptr)>> refs_out_;
 };
