@@ -37,11 +37,36 @@ bool InProcNetwork::PostTo(uint64_t to, std::function<void(InProcTransport&)> fn
   return t->loop_->Post([t, fn = std::move(fn)] { fn(*t); });
 }
 
+void InProcNetwork::SettleSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
+                               std::exception_ptr error) {
+  std::lock_guard lock(mu_);
+  auto it = transports_.find(owner);
+  if (it == transports_.end()) return;
+  InProcTransport* t = it->second;
+  // The owner stays attached (and its loop running) until every message it
+  // counted is settled, so both the post and the count reach it.
+  if (on_sent) {
+    t->loop_->Post([t, on_sent = std::move(on_sent), error] {
+      try {
+        on_sent(error);
+      } catch (const std::exception& e) {
+        t->logger_.Error("an on_sent callback threw: {}", e.what());
+      }
+    });
+  }
+  t->OnSendSettled();
+}
+
 uint64_t InProcNetwork::Attach(InProcTransport* t) {
   std::lock_guard lock(mu_);
   uint64_t number = next_number_++;
   transports_.emplace(number, t);
   return number;
+}
+
+void InProcNetwork::Unbind(uint64_t number) {
+  std::lock_guard lock(mu_);
+  std::erase_if(listeners_, [number](const auto& kv) { return kv.second == number; });
 }
 
 void InProcNetwork::Detach(uint64_t number) {
@@ -264,14 +289,28 @@ void InProcTransport::FailConnect(ConnectionId id, DeferredError error) {
 
 void InProcTransport::CompleteSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
                                    std::exception_ptr error) {
+  network_.SettleSend(owner, std::move(on_sent), std::move(error));
+}
+
+void InProcTransport::FailLocally(std::function<void(std::exception_ptr)> on_sent,
+                                  std::exception_ptr error) {
   if (!on_sent) return;
-  network_.PostTo(owner, [on_sent = std::move(on_sent), error](InProcTransport& t) {
+  auto run = [this, on_sent, error] {
     try {
       on_sent(error);
     } catch (const std::exception& e) {
-      t.logger_.Error("an on_sent callback threw: {}", e.what());
+      logger_.Error("an on_sent callback threw: {}", e.what());
     }
-  });
+  };
+  if (!loop_->Post(run)) run();
+}
+
+void InProcTransport::OnSendSettled() {
+  {
+    std::lock_guard lock(sends_mu_);
+    --sends_out_;
+  }
+  sends_cv_.notify_all();
 }
 
 void InProcTransport::Send(ConnectionId id, OutgoingMessage msg) {
@@ -297,9 +336,8 @@ void InProcTransport::Send(ConnectionId id, OutgoingMessage msg) {
     }
   }
   if (peer_transport == 0) {
-    CompleteSend(number_, std::move(msg.on_sent),
-                 std::make_exception_ptr(
-                     PeerLost(fmt::format("connection {} is closed or was never open", id))));
+    FailLocally(std::move(msg.on_sent), std::make_exception_ptr(PeerLost(fmt::format(
+                                            "connection {} is closed or was never open", id))));
     return;
   }
   if (logger_.verbosity() >= 2) {
@@ -312,14 +350,19 @@ void InProcTransport::Send(ConnectionId id, OutgoingMessage msg) {
   // std::function needs a copyable task; the message travels behind a
   // shared pointer and is delivered exactly once.
   auto shared = std::make_shared<OutgoingMessage>(std::move(msg));
+  {
+    std::lock_guard lock(sends_mu_);
+    ++sends_out_;
+  }
   bool posted =
       network_.PostTo(peer_transport, [peer_id, shared, sender = number_](InProcTransport& r) {
         r.Deliver(peer_id, *shared, sender);
       });
   if (!posted) {
-    CompleteSend(number_, std::move(shared->on_sent),
-                 std::make_exception_ptr(PeerLost(fmt::format(
-                     "message to {} not sent: the peer's transport shut down", peer_name))));
+    OnSendSettled();
+    FailLocally(std::move(shared->on_sent),
+                std::make_exception_ptr(PeerLost(fmt::format(
+                    "message to {} not sent: the peer's transport shut down", peer_name))));
   }
 }
 
@@ -498,13 +541,34 @@ void InProcTransport::Shutdown() {
         "thread");
   }
   std::lock_guard guard(shutdown_mu_);
-  network_.Detach(number_);
+  network_.Unbind(number_);
   {
     std::lock_guard lock(mu_);
     shutting_down_ = true;
   }
   shutdown_cv_.notify_all();
-  loop_->Post([this] { CloseEverything(); });
+  // Once every connection is closed no send reaches a peer any more; then
+  // wait for the peers to settle what they already hold. Their threads
+  // always run what was posted to them (even while stopping), so the wait
+  // ends unless a peer's thread is blocked in a callback.
+  std::promise<void> closed;
+  if (loop_->Post([this, &closed] {
+        CloseEverything();
+        closed.set_value();
+      })) {
+    closed.get_future().wait();
+  }
+  {
+    std::unique_lock lock(sends_mu_);
+    constexpr auto kSettlePatience = std::chrono::seconds(10);
+    if (!sends_cv_.wait_for(lock, kSettlePatience, [this] { return sends_out_ == 0; })) {
+      logger_.Error(
+          "shutting down with {} sent messages whose peers have not settled them after {} s "
+          "(a peer's thread is blocked); their on_sent callbacks will not run",
+          sends_out_, kSettlePatience.count());
+    }
+  }
+  network_.Detach(number_);
   loop_->Stop();
 }
 

@@ -46,9 +46,14 @@ class InProcNetwork {
 
   // Each returns false when the transport numbered `to` is gone.
   bool PostTo(uint64_t to, std::function<void(InProcTransport&)> fn);
+  // Ends one message transport `owner` sent: posts `on_sent(error)` to its
+  // thread (when there is a callback) and counts the message settled.
+  void SettleSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
+                  std::exception_ptr error);
   uint64_t Attach(InProcTransport* t);
-  // Removes `number` and every address it listens on; no task reaches it
-  // afterwards.
+  // Removes every address `number` listens on: connects to it fail from now.
+  void Unbind(uint64_t number);
+  // Removes `number`; no task reaches it afterwards.
   void Detach(uint64_t number);
   // Registers `local` for transport `number`; picks a port when it is 0.
   // Throws IoError when the address is taken.
@@ -128,9 +133,15 @@ class InProcTransport final : public Transport {
   // The peer closed its end of `id`.
   void OnPeerClosed(ConnectionId id, PeerNotice notice);
   void CloseEverything();
-  // Runs `on_sent(error)` on transport `owner`'s thread.
+  // Runs `on_sent(error)` on transport `owner`'s thread and counts the
+  // message settled there (for messages a peer holds).
   void CompleteSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
                     std::exception_ptr error);
+  // Runs `on_sent(error)` on this transport's thread, for a message that
+  // never left (inline once the thread has stopped).
+  void FailLocally(std::function<void(std::exception_ptr)> on_sent, std::exception_ptr error);
+  // A peer settled one of the messages counted in sends_out_.
+  void OnSendSettled();
   bool SleepUnlessShutdown(std::chrono::steady_clock::duration d);
 
   InProcNetwork& network_;
@@ -146,6 +157,14 @@ class InProcTransport final : public Transport {
   bool shutting_down_ = false;                                // guarded by mu_
   std::condition_variable shutdown_cv_;
   bool closed_everything_ = false;  // loop thread only
+
+  // Messages handed to a peer's thread whose on_sent has not been posted
+  // back yet. Shutdown waits for none before it detaches, so that a
+  // callback a peer still owes reaches this transport's thread instead of
+  // being lost (docs/transport.md, "In-process transport").
+  std::mutex sends_mu_;
+  std::condition_variable sends_cv_;
+  uint64_t sends_out_ = 0;  // guarded by sends_mu_
 
   std::mutex shutdown_mu_;
   std::unique_ptr<EventLoop> loop_;  // last: stopped before the rest is destroyed
