@@ -64,6 +64,20 @@ void OpContext::Wait(int peer, uint64_t tag) {
   Throw(r, "");
 }
 
+size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
+  std::vector<PeerMesh::SlotKey> keys;
+  keys.reserve(pieces.size());
+  for (const auto& [peer, tag] : pieces) {
+    keys.push_back(PeerMesh::SlotKey{members_[static_cast<size_t>(peer)], Key(tag)});
+  }
+  auto [r, index] = mesh_.WaitAny(keys, deadline_);
+  if (r == PeerMesh::WaitResult::kDone) {
+    posted_.erase(pieces[index]);
+    return index;
+  }
+  Throw(r, "");
+}
+
 void OpContext::Finish() {
   {
     std::unique_lock lock(sends_->mu);

@@ -56,6 +56,10 @@ class OpContext {
   void Post(int peer, uint64_t tag, std::span<std::byte> dest);
   /// Waits for a posted receive. Throws Timeout, PeerLost, ProtocolError.
   void Wait(int peer, uint64_t tag);
+  /// Waits for whichever of the posted receives `pieces` (group peer, tag)
+  /// completes first; returns its index (earlier entries win when several
+  /// are complete). Throws as Wait does.
+  size_t WaitAny(std::span<const std::pair<int, uint64_t>> pieces);
   /// Post + Wait.
   void Receive(int peer, uint64_t tag, std::span<std::byte> dest) {
     Post(peer, tag, dest);

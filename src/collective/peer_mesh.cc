@@ -306,65 +306,115 @@ void PeerMesh::Post(int peer, const MessageKey& key, std::span<std::byte> dest) 
     s.state = Slot::State::kDone;
     s.error = std::move(error);
   }
+  Wake();
+}
+
+void PeerMesh::Wake() {
+  progress_.fetch_add(1, std::memory_order_release);
   cv_.notify_all();
+}
+
+PeerMesh::Progress PeerMesh::TryCompleteLocked(std::unique_lock<std::mutex>& lock,
+                                               const SlotKey& sk) {
+  auto it = slots_.find(sk);
+  if (it != slots_.end() && it->second.state == Slot::State::kRef && it->second.posted &&
+      !failure_) {
+    // Same-host copy: this thread copies the piece out of the peer.
+    Slot& s = it->second;
+    const std::span<std::byte> dest = s.dest;
+    const uint64_t address = s.ref_address;
+    const uint64_t length = s.ref_length;
+    const net::ConnectionId link = s.ref_link;
+    s.state = Slot::State::kFilling;
+    lock.unlock();
+    std::string error;
+    FailureKind kind = FailureKind::kProtocol;
+    bool copy_failed = false;
+    if (length != dest.size()) {
+      error = fmt::format(
+          "{} sent {} bytes for a piece of {} bytes (communicator {}, operation {}, tag {:#x})",
+          Describe(sk.peer), length, dest.size(), sk.key.communicator, sk.key.sequence, sk.key.tag);
+    } else {
+      error = CopyFromPeer(sk.peer, address, dest, kind);
+      copy_failed = !error.empty();
+    }
+    SendRefDone(link, sk.key);
+    if (copy_failed) {
+      log_.Error("{}", error);
+      Fail(kind, error);
+    }
+    lock.lock();
+    it = slots_.find(sk);
+    if (it == slots_.end()) return Progress::kFailed;
+    if (failure_) {
+      // The peer may have let go of its memory meanwhile: the bytes
+      // cannot be trusted.
+      slots_.erase(it);
+      return Progress::kFailed;
+    }
+    it->second.state = Slot::State::kDone;
+    it->second.error = std::move(error);
+  }
+  if (it != slots_.end() && it->second.state == Slot::State::kDone) {
+    std::string error = std::move(it->second.error);
+    slots_.erase(it);
+    if (!error.empty()) throw ProtocolError(error);
+    return Progress::kDone;
+  }
+  return Progress::kPending;
 }
 
 PeerMesh::WaitResult PeerMesh::Wait(int peer, const MessageKey& key,
                                     std::chrono::steady_clock::time_point deadline) {
+  const SlotKey one[] = {SlotKey{peer, key}};
+  return WaitAny(one, deadline).first;
+}
+
+std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
+    std::span<const SlotKey> pieces, std::chrono::steady_clock::time_point deadline) {
   std::unique_lock lock(mu_);
-  const SlotKey sk{peer, key};
+  std::chrono::steady_clock::time_point spin_until{};  // set by the first poll
   for (;;) {
-    auto it = slots_.find(sk);
-    if (it != slots_.end() && it->second.state == Slot::State::kRef && it->second.posted &&
-        !failure_) {
-      // Same-host copy: this thread copies the piece out of the peer.
-      Slot& s = it->second;
-      const std::span<std::byte> dest = s.dest;
-      const uint64_t address = s.ref_address;
-      const uint64_t length = s.ref_length;
-      const net::ConnectionId link = s.ref_link;
-      s.state = Slot::State::kFilling;
-      lock.unlock();
-      std::string error;
-      FailureKind kind = FailureKind::kProtocol;
-      bool copy_failed = false;
-      if (length != dest.size()) {
-        error = fmt::format(
-            "{} sent {} bytes for a piece of {} bytes (communicator {}, operation {}, tag {:#x})",
-            Describe(peer), length, dest.size(), key.communicator, key.sequence, key.tag);
-      } else {
-        error = CopyFromPeer(peer, address, dest, kind);
-        copy_failed = !error.empty();
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      switch (TryCompleteLocked(lock, pieces[i])) {
+        case Progress::kDone:
+          return {WaitResult::kDone, i};
+        case Progress::kFailed:
+          return {WaitResult::kFailed, 0};
+        case Progress::kPending:
+          break;
       }
-      SendRefDone(link, key);
-      if (copy_failed) {
-        log_.Error("{}", error);
-        Fail(kind, error);
-      }
-      lock.lock();
-      it = slots_.find(sk);
-      if (it == slots_.end()) return WaitResult::kFailed;
-      if (failure_) {
-        // The peer may have let go of its memory meanwhile: the bytes
-        // cannot be trusted.
-        slots_.erase(it);
-        return WaitResult::kFailed;
-      }
-      it->second.state = Slot::State::kDone;
-      it->second.error = std::move(error);
-      continue;
     }
-    if (it != slots_.end() && it->second.state == Slot::State::kDone) {
-      std::string error = std::move(it->second.error);
-      slots_.erase(it);
-      if (!error.empty()) throw ProtocolError(error);
-      return WaitResult::kDone;
+    if (failure_) return {WaitResult::kFailed, 0};
+    if (options_.spin.count() > 0) {
+      // Poll before sleeping: a piece due within the spin budget is seen
+      // without the wake-up of a sleeping thread (docs/collectives.md,
+      // "Waiting"). Yielding keeps the transport's thread running on a
+      // machine with fewer cores than threads.
+      const auto now = std::chrono::steady_clock::now();
+      if (spin_until == std::chrono::steady_clock::time_point{}) {
+        spin_until = std::min(deadline, now + options_.spin);
+      }
+      if (now < spin_until) {
+        const uint64_t seen = progress_.load(std::memory_order_acquire);
+        lock.unlock();
+        while (progress_.load(std::memory_order_acquire) == seen &&
+               std::chrono::steady_clock::now() < spin_until) {
+          std::this_thread::yield();
+        }
+        lock.lock();
+        continue;
+      }
     }
-    if (failure_) return WaitResult::kFailed;
     if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      it = slots_.find(sk);
-      if (it != slots_.end() && it->second.state == Slot::State::kDone) continue;
-      return failure_ ? WaitResult::kFailed : WaitResult::kTimedOut;
+      // One last look: a piece may have completed at the deadline.
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        auto it = slots_.find(pieces[i]);
+        if (it != slots_.end() && it->second.state == Slot::State::kDone) {
+          if (TryCompleteLocked(lock, pieces[i]) == Progress::kDone) return {WaitResult::kDone, i};
+        }
+      }
+      return {failure_ ? WaitResult::kFailed : WaitResult::kTimedOut, 0};
     }
   }
 }
@@ -422,7 +472,7 @@ void PeerMesh::Fail(FailureKind kind, const std::string& text) {
     std::lock_guard lock(mu_);
     FailLocked(kind, text);
   }
-  cv_.notify_all();
+  Wake();
   ReleaseUncopiedRefs();
 }
 
@@ -529,7 +579,7 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
         ack = AcceptHelloLocked(id, hello);
       }
       if (ack) SendAck(id, *ack);
-      cv_.notify_all();
+      Wake();
       return;
     }
     if (m.header.type == msg::kHelloAck) {
@@ -592,7 +642,7 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
                         Describe(peer), key.communicator, key.sequence, key.tag));
       }
     }
-    cv_.notify_all();
+    Wake();
   } catch (const Error& e) {
     log_.Error("collective connection from {}: {}; closing it",
                transport_.Peer(id).address.ToString(), e.what());
@@ -626,7 +676,7 @@ void PeerMesh::OnHelloAck(net::ConnectionId id, const net::Message& m) {
     status.meta = CopyStatus{reads}.Encode();
     transport_.Send(id, std::move(status));
   }
-  cv_.notify_all();
+  Wake();
 }
 
 void PeerMesh::OnCopyStatus(net::ConnectionId id, const net::Message& m) {
@@ -640,7 +690,7 @@ void PeerMesh::OnCopyStatus(net::ConnectionId id, const net::Message& m) {
     peer_reads_me_[static_cast<size_t>(link->second.rank)] = status.reads_you ? 1 : 0;
     status_heard_[static_cast<size_t>(link->second.rank)] = 1;
   }
-  cv_.notify_all();
+  Wake();
 }
 
 void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
@@ -678,7 +728,7 @@ void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
     SendRefDone(id, ref.key);
     return;
   }
-  cv_.notify_all();
+  Wake();
 }
 
 void PeerMesh::OnDataRefDone(net::ConnectionId id, const net::Message& m) {
@@ -753,7 +803,7 @@ void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
     // Pieces sent by reference to that peer will not be answered now.
     refs = TakeRefsLocked(link->second.rank);
   }
-  cv_.notify_all();
+  Wake();
   if (!refs.empty()) {
     auto error = std::make_exception_ptr(PeerLost(text));
     for (auto& f : refs) f(error);

@@ -31,6 +31,7 @@
 // once and every later operation fails with the same text.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -78,6 +79,9 @@ class PeerMesh final : public net::TransportHandler {
     std::chrono::milliseconds connect_timeout{120000};
     /// TANDEM_COLLECTIVE_SAME_HOST_COPY: offer and use the same-host copy.
     bool same_host_copy = true;
+    /// TANDEM_COLLECTIVE_SPIN_US: how long Wait polls (yielding) before it
+    /// sleeps on the condition variable; 0 sleeps at once.
+    std::chrono::microseconds spin{0};
   };
 
   /// `transport` and `log` are borrowed and must outlive the mesh. The
@@ -117,11 +121,23 @@ class PeerMesh final : public net::TransportHandler {
   /// Abandon returned). Throws InvalidArgument if it is already posted.
   void Post(int peer, const MessageKey& key, std::span<std::byte> dest);
 
+  /// A piece: the worker it comes from and its key.
+  struct SlotKey {
+    int peer;
+    MessageKey key;
+    auto operator<=>(const SlotKey&) const = default;
+  };
+
   enum class WaitResult { kDone, kTimedOut, kFailed };
   /// Waits until the receive (peer, key) is complete, the mesh failed, or
   /// `deadline`. kDone forgets the receive; throws ProtocolError (naming the
   /// peer and both sizes) when the peer sent a payload of the wrong size.
   WaitResult Wait(int peer, const MessageKey& key, std::chrono::steady_clock::time_point deadline);
+  /// As Wait, for whichever of the posted receives `pieces` completes first
+  /// (earlier entries win when several are complete); with kDone, the index
+  /// of the piece, which is forgotten (the others stay posted).
+  std::pair<WaitResult, size_t> WaitAny(std::span<const SlotKey> pieces,
+                                        std::chrono::steady_clock::time_point deadline);
 
   /// True when the posted receive (peer, key) is complete (for errors that
   /// name the peers not heard from).
@@ -152,11 +168,6 @@ class PeerMesh final : public net::TransportHandler {
   std::pair<int, int> SameHostPeers() const;
 
  private:
-  struct SlotKey {
-    int peer;
-    MessageKey key;
-    auto operator<=>(const SlotKey&) const = default;
-  };
   struct Slot {
     // kRef: a kDataRef arrived; copied by Wait once posted.
     enum class State { kPosted, kFilling, kArrived, kRef, kDone } state = State::kPosted;
@@ -181,7 +192,15 @@ class PeerMesh final : public net::TransportHandler {
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
   void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
-  int OpenLinksLocked(int peer) const;                         // requires mu_
+  // One look at a posted receive (under `lock`, which it may release to
+  // copy a piece sent by reference): kDone forgets it; throws ProtocolError
+  // for a piece of the wrong size.
+  enum class Progress { kPending, kDone, kFailed };
+  Progress TryCompleteLocked(std::unique_lock<std::mutex>& lock, const SlotKey& sk);
+  // Wakes every Wait after a change of state: counts progress_ (for the
+  // polling ones) and notifies cv_ (for the sleeping ones).
+  void Wake();
+  int OpenLinksLocked(int peer) const;  // requires mu_
   // Records the link; returns nothing (and fails the mesh) for a bad hello,
   // else whether this process can read the peer's memory.
   std::optional<bool> AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // mu_
@@ -218,6 +237,7 @@ class PeerMesh final : public net::TransportHandler {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::atomic<uint64_t> progress_{0};        // bumped by Wake()
   std::map<net::ConnectionId, Link> links_;  // every mesh connection, both directions
   std::map<SlotKey, Slot> slots_;
   // Hellos that arrived before Connect() knew the node table.

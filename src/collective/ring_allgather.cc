@@ -9,7 +9,8 @@
 // Pipelining: blocks travel in segments of at most `segment_elements`; all
 // receives are posted before the first send (RingAllGatherPost), so each
 // segment lands in place without a copy, and is forwarded as soon as it
-// arrived while later segments are still on the wire.
+// arrived while later segments are still on the wire (in the order they
+// arrive, within a short window: ArrivalWindow).
 //
 // Bytes on the wire: each rank sends and receives every block but its own,
 // (n-1)/n of the vector for equal blocks; n-1 steps; tags
@@ -23,6 +24,7 @@
 #include <algorithm>
 
 #include "collective/algorithms.h"
+#include "collective/arrival_window.h"
 
 namespace tandem::collective {
 
@@ -67,15 +69,26 @@ void RingAllGatherRun(OpContext& ctx, std::byte* out, const Blocks& blocks, int 
     ctx.Send(right, Tag(phase::kAllGather, 0, j),
              {out + (blocks.offset[own] + first) * element_size, len * element_size});
   });
+  // Forward the segments as they arrive (ArrivalWindow): each lands in its
+  // own place, so the order among them is free.
+  std::vector<std::pair<int, uint64_t>> expected;
+  std::vector<std::pair<int, size_t>> step_segment;
   for (int s = 0; s < n - 1; ++s) {
     const auto c = static_cast<size_t>(Mod(r + shift - s - 1, n));
-    ForEachSegment(blocks.count[c], seg, [&](size_t j, size_t first, size_t len) {
-      ctx.Wait(left, Tag(phase::kAllGather, static_cast<uint64_t>(s), j));
-      if (s < n - 2) {
-        ctx.Send(right, Tag(phase::kAllGather, static_cast<uint64_t>(s + 1), j),
-                 {out + (blocks.offset[c] + first) * element_size, len * element_size});
-      }
+    ForEachSegment(blocks.count[c], seg, [&](size_t j, size_t, size_t) {
+      expected.emplace_back(left, Tag(phase::kAllGather, static_cast<uint64_t>(s), j));
+      step_segment.emplace_back(s, j);
     });
+  }
+  ArrivalWindow arrivals(std::move(expected));
+  while (!arrivals.done()) {
+    const auto [s, j] = step_segment[arrivals.Next(ctx)];
+    if (s == n - 2) continue;
+    const auto c = static_cast<size_t>(Mod(r + shift - s - 1, n));
+    const size_t first = j * seg;
+    const size_t len = std::min(seg, blocks.count[c] - first);
+    ctx.Send(right, Tag(phase::kAllGather, static_cast<uint64_t>(s + 1), j),
+             {out + (blocks.offset[c] + first) * element_size, len * element_size});
   }
 }
 

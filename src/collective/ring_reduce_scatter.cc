@@ -13,7 +13,9 @@
 // of the operation is posted up front (into `scratch`, one region per step)
 // so the transport reads each segment straight there; the operation's
 // thread waits for segment (s, j), combines it, and at once sends it on as
-// segment (s+1, j). While it combines one segment, the transport's thread
+// segment (s+1, j); it takes the segments in the order they arrive, within
+// a short window (ArrivalWindow), so that one stalled connection of several
+// per pair holds back only its own segments. While it combines one segment, the transport's thread
 // writes the segments queued before it and reads the ones that follow:
 // sending, receiving and reducing overlap.
 //
@@ -26,6 +28,7 @@
 #include <algorithm>
 
 #include "collective/algorithms.h"
+#include "collective/arrival_window.h"
 
 namespace tandem::collective {
 
@@ -69,19 +72,28 @@ void RingReduceScatter(OpContext& ctx, const ReduceSpec& spec, const std::byte* 
                {in + (blocks.offset[c] + j * seg) * es, len * es});
     }
   }
+  // Handle the segments as they arrive (ArrivalWindow): segment (s, j)
+  // touches only block recv_block(s), so the order among segments is free;
+  // each segment's combination stays `own op received`.
+  std::vector<std::pair<int, uint64_t>> expected;
+  std::vector<std::pair<int, size_t>> step_segment;
   for (int s = 0; s < n - 1; ++s) {
+    for (size_t j = 0, segs = Segments(blocks.count[recv_block(s)], seg); j < segs; ++j) {
+      expected.emplace_back(left, Tag(phase::kReduceScatter, static_cast<uint64_t>(s), j));
+      step_segment.emplace_back(s, j);
+    }
+  }
+  ArrivalWindow arrivals(std::move(expected));
+  while (!arrivals.done()) {
+    const auto [s, j] = step_segment[arrivals.Next(ctx)];
     const size_t c = recv_block(s);
-    for (size_t j = 0, segs = Segments(blocks.count[c], seg); j < segs; ++j) {
-      const size_t len = std::min(seg, blocks.count[c] - j * seg);
-      ctx.Wait(left, Tag(phase::kReduceScatter, static_cast<uint64_t>(s), j));
-      const size_t element = blocks.offset[c] + j * seg;
-      std::byte* dst = out + element * es;
-      base::ReduceInto(spec.op, spec.dtype, dst, in + element * es,
-                       scratch.data() + (scratch_at[static_cast<size_t>(s)] + j * seg) * es, len);
-      if (s < n - 2) {
-        ctx.Send(right, Tag(phase::kReduceScatter, static_cast<uint64_t>(s + 1), j),
-                 {dst, len * es});
-      }
+    const size_t len = std::min(seg, blocks.count[c] - j * seg);
+    const size_t element = blocks.offset[c] + j * seg;
+    std::byte* dst = out + element * es;
+    base::ReduceInto(spec.op, spec.dtype, dst, in + element * es,
+                     scratch.data() + (scratch_at[static_cast<size_t>(s)] + j * seg) * es, len);
+    if (s < n - 2) {
+      ctx.Send(right, Tag(phase::kReduceScatter, static_cast<uint64_t>(s + 1), j), {dst, len * es});
     }
   }
 }

@@ -18,12 +18,16 @@ using testing::Is;
 using testing::What;
 using Clock = std::chrono::steady_clock;
 
-class PeerDeath : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
+// The third parameter is the waits' polling budget (TANDEM_COLLECTIVE_SPIN_US):
+// 0 sleeps at once; 200 ms polls far longer than a piece takes, so the loss
+// must end a polling wait too.
+class PeerDeath : public ::testing::TestWithParam<
+                      std::tuple<int, AllReduceAlgorithm, std::chrono::microseconds>> {};
 
 TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
-  const auto [n, algorithm] = GetParam();
+  const auto [n, algorithm, spin] = GetParam();
   const int victim = n - 1;
-  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20)));
+  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, spin));
   auto errors = job.Run([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     Buffer b(DType::kF32, 100000);
     ReduceOptions o;
@@ -62,14 +66,22 @@ INSTANTIATE_TEST_SUITE_P(GroupsAndAlgorithms, PeerDeath,
                          ::testing::Combine(::testing::Values(2, 3, 5),
                                             ::testing::Values(AllReduceAlgorithm::kRing,
                                                               AllReduceAlgorithm::kHalvingDoubling,
-                                                              AllReduceAlgorithm::kDirect)),
+                                                              AllReduceAlgorithm::kDirect),
+                                            ::testing::Values(std::chrono::microseconds(0),
+                                                              std::chrono::microseconds(200000))),
                          [](const auto& info) {
-                           return fmt::format("n{}_{}", std::get<0>(info.param),
-                                              AllReduceAlgorithmName(std::get<1>(info.param)));
+                           return fmt::format("n{}_{}_spin{}us", std::get<0>(info.param),
+                                              AllReduceAlgorithmName(std::get<1>(info.param)),
+                                              std::get<2>(info.param).count());
                          });
 
-TEST(CollectiveTimeout, AnAbsentRankIsNamedWithTheOperationAndTensor) {
-  CollectiveJob job(3);
+// With a polling budget (1 s) longer than the operation's time-out (300 ms),
+// the time-out still ends the wait.
+class CollectiveTimeout : public ::testing::TestWithParam<std::chrono::microseconds> {};
+
+TEST_P(CollectiveTimeout, AnAbsentRankIsNamedWithTheOperationAndTensor) {
+  CollectiveJob job(3,
+                    testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, GetParam()));
   job.RunOk([&](int rank, CollectiveService& s) {
     if (rank == 2) {
       // Never joins the operation; waits until the others gave up.
@@ -94,6 +106,13 @@ TEST(CollectiveTimeout, AnAbsentRankIsNamedWithTheOperationAndTensor) {
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Spin, CollectiveTimeout,
+                         ::testing::Values(std::chrono::microseconds(0),
+                                           std::chrono::microseconds(1000000)),
+                         [](const auto& info) {
+                           return fmt::format("spin{}us", info.param.count());
+                         });
 
 // (rank 0's count, with rank 1 sending one element more): 10 elements go as
 // bytes; 20 000 (80 000 bytes, above 32 KiB) go by reference between these
