@@ -99,8 +99,8 @@ struct Cluster::Impl {
       topts.tls = net::TlsContext::Load({config.tls_cert, config.tls_key, config.tls_ca});
     // TANDEM_MAX_INFLIGHT_BYTES bounds each connection's send queue
     // (docs/transport.md, "Back-pressure").
-    net::TcpTuning tuning;
-    tuning.send_queue = net::SendQueueBound::FromEnvironment(env);
+    // and TANDEM_TCP_RTO_MIN_MS the floor of the retransmission time-out.
+    net::TcpTuning tuning = net::TcpTuning::FromEnvironment(env);
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
       return std::make_unique<net::TcpTransport>(topts, handler, log, tuning);
     };

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <span>
 
 #include "tandem/error.h"
 
@@ -24,7 +25,8 @@ struct Row {
 
 constexpr size_t kAny = std::numeric_limits<size_t>::max();
 
-constexpr Row kTable[] = {
+// Pieces over TCP (across hosts, or on one host without the copy).
+constexpr Row kTcpTable[] = {
     {1, kAny, AllReduceAlgorithm::kDirect},  // nothing to exchange
     // 4 ranks on loopback (docs/benchmarks.md, "Collectives"): direct is
     // fastest to 16 KiB, halving-doubling to 1 MiB, the ring above.
@@ -33,6 +35,21 @@ constexpr Row kTable[] = {
     {8, kAny, AllReduceAlgorithm::kRing},
     // Larger groups (not measured on this machine): halving-doubling's
     // log2 steps win over the ring's n-1 for longer.
+    {std::numeric_limits<int>::max(), 4 << 10, AllReduceAlgorithm::kDirect},
+    {std::numeric_limits<int>::max(), 4 << 20, AllReduceAlgorithm::kHalvingDoubling},
+    {std::numeric_limits<int>::max(), kAny, AllReduceAlgorithm::kRing},
+};
+
+// Pieces by the same-host copy (every member on one host offered it).
+// 4 ranks (docs/benchmarks.md, "Collectives"): halving-doubling beats the
+// ring at every size from 256 KiB (1.3-1.4x at 4-64 MiB): with the copy a
+// piece costs one memcpy whatever its length, and halving-doubling moves
+// its bytes in 2 log2 n steps against the ring's 2(n-1). Larger groups are
+// not measured and keep the TCP rows.
+constexpr Row kCopyTable[] = {
+    {1, kAny, AllReduceAlgorithm::kDirect},
+    {8, 16 << 10, AllReduceAlgorithm::kDirect},
+    {8, kAny, AllReduceAlgorithm::kHalvingDoubling},
     {std::numeric_limits<int>::max(), 4 << 10, AllReduceAlgorithm::kDirect},
     {std::numeric_limits<int>::max(), 4 << 20, AllReduceAlgorithm::kHalvingDoubling},
     {std::numeric_limits<int>::max(), kAny, AllReduceAlgorithm::kRing},
@@ -59,10 +76,12 @@ AlgorithmTable AlgorithmTable::FromEnvironment(const base::Environment& env) {
 }
 
 AllReduceAlgorithm AlgorithmTable::Choose(size_t bytes, int group_size,
-                                          AllReduceAlgorithm requested) const {
+                                          AllReduceAlgorithm requested, Path path) const {
   if (requested != AllReduceAlgorithm::kAuto) return requested;
   if (forced_) return *forced_;
-  for (const Row& row : kTable) {
+  const std::span<const Row> rows = path == Path::kSameHostCopy ? std::span<const Row>(kCopyTable)
+                                                                : std::span<const Row>(kTcpTable);
+  for (const Row& row : rows) {
     if (group_size <= row.max_group && bytes <= row.max_bytes) return row.algorithm;
   }
   return AllReduceAlgorithm::kRing;

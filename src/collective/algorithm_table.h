@@ -20,10 +20,16 @@ class AlgorithmTable {
   /// ConfigError for another value.
   static AlgorithmTable FromEnvironment(const base::Environment& env);
 
-  /// The algorithm for `bytes` of payload among `group_size` ranks:
-  /// `requested` unless it is kAuto, else the override, else the table.
+  /// Which rows apply: pieces between the members go by the same-host copy
+  /// (every member on one host offered it), or over TCP.
+  enum class Path { kTcp, kSameHostCopy };
+
+  /// The algorithm for `bytes` of payload among `group_size` ranks on
+  /// `path`: `requested` unless it is kAuto, else the override, else the
+  /// table.
   AllReduceAlgorithm Choose(size_t bytes, int group_size,
-                            AllReduceAlgorithm requested = AllReduceAlgorithm::kAuto) const;
+                            AllReduceAlgorithm requested = AllReduceAlgorithm::kAuto,
+                            Path path = Path::kTcp) const;
 
   /// Parses an algorithm name as above. Throws ConfigError naming `name`.
   static AllReduceAlgorithm Parse(std::string_view name);

@@ -66,12 +66,23 @@ void CollectiveService::Start() {
 
 CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& world_ranks) const {
   CommunicatorSettings s = settings_.communicator;
-  if (!s.segment_by_placement) return s;
-  // Every member sees the same node table, so every member decides alike.
+  // Every member sees the same node table and the same copy offers, so
+  // every member decides alike.
   bool one_host = true;
-  for (int r : world_ranks) one_host = one_host && mesh_.Host(r) == mesh_.Host(world_ranks[0]);
-  s.segment_bytes = one_host ? CommunicatorSettings::kOneHostSegmentBytes
-                             : CommunicatorSettings::kNetworkSegmentBytes;
+  bool all_offer = true;
+  for (int r : world_ranks) {
+    one_host = one_host && mesh_.Host(r) == mesh_.Host(world_ranks[0]);
+    all_offer = all_offer && mesh_.OffersCopy(r);
+  }
+  s.path = one_host && all_offer ? AlgorithmTable::Path::kSameHostCopy : AlgorithmTable::Path::kTcp;
+  if (s.segment_by_placement) {
+    s.segment_bytes = one_host ? CommunicatorSettings::kOneHostSegmentBytes
+                               : CommunicatorSettings::kNetworkSegmentBytes;
+  }
+  log_.V1("communicator of {} worker(s) {}: the selection table's {} rows, {} KiB segments",
+          world_ranks.size(), one_host ? "on one host" : "across hosts",
+          s.path == AlgorithmTable::Path::kSameHostCopy ? "same-host-copy" : "TCP",
+          s.segment_bytes >> 10);
   return s;
 }
 

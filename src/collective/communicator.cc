@@ -194,7 +194,7 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
           base::Scale(dtype, dst, count, prescale);
         }
         const std::byte* from = prescale != 1.0 ? dst : src;
-        switch (c.settings().table.Choose(bytes, n, requested)) {
+        switch (c.settings().table.Choose(bytes, n, requested, c.settings().path)) {
           case AllReduceAlgorithm::kRing:
           case AllReduceAlgorithm::kAuto:
             collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),

@@ -49,6 +49,10 @@ struct CommunicatorSettings {
   /// announced the same host address, else kNetworkSegmentBytes.
   bool segment_by_placement = false;
   AlgorithmTable table;  ///< TANDEM_ALLREDUCE_ALGORITHM
+  /// Which rows of `table` apply: kSameHostCopy when every member announced
+  /// the same host and offered the same-host copy (what every member knows
+  /// alike, so all choose alike).
+  AlgorithmTable::Path path = AlgorithmTable::Path::kTcp;
 };
 
 /// Thread-safety: Submit and Run may be called from any thread; the queue

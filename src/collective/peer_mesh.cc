@@ -68,6 +68,7 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     outgoing_.assign(workers_.size(), {});
     peer_reads_me_.assign(workers_.size(), 0);
     peer_pids_.assign(workers_.size(), 0);
+    peer_offers_.assign(workers_.size(), 0);
     status_heard_.assign(workers_.size(), 0);
   }
   std::vector<std::pair<net::ConnectionId, bool>> to_ack;
@@ -142,6 +143,12 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
       "of {} peers{}",
       size(), k_count, copy_peers, size() - 1,
       options_.same_host_copy ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0)");
+}
+
+bool PeerMesh::OffersCopy(int rank) const {
+  if (rank == self_rank_) return options_.same_host_copy;
+  std::lock_guard lock(mu_);
+  return peer_offers_.at(static_cast<size_t>(rank)) != 0;
 }
 
 std::pair<int, int> PeerMesh::SameHostPeers() const {
@@ -664,6 +671,7 @@ void PeerMesh::OnHelloAck(net::ConnectionId id, const net::Message& m) {
     const auto& conns = outgoing_[peer];
     first_link = !conns.empty() && conns.front() == id;
     if (first_link) {
+      peer_offers_[peer] = ack.probe.pid > 0 ? 1 : 0;
       peer_reads_me_[peer] = ack.reads_you ? 1 : 0;
       reads = CanRead(ack.probe);
       peer_pids_[peer] = reads ? ack.probe.pid : 0;
@@ -781,6 +789,7 @@ std::optional<bool> PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hell
   links_[id] = Link{hello.rank, true, true};
   outgoing_[static_cast<size_t>(hello.rank)].push_back(id);
   if (hello.connection != 0) return false;
+  peer_offers_[static_cast<size_t>(hello.rank)] = hello.probe.pid > 0 ? 1 : 0;
   const bool reads = CanRead(hello.probe);
   peer_pids_[static_cast<size_t>(hello.rank)] = reads ? hello.probe.pid : 0;
   return reads;

@@ -163,6 +163,12 @@ class PeerMesh final : public net::TransportHandler {
   /// posted buffers once OnDisconnected ran.
   void CloseAll();
 
+  /// Whether worker `rank` offered the same-host copy (its probe, or this
+  /// process's setting): what every worker knows alike of every other once
+  /// the mesh formed, unlike whether a copy works (which each side finds
+  /// out for itself). Valid after Connect().
+  bool OffersCopy(int rank) const;
+
   /// How many peers this process sends by reference (they read its memory)
   /// and reads by reference; for logs and tests.
   std::pair<int, int> SameHostPeers() const;
@@ -251,6 +257,7 @@ class PeerMesh final : public net::TransportHandler {
   const uint64_t cookie_;
   std::vector<char> peer_reads_me_;  // by rank
   std::vector<int32_t> peer_pids_;   // by rank
+  std::vector<char> peer_offers_;    // by rank: its probe offered the copy
   std::vector<char> status_heard_;   // by rank: its kCopyStatus arrived (higher ranks)
   std::map<SlotKey, std::function<void(std::exception_ptr)>> refs_out_;
 };

@@ -197,4 +197,12 @@ void SetBufferSizes(int fd, int bytes) {
   }
 }
 
+bool SetRtoMin(int fd, std::chrono::microseconds floor) {
+  // The value of TCP_RTO_MIN_US in linux/tcp.h from Linux 6.15; Debian's
+  // headers are older.
+  constexpr int kTcpRtoMinUs = 45;
+  const int us = static_cast<int>(floor.count());
+  return ::setsockopt(fd, IPPROTO_TCP, kTcpRtoMinUs, &us, sizeof(us)) == 0;
+}
+
 }  // namespace tandem::net

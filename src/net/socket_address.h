@@ -87,6 +87,11 @@ void SetNoDelay(int fd);
 /// kernel's autotuning is kept otherwise). Throws IoError.
 void SetBufferSizes(int fd, int bytes);
 
+/// Sets the floor of `fd`'s retransmission time-out (TCP_RTO_MIN_US, Linux
+/// 6.15 and later; the kernel rounds it up to whole clock ticks). Returns
+/// false when the kernel does not know the option.
+bool SetRtoMin(int fd, std::chrono::microseconds floor);
+
 /// errno's text for `err`.
 std::string ErrnoText(int err);
 

@@ -41,9 +41,25 @@ std::shared_ptr<TcpConnection> TcpTransport::Find(ConnectionId id) const {
   return it == connections_.end() ? nullptr : it->second;
 }
 
+TcpTuning TcpTuning::FromEnvironment(const base::Environment& env) {
+  TcpTuning t;
+  t.rto_min = std::chrono::milliseconds(env.GetInt(
+      "TANDEM_TCP_RTO_MIN_MS",
+      std::chrono::duration_cast<std::chrono::milliseconds>(kDefaultRtoMin).count(), 0, 200));
+  t.send_queue = SendQueueBound::FromEnvironment(env);
+  return t;
+}
+
 void TcpTransport::ConfigureSocket(int fd) {
   SetNoDelay(fd);
   SetBufferSizes(fd, tuning_.socket_buffer_bytes);
+  if (tuning_.rto_min.count() > 0 && !SetRtoMin(fd, tuning_.rto_min) &&
+      !rto_min_refused_.exchange(true)) {
+    logger_.Warn(
+        "TANDEM_TCP_RTO_MIN_MS={} not applied: this kernel refuses TCP_RTO_MIN_US (Linux 6.15 "
+        "or later has it); connections keep the kernel's minimum retransmission time-out",
+        std::chrono::duration_cast<std::chrono::milliseconds>(tuning_.rto_min).count());
+  }
 }
 
 Endpoint TcpTransport::Listen(const Endpoint& local) {

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/environment.h"
 #include "base/logger.h"
 #include "net/deferred_error.h"
 #include "net/event_loop.h"
@@ -33,9 +34,21 @@ struct TcpTuning {
   std::chrono::milliseconds initial_backoff{50};
   /// Longest pause between connection attempts.
   std::chrono::milliseconds max_backoff{2000};
+  /// Reads TANDEM_TCP_RTO_MIN_MS (0 to 200) and TANDEM_MAX_INFLIGHT_BYTES.
+  /// Throws ConfigError naming the variable.
+  static TcpTuning FromEnvironment(const base::Environment& env);
   /// SO_SNDBUF/SO_RCVBUF for every socket; 0 keeps the kernel's autotuning,
   /// which measured faster on loopback (docs/benchmarks.md).
   int socket_buffer_bytes = 0;
+  /// What FromEnvironment takes without TANDEM_TCP_RTO_MIN_MS: 10 ms
+  /// (docs/transport.md, "Loss", has the measurement).
+  static constexpr std::chrono::microseconds kDefaultRtoMin{10000};
+  /// TANDEM_TCP_RTO_MIN_MS: the floor of every socket's retransmission
+  /// time-out (Linux's TCP_RTO_MIN_US, kernels from 6.15); zero keeps the
+  /// kernel's 200 ms. A lower floor shortens the stall after a lost
+  /// retransmission on a lossy link (docs/transport.md, "Loss"). A
+  /// default-constructed TcpTuning (tests, tools) keeps the kernel's.
+  std::chrono::microseconds rto_min{0};
   /// The bound on each connection's send queue and its metrics
   /// (docs/transport.md, "Back-pressure").
   SendQueueBound send_queue;
@@ -138,7 +151,8 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   std::unordered_map<ConnectionId, std::shared_ptr<std::promise<DeferredError>>> connect_waiters_;
   bool closed_everything_ = false;
 
-  std::mutex shutdown_mu_;  // serialises Shutdown()
+  std::atomic<bool> rto_min_refused_{false};  // warned once that the kernel refused it
+  std::mutex shutdown_mu_;                    // serialises Shutdown()
   // Declared last: its thread runs code that uses every member above, and it
   // is stopped in Shutdown() before any of them is destroyed.
   std::unique_ptr<EventLoop> loop_;

@@ -37,6 +37,12 @@ def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, worke
     formed = re.findall(r"collective mesh formed: .*same-host copy with (\d+) of (\d+) peers",
                         result.output)
     assert formed == [(str(peers), str(workers - 1))] * workers, formed
+    # Every worker picks the same rows of the selection table: the copy's
+    # when all offered it (all on one host here), else TCP's.
+    rows = re.findall(r"communicator of (\d+) worker\(s\) on one host: the selection table's "
+                      r"(\S+) rows, 1024 KiB segments", result.output)
+    expected_rows = "same-host-copy" if copy == "1" else "TCP"
+    assert rows == [(str(workers), expected_rows)] * workers, rows
     # Worker 0 hosted the rendezvous; no scheduler process was started.
     assert "worker 0 hosts the rendezvous in-process" in result.output
     assert "[scheduler]" not in result.output
