@@ -16,6 +16,11 @@
 //   halving_doubling gloo::AllreduceHalvingDoubling (legacy)
 //   allreduce_ring   gloo::allreduce with Algorithm::RING (the current API)
 //
+// With --rank R --store DIR [--host ADDR] the process runs one rank that
+// someone else started, bound to ADDR: one rank per host of the multi-host
+// bed, meeting through a FileStore in a directory the hosts share
+// (docs/benchmarks.md, "The multi-host bed").
+//
 // Each rank sends its per-iteration times to rank 0 through the store (not
 // through the data plane, which stays the algorithm's alone); rank 0 prints.
 #include <gloo/allreduce.h>
@@ -65,6 +70,8 @@ struct Options {
   // Set to run one rank under an outside launcher instead of forking.
   int rank = -1;
   std::string store_dir;
+  // The address this rank's Gloo device binds to and announces.
+  std::string host = "127.0.0.1";
 };
 
 [[noreturn]] void Usage(const char* why) {
@@ -74,7 +81,8 @@ struct Options {
                "ring|ring_chunked|halving_doubling|allreduce_ring\n"
                "       [--min-bytes 4K] [--max-bytes 64M] [--factor 2] [--iters 20] "
                "[--warmup 5] [--json] [--timeout S]\n"
-               "       [--rank R --store DIR   (one rank, started by someone else)]\n",
+               "       [--rank R --store DIR [--host ADDR]   (one rank, started by someone else;\n"
+               "        ADDR: the address it binds to, 127.0.0.1 unless given)]\n",
                why);
   std::exit(2);
 }
@@ -107,6 +115,8 @@ Options Parse(int argc, char** argv) {
       o.rank = std::stoi(value());
     else if (a == "--store")
       o.store_dir = value();
+    else if (a == "--host")
+      o.host = value();
     else if (a == "--json")
       o.json = true;
     else
@@ -169,7 +179,7 @@ Runner MakeRunner(const Options& o, const std::shared_ptr<gloo::Context>& ctx,
 // Runs one rank; rank 0 prints the report. Returns the exit code.
 int RunRank(const Options& o, int rank) {
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";  // loopback only
+  attr.hostname = o.host;  // loopback unless --host (a bed's host address)
   attr.ai_family = AF_INET;
   auto device = gloo::transport::tcp::CreateDevice(attr);
   gloo::rendezvous::FileStore store(o.store_dir);

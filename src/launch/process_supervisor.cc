@@ -7,6 +7,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -14,7 +15,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 
@@ -23,6 +23,27 @@
 
 namespace tandem::launch {
 namespace {
+
+// The text of a /proc/PID/stat file, or empty when it cannot be read (the
+// process is gone: open fails with ENOENT, read with ESRCH). Plain read(2):
+// a std::ifstream throws from inside its buffer on ESRCH.
+std::string ReadProcStat(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n < 0) text.clear();
+      break;
+    }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
 
 using std::chrono::milliseconds;
 
@@ -645,11 +666,13 @@ void ProcessSupervisor::EndAdoptedOrphans() {
   std::vector<pid_t> orphans;
   const pid_t self = ::getpid();
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = entry.path().filename().string();
+  // Processes come and go while we look: an entry that vanished, or whose
+  // stat cannot be read any more (ESRCH), is skipped, never an error.
+  for (std::filesystem::directory_iterator it("/proc", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(entry.path() / "stat");
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string stat = ReadProcStat(it->path() / "stat");
     const size_t paren = stat.rfind(')');
     if (paren == std::string::npos) continue;
     char state = 0;
