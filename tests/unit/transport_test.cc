@@ -953,5 +953,41 @@ TEST(InProcTransportTest, ManyNodesInOneProcess) {
   nodes.clear();
 }
 
+// A sender that shuts down while its peer still holds its messages (queued
+// on the peer's thread, not yet delivered) gets every on_sent, exactly
+// once, before Shutdown returns: before the fix the peer's hand-back found
+// the sender gone from the network and the callback was dropped, which left
+// a reliable transport above waiting for a message it never failed.
+class InProcShutdownOwed : public ::testing::TestWithParam<int> {};
+
+TEST_P(InProcShutdownOwed, EveryOnSentRunsOnceBeforeShutdownReturns) {
+  const int n = GetParam();
+  InProcNetwork network;
+  base::Logger log("test", 0, -1);
+  Recorder a_rec;
+  Recorder b_rec;
+  // A slow receiver: the sender's messages wait on its thread.
+  b_rec.on_message_ = [](ConnectionId, const Message&) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  };
+  auto b = std::make_unique<InProcTransport>(network, Options(), &b_rec, log);
+  auto a = std::make_unique<InProcTransport>(network, Options(), &a_rec, log);
+  Endpoint at = b->Listen({"b", 0});
+  ConnectionId id = a->Connect(at, 10s);
+  std::vector<std::atomic<int>> calls(static_cast<size_t>(n));
+  std::vector<std::byte> payload(64, std::byte{1});
+  for (int i = 0; i < n; ++i) {
+    a->Send(id, Msg(static_cast<uint64_t>(i), "m", {std::span<const std::byte>(payload)},
+                    [&calls, i](std::exception_ptr) { calls[static_cast<size_t>(i)]++; }));
+  }
+  a->Shutdown();
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(calls[static_cast<size_t>(i)].load(), 1) << "message " << i << " of " << n;
+  }
+  b->Shutdown();
+}
+
+INSTANTIATE_TEST_SUITE_P(Counts, InProcShutdownOwed, ::testing::Values(1, 50, 500));
+
 }  // namespace
 }  // namespace tandem::net
