@@ -65,12 +65,11 @@ void OpContext::Wait(int peer, uint64_t tag) {
 }
 
 size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
-  std::vector<PeerMesh::SlotKey> keys;
-  keys.reserve(pieces.size());
+  wait_keys_.clear();
   for (const auto& [peer, tag] : pieces) {
-    keys.push_back(PeerMesh::SlotKey{members_[static_cast<size_t>(peer)], Key(tag)});
+    wait_keys_.push_back(PeerMesh::SlotKey{members_[static_cast<size_t>(peer)], Key(tag)});
   }
-  auto [r, index] = mesh_.WaitAny(keys, deadline_);
+  auto [r, index] = mesh_.WaitAny(wait_keys_, deadline_);
   if (r == PeerMesh::WaitResult::kDone) {
     posted_.erase(pieces[index]);
     return index;

@@ -94,6 +94,7 @@ class OpContext {
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
   std::set<std::pair<int, uint64_t>> posted_;  // (group peer, tag) not yet awaited
+  std::vector<PeerMesh::SlotKey> wait_keys_;   // WaitAny's, kept to reuse its memory
   std::shared_ptr<Sends> sends_ = std::make_shared<Sends>();
   bool finished_ = false;
 };

@@ -15,9 +15,9 @@
 // thread waits for segment (s, j), combines it, and at once sends it on as
 // segment (s+1, j); it takes the segments in the order they arrive, within
 // a short window (ArrivalWindow), so that one stalled connection of several
-// per pair holds back only its own segments. While it combines one segment, the transport's thread
-// writes the segments queued before it and reads the ones that follow:
-// sending, receiving and reducing overlap.
+// per pair holds back only its own segments. While it combines one segment,
+// the transport's thread writes the segments queued before it and reads the
+// ones that follow: sending, receiving and reducing overlap.
 //
 // Bytes on the wire: each rank sends and receives (n-1)/n of the vector;
 // n-1 steps, each of one block; tags Tag(kReduceScatter, s, j).

@@ -19,6 +19,7 @@
 #include <limits>
 
 #include "base/exit_code.h"
+#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -28,21 +29,17 @@ namespace {
 // process is gone: open fails with ENOENT, read with ESRCH). Plain read(2):
 // a std::ifstream throws from inside its buffer on ESRCH.
 std::string ReadProcStat(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
+  net::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return {};
   std::string text;
   char buf[1024];
   for (;;) {
-    const ssize_t n = ::read(fd, buf, sizeof buf);
+    const ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      if (n < 0) text.clear();
-      break;
-    }
+    if (n < 0) return {};
+    if (n == 0) return text;
     text.append(buf, static_cast<size_t>(n));
   }
-  ::close(fd);
-  return text;
 }
 
 using std::chrono::milliseconds;

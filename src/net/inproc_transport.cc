@@ -47,11 +47,7 @@ void InProcNetwork::SettleSend(uint64_t owner, std::function<void(std::exception
   // counted is settled, so both the post and the count reach it.
   if (on_sent) {
     t->loop_->Post([t, on_sent = std::move(on_sent), error] {
-      try {
-        on_sent(error);
-      } catch (const std::exception& e) {
-        t->logger_.Error("an on_sent callback threw: {}", e.what());
-      }
+      InProcTransport::RunOnSent(on_sent, error, t->logger_);
     });
   }
   t->OnSendSettled();
@@ -287,21 +283,19 @@ void InProcTransport::FailConnect(ConnectionId id, DeferredError error) {
   if (done) done->set_value(std::move(error));
 }
 
-void InProcTransport::CompleteSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
-                                   std::exception_ptr error) {
-  network_.SettleSend(owner, std::move(on_sent), std::move(error));
+void InProcTransport::RunOnSent(const std::function<void(std::exception_ptr)>& on_sent,
+                                std::exception_ptr error, base::Logger& logger) {
+  try {
+    on_sent(error);
+  } catch (const std::exception& e) {
+    logger.Error("an on_sent callback threw: {}", e.what());
+  }
 }
 
 void InProcTransport::FailLocally(std::function<void(std::exception_ptr)> on_sent,
                                   std::exception_ptr error) {
   if (!on_sent) return;
-  auto run = [this, on_sent, error] {
-    try {
-      on_sent(error);
-    } catch (const std::exception& e) {
-      logger_.Error("an on_sent callback threw: {}", e.what());
-    }
-  };
+  auto run = [this, on_sent, error] { RunOnSent(on_sent, error, logger_); };
   if (!loop_->Post(run)) run();
 }
 
@@ -378,8 +372,9 @@ void InProcTransport::Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t se
     }
   }
   if (!open) {
-    CompleteSend(sender, std::move(msg.on_sent),
-                 std::make_exception_ptr(PeerLost("message not delivered: the connection closed")));
+    network_.SettleSend(
+        sender, std::move(msg.on_sent),
+        std::make_exception_ptr(PeerLost("message not delivered: the connection closed")));
     return;
   }
   const Header& h = msg.header;
@@ -396,7 +391,8 @@ void InProcTransport::Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t se
   if (!violation.empty()) {
     std::string reason = fmt::format("protocol violation by {}: {}", peer_name, violation);
     logger_.Warn("dropped connection {} with {}: {}", id, peer_name, reason);
-    CompleteSend(sender, std::move(msg.on_sent), std::make_exception_ptr(ProtocolError(reason)));
+    network_.SettleSend(sender, std::move(msg.on_sent),
+                        std::make_exception_ptr(ProtocolError(reason)));
     CloseConnection(id, reason, PeerNotice::kClosed);
     return;
   }
@@ -413,7 +409,8 @@ void InProcTransport::Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t se
           "callback threw: {}",
           peer_name, e.what());
       logger_.Warn("dropped connection {} with {}: {}", id, peer_name, reason);
-      CompleteSend(sender, std::move(msg.on_sent), std::make_exception_ptr(PeerLost(reason)));
+      network_.SettleSend(sender, std::move(msg.on_sent),
+                          std::make_exception_ptr(PeerLost(reason)));
       CloseConnection(id, reason, PeerNotice::kClosed);
       return;
     }
@@ -430,7 +427,7 @@ void InProcTransport::Deliver(ConnectionId id, OutgoingMessage& msg, uint64_t se
     }
   }
   // The payload is copied: the sender may reuse its memory.
-  CompleteSend(sender, std::move(msg.on_sent), nullptr);
+  network_.SettleSend(sender, std::move(msg.on_sent), nullptr);
   if (logger_.verbosity() >= 2) {
     logger_.V2(
         "recv from {} (connection {}): type {} flags {:#x} request {} meta {} B payload "

@@ -133,10 +133,9 @@ class InProcTransport final : public Transport {
   // The peer closed its end of `id`.
   void OnPeerClosed(ConnectionId id, PeerNotice notice);
   void CloseEverything();
-  // Runs `on_sent(error)` on transport `owner`'s thread and counts the
-  // message settled there (for messages a peer holds).
-  void CompleteSend(uint64_t owner, std::function<void(std::exception_ptr)> on_sent,
-                    std::exception_ptr error);
+  // Calls `on_sent(error)`, logging what it throws.
+  static void RunOnSent(const std::function<void(std::exception_ptr)>& on_sent,
+                        std::exception_ptr error, base::Logger& logger);
   // Runs `on_sent(error)` on this transport's thread, for a message that
   // never left (inline once the thread has stopped).
   void FailLocally(std::function<void(std::exception_ptr)> on_sent, std::exception_ptr error);
@@ -161,7 +160,7 @@ class InProcTransport final : public Transport {
   // Messages handed to a peer's thread whose on_sent has not been posted
   // back yet. Shutdown waits for none before it detaches, so that a
   // callback a peer still owes reaches this transport's thread instead of
-  // being lost (docs/transport.md, "In-process transport").
+  // being lost (docs/transport.md, "Threading model").
   std::mutex sends_mu_;
   std::condition_variable sends_cv_;
   uint64_t sends_out_ = 0;  // guarded by sends_mu_

@@ -43,9 +43,8 @@ std::shared_ptr<TcpConnection> TcpTransport::Find(ConnectionId id) const {
 
 TcpTuning TcpTuning::FromEnvironment(const base::Environment& env) {
   TcpTuning t;
-  t.rto_min = std::chrono::milliseconds(env.GetInt(
-      "TANDEM_TCP_RTO_MIN_MS",
-      std::chrono::duration_cast<std::chrono::milliseconds>(kDefaultRtoMin).count(), 0, 200));
+  t.rto_min = std::chrono::milliseconds(
+      env.GetInt("TANDEM_TCP_RTO_MIN_MS", kDefaultRtoMin.count(), 0, 200));
   t.send_queue = SendQueueBound::FromEnvironment(env);
   return t;
 }

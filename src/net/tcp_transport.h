@@ -42,7 +42,7 @@ struct TcpTuning {
   int socket_buffer_bytes = 0;
   /// What FromEnvironment takes without TANDEM_TCP_RTO_MIN_MS: 10 ms
   /// (docs/transport.md, "Loss", has the measurement).
-  static constexpr std::chrono::microseconds kDefaultRtoMin{10000};
+  static constexpr std::chrono::milliseconds kDefaultRtoMin{10};
   /// TANDEM_TCP_RTO_MIN_MS: the floor of every socket's retransmission
   /// time-out (Linux's TCP_RTO_MIN_US, kernels from 6.15); zero keeps the
   /// kernel's 200 ms. A lower floor shortens the stall after a lost
