@@ -13,6 +13,7 @@ void PutProbe(base::ByteWriter& w, const CopyProbe& p) {
   w.Put(p.pid);
   w.Put(p.address);
   w.Put(p.cookie);
+  w.Put(p.mailbox);
 }
 
 CopyProbe GetProbe(base::ByteReader& r) {
@@ -20,7 +21,12 @@ CopyProbe GetProbe(base::ByteReader& r) {
   p.pid = r.Get<int32_t>("probe pid");
   p.address = r.Get<uint64_t>("probe address");
   p.cookie = r.Get<uint64_t>("probe cookie");
+  p.mailbox = r.Get<int32_t>("probe mailbox");
   if (p.pid < 0) throw ProtocolError(fmt::format("collective probe: negative pid {}", p.pid));
+  if (p.mailbox < -1) {
+    throw ProtocolError(
+        fmt::format("collective probe: mailbox descriptor {} (-1 for none)", p.mailbox));
+  }
   return p;
 }
 

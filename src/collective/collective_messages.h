@@ -36,10 +36,14 @@ inline constexpr uint16_t kLast = net::msgtype::kLast;
 /// (process_vm_readv): its pid and the address of an 8-byte cookie with its
 /// value. pid 0: the process does not take part (another host's process
 /// can never read it either way, since the cookie will not match there).
+///
+/// `mailbox`: the descriptor of the process's mailbox region (a memfd that a
+/// peer opens as /proc/PID/fd/MAILBOX, same_host_mailbox.h), -1 for none.
 struct CopyProbe {
   int32_t pid = 0;
   uint64_t address = 0;
   uint64_t cookie = 0;
+  int32_t mailbox = -1;
 };
 
 /// kHello's metadata: who is connecting, which of the connections between

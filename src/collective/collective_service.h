@@ -25,6 +25,7 @@ struct CollectiveSettings {
   PeerMesh::Options mesh;
   CommunicatorSettings communicator;
   /// Reads TANDEM_COLLECTIVE_CONNECTIONS, TANDEM_COLLECTIVE_SAME_HOST_COPY,
+  /// TANDEM_COLLECTIVE_MAILBOX,
   /// TANDEM_COLLECTIVE_SPIN_US,
   /// TANDEM_COLLECTIVE_TIMEOUT, TANDEM_COLLECTIVE_SEGMENT_BYTES (unset: each
   /// communicator's segment follows its placement), TANDEM_ALLREDUCE_ALGORITHM,

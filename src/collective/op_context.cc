@@ -36,8 +36,10 @@ void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
     ++sends_->outstanding;
   }
   std::shared_ptr<Sends> sends = sends_;
+  PeerMesh* mesh = &mesh_;
   mesh_.Send(members_[static_cast<size_t>(peer)], Key(tag), bytes,
-             [sends, peer](std::exception_ptr e) {
+             [sends, peer, mesh](std::exception_ptr e) {
+               bool settled = false;
                {
                  std::lock_guard lock(sends->mu);
                  --sends->outstanding;
@@ -45,8 +47,10 @@ void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
                    if (!sends->error) sends->error = e;
                    sends->failed_peers.insert(peer);
                  }
+                 settled = sends->outstanding == 0 || e != nullptr;
                }
-               sends->cv.notify_all();
+               // Finish and Cleanup wait on the mesh's doorbell.
+               if (settled) mesh->Wake();
              });
 }
 
@@ -79,9 +83,13 @@ size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
 
 void OpContext::Finish() {
   {
+    const bool in_time = mesh_.WaitUntil(
+        [&] {
+          std::lock_guard lock(sends_->mu);
+          return sends_->outstanding == 0 || sends_->error != nullptr;
+        },
+        deadline_);
     std::unique_lock lock(sends_->mu);
-    bool in_time = sends_->cv.wait_until(
-        lock, deadline_, [&] { return sends_->outstanding == 0 || sends_->error != nullptr; });
     if (in_time && !sends_->error) {
       finished_ = true;
       return;
@@ -153,13 +161,14 @@ void OpContext::Cleanup() noexcept {
     posted_.clear();
     // Sends end when written, or fail when their connection closes; a peer
     // that stopped reading altogether gets every connection closed.
-    std::unique_lock lock(sends_->mu);
-    if (!sends_->cv.wait_for(lock, std::chrono::seconds(10),
-                             [&] { return sends_->outstanding == 0; })) {
-      lock.unlock();
+    auto settled = [&] {
+      std::lock_guard lock(sends_->mu);
+      return sends_->outstanding == 0;
+    };
+    const auto now = std::chrono::steady_clock::now();
+    if (!mesh_.WaitUntil(settled, now + std::chrono::seconds(10))) {
       mesh_.CloseAll();
-      lock.lock();
-      sends_->cv.wait_for(lock, std::chrono::seconds(30), [&] { return sends_->outstanding == 0; });
+      mesh_.WaitUntil(settled, std::chrono::steady_clock::now() + std::chrono::seconds(30));
     }
   } catch (...) {
     // Cleanup runs while an exception propagates; nothing more can be done.

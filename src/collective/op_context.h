@@ -75,7 +75,6 @@ class OpContext {
  private:
   struct Sends {
     std::mutex mu;
-    std::condition_variable cv;
     size_t outstanding = 0;
     std::exception_ptr error;
     std::set<int> failed_peers;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 #include <thread>
+#include <tuple>
 
 #include "tandem/error.h"
 
@@ -70,6 +71,18 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     peer_pids_.assign(workers_.size(), 0);
     peer_offers_.assign(workers_.size(), 0);
     status_heard_.assign(workers_.size(), 0);
+    mailbox_to_.resize(workers_.size());
+    ring_broken_.assign(workers_.size(), 0);
+    if (options_.same_host_copy && options_.mailbox && workers_.size() > 1 &&
+        workers_.size() <= kMaxMailboxRings) {
+      try {
+        mailbox_ = std::make_unique<MailboxRegion>(static_cast<int>(workers_.size()),
+                                                   MailboxRegion::kDefaultRingBytes, cookie_);
+        doorbell_.store(&mailbox_->doorbell(), std::memory_order_release);
+      } catch (const Error& e) {
+        log_.Warn("collective mailbox not created, small pieces go over TCP: {}", e.what());
+      }
+    }
   }
   std::vector<std::pair<net::ConnectionId, bool>> to_ack;
   {
@@ -133,22 +146,31 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
                     "(TANDEM_CONNECT_TIMEOUT)",
                     self_rank, names, options_.connect_timeout.count()));
   }
-  int copy_peers = 0;
+  int copy_peers = 0, mailbox_peers = 0;
   for (int peer = 0; peer < size(); ++peer) {
     const auto p = static_cast<size_t>(peer);
     copy_peers += (peer_reads_me_[p] && peer_pids_[p] != 0) ? 1 : 0;
+    mailbox_peers += mailbox_to_[p] ? 1 : 0;
   }
   log_.V1(
       "collective mesh formed: {} workers, {} connection(s) per pair, same-host copy with {} "
-      "of {} peers{}",
+      "of {} peers{}, mailbox with {}{}",
       size(), k_count, copy_peers, size() - 1,
-      options_.same_host_copy ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0)");
+      options_.same_host_copy ? "" : " (TANDEM_COLLECTIVE_SAME_HOST_COPY=0)", mailbox_peers,
+      options_.mailbox ? "" : " (TANDEM_COLLECTIVE_MAILBOX=0)");
 }
 
 bool PeerMesh::OffersCopy(int rank) const {
   if (rank == self_rank_) return options_.same_host_copy;
   std::lock_guard lock(mu_);
   return peer_offers_.at(static_cast<size_t>(rank)) != 0;
+}
+
+int PeerMesh::MailboxPeers() const {
+  std::lock_guard lock(mu_);
+  int n = 0;
+  for (const auto& link : mailbox_to_) n += link ? 1 : 0;
+  return n;
 }
 
 std::pair<int, int> PeerMesh::SameHostPeers() const {
@@ -161,8 +183,8 @@ std::pair<int, int> PeerMesh::SameHostPeers() const {
 
 CopyProbe PeerMesh::OwnProbe() const {
   if (!options_.same_host_copy) return {};
-  return CopyProbe{static_cast<int32_t>(::getpid()), reinterpret_cast<uintptr_t>(&cookie_),
-                   cookie_};
+  return CopyProbe{static_cast<int32_t>(::getpid()), reinterpret_cast<uintptr_t>(&cookie_), cookie_,
+                   mailbox_ ? mailbox_->fd() : -1};
 }
 
 bool PeerMesh::CanRead(const CopyProbe& probe) const {
@@ -222,6 +244,10 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
   m.header.recipient = workers_[static_cast<size_t>(peer)].id;
   m.meta = key.Encode();
   if (bytes.size() <= kCopySendBytes) {
+    if (WriteMailbox(peer, msg::kData, key, bytes)) {
+      on_sent(nullptr);
+      return;
+    }
     // Small: copy, and send without on_sent, which the transport writes at
     // once from this thread instead of waking its own (docs/transport.md);
     // the copy costs less than the thread hop. The caller's span is free now.
@@ -246,6 +272,10 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
       }
       refs_out_.emplace(sk, std::move(on_sent));
       lock.unlock();
+      if (WriteMailbox(peer, msg::kDataRef, key, {}, reinterpret_cast<uintptr_t>(bytes.data()),
+                       bytes.size())) {
+        return;
+      }
       m.header.type = msg::kDataRef;
       m.meta = DataRef{key, reinterpret_cast<uintptr_t>(bytes.data()), bytes.size()}.Encode();
       try {
@@ -317,8 +347,107 @@ void PeerMesh::Post(int peer, const MessageKey& key, std::span<std::byte> dest) 
 }
 
 void PeerMesh::Wake() {
-  progress_.fetch_add(1, std::memory_order_release);
+  Bell().Ring();
   cv_.notify_all();
+}
+
+bool PeerMesh::WriteMailbox(int peer, uint16_t type, const MessageKey& key,
+                            std::span<const std::byte> payload, uint64_t address, uint64_t length) {
+  MailboxLink* link = mailbox_to_[static_cast<size_t>(peer)].get();
+  if (link == nullptr) return false;
+  try {
+    if (link->TryWrite(type, key, payload, address, length)) return true;
+    mailbox_full_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  } catch (const Error& e) {
+    const std::string text = fmt::format("the mailbox of {}: {}", Describe(peer), e.what());
+    log_.Error("{}", text);
+    Fail(FailureKind::kProtocol, text);
+    return false;
+  }
+}
+
+void PeerMesh::OpenMailboxLocked(int peer, const CopyProbe& probe) {
+  if (!mailbox_ || probe.mailbox < 0 || mailbox_to_[static_cast<size_t>(peer)]) return;
+  try {
+    mailbox_to_[static_cast<size_t>(peer)] =
+        std::make_unique<MailboxLink>(probe.pid, probe.mailbox, probe.cookie, self_rank_);
+  } catch (const Error& e) {
+    log_.Warn("small pieces to {} go over TCP: {}", Describe(peer), e.what());
+  }
+}
+
+void PeerMesh::DrainMailbox() {
+  if (!mailbox_ || draining_.test_and_set(std::memory_order_acquire)) return;
+  size_t delivered = 0;
+  for (int peer = 0; peer < size(); ++peer) {
+    if (peer == self_rank_ || ring_broken_[static_cast<size_t>(peer)]) continue;
+    try {
+      delivered += mailbox_->Drain(peer, [&](const MailboxRecord& r) { DeliverRecord(peer, r); });
+    } catch (const Error& e) {
+      // The ring stays as it is: a failed mesh reads no more pieces.
+      const std::string text = fmt::format("{}: {}", Describe(peer), e.what());
+      log_.Error("{}", text);
+      ring_broken_[static_cast<size_t>(peer)] = 1;
+      draining_.clear(std::memory_order_release);
+      Fail(FailureKind::kProtocol, text);
+      return;
+    }
+  }
+  draining_.clear(std::memory_order_release);
+  if (delivered > 0) Wake();
+}
+
+void PeerMesh::DeliverRecord(int peer, const MailboxRecord& r) {
+  if (r.type == msg::kData) {
+    DeliverPiece(peer, r.key, r.payload);
+  } else if (r.type == msg::kDataRef) {
+    AcceptDataRef(peer, outgoing_[static_cast<size_t>(peer)].front(),
+                  DataRef{r.key, r.address, r.length});
+  } else {
+    AcceptDataRefDone(peer, r.key);
+  }
+}
+
+void PeerMesh::DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes) {
+  std::span<std::byte> dest;
+  {
+    std::lock_guard lock(mu_);
+    auto [it, inserted] = slots_.try_emplace(SlotKey{peer, key});
+    Slot& s = it->second;
+    if (inserted) {
+      // Ahead of its receive: kept until Post.
+      s.state = Slot::State::kArrived;
+      s.arrived_size = bytes.size();
+      if (!bytes.empty()) {
+        s.arrived = std::make_unique<std::byte[]>(bytes.size());
+        std::memcpy(s.arrived.get(), bytes.data(), bytes.size());
+      }
+      return;
+    }
+    if (s.state != Slot::State::kPosted) {
+      throw ProtocolError(
+          fmt::format("{} sent the piece (communicator {}, operation {}, tag {:#x}) twice",
+                      Describe(peer), key.communicator, key.sequence, key.tag));
+    }
+    if (bytes.size() != s.dest.size()) {
+      s.error = fmt::format(
+          "{} sent {} bytes for a piece of {} bytes (communicator {}, operation {}, tag {:#x})",
+          Describe(peer), bytes.size(), s.dest.size(), key.communicator, key.sequence, key.tag);
+      s.state = Slot::State::kDone;
+      return;
+    }
+    if (bytes.empty()) {
+      s.state = Slot::State::kDone;
+      return;
+    }
+    s.state = Slot::State::kFilling;
+    dest = s.dest;
+  }
+  std::memcpy(dest.data(), bytes.data(), bytes.size());
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(SlotKey{peer, key});
+  if (it != slots_.end()) it->second.state = Slot::State::kDone;
 }
 
 PeerMesh::Progress PeerMesh::TryCompleteLocked(std::unique_lock<std::mutex>& lock,
@@ -345,7 +474,7 @@ PeerMesh::Progress PeerMesh::TryCompleteLocked(std::unique_lock<std::mutex>& loc
       error = CopyFromPeer(sk.peer, address, dest, kind);
       copy_failed = !error.empty();
     }
-    SendRefDone(link, sk.key);
+    SendRefDone(sk.peer, link, sk.key);
     if (copy_failed) {
       log_.Error("{}", error);
       Fail(kind, error);
@@ -379,20 +508,27 @@ PeerMesh::WaitResult PeerMesh::Wait(int peer, const MessageKey& key,
 
 std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
     std::span<const SlotKey> pieces, std::chrono::steady_clock::time_point deadline) {
-  std::unique_lock lock(mu_);
   std::chrono::steady_clock::time_point spin_until{};  // set by the first poll
+  bool last_look = false;
   for (;;) {
-    for (size_t i = 0; i < pieces.size(); ++i) {
-      switch (TryCompleteLocked(lock, pieces[i])) {
-        case Progress::kDone:
-          return {WaitResult::kDone, i};
-        case Progress::kFailed:
-          return {WaitResult::kFailed, 0};
-        case Progress::kPending:
-          break;
+    base::Doorbell& bell = Bell();
+    const uint32_t seen = bell.Value();
+    DrainMailbox();
+    {
+      std::unique_lock lock(mu_);
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        switch (TryCompleteLocked(lock, pieces[i])) {
+          case Progress::kDone:
+            return {WaitResult::kDone, i};
+          case Progress::kFailed:
+            return {WaitResult::kFailed, 0};
+          case Progress::kPending:
+            break;
+        }
       }
+      if (failure_) return {WaitResult::kFailed, 0};
     }
-    if (failure_) return {WaitResult::kFailed, 0};
+    if (last_look) return {WaitResult::kTimedOut, 0};
     if (options_.spin.count() > 0) {
       // Poll before sleeping: a piece due within the spin budget is seen
       // without the wake-up of a sleeping thread (docs/collectives.md,
@@ -403,25 +539,28 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
         spin_until = std::min(deadline, now + options_.spin);
       }
       if (now < spin_until) {
-        const uint64_t seen = progress_.load(std::memory_order_acquire);
-        lock.unlock();
-        while (progress_.load(std::memory_order_acquire) == seen &&
-               std::chrono::steady_clock::now() < spin_until) {
+        while (bell.Value() == seen && std::chrono::steady_clock::now() < spin_until) {
           std::this_thread::yield();
         }
-        lock.lock();
         continue;
       }
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      // One last look: a piece may have completed at the deadline.
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        auto it = slots_.find(pieces[i]);
-        if (it != slots_.end() && it->second.state == Slot::State::kDone) {
-          if (TryCompleteLocked(lock, pieces[i]) == Progress::kDone) return {WaitResult::kDone, i};
-        }
-      }
-      return {failure_ ? WaitResult::kFailed : WaitResult::kTimedOut, 0};
+    // Past the deadline: one last look, since a piece may have completed
+    // right at it.
+    if (!bell.Sleep(seen, deadline)) last_look = true;
+  }
+}
+
+bool PeerMesh::WaitUntil(const std::function<bool()>& ready,
+                         std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    base::Doorbell& bell = Bell();
+    const uint32_t seen = bell.Value();
+    DrainMailbox();
+    if (ready()) return true;
+    if (!bell.Sleep(seen, deadline)) {
+      DrainMailbox();
+      return ready();
     }
   }
 }
@@ -447,7 +586,7 @@ void PeerMesh::Abandon(int peer, const MessageKey& key) {
       const net::ConnectionId link = it->second.ref_link;
       slots_.erase(it);
       lock.unlock();
-      SendRefDone(link, key);
+      SendRefDone(peer, link, key);
       return;
     }
     if (it->second.state != Slot::State::kFilling || OpenLinksLocked(peer) == 0) {
@@ -484,20 +623,25 @@ void PeerMesh::Fail(FailureKind kind, const std::string& text) {
 }
 
 void PeerMesh::ReleaseUncopiedRefs() {
-  std::vector<std::pair<net::ConnectionId, MessageKey>> release;
   {
     std::lock_guard lock(mu_);
     if (!failure_) return;
+  }
+  // References still in the mailbox are answered as they are delivered.
+  DrainMailbox();
+  std::vector<std::tuple<int, net::ConnectionId, MessageKey>> release;
+  {
+    std::lock_guard lock(mu_);
     for (auto it = slots_.begin(); it != slots_.end();) {
       if (it->second.state == Slot::State::kRef) {
-        release.emplace_back(it->second.ref_link, it->first.key);
+        release.emplace_back(it->first.peer, it->second.ref_link, it->first.key);
         it = slots_.erase(it);
       } else {
         ++it;
       }
     }
   }
-  for (const auto& [link, key] : release) SendRefDone(link, key);
+  for (const auto& [peer, link, key] : release) SendRefDone(peer, link, key);
 }
 
 void PeerMesh::FailLocked(FailureKind kind, const std::string& text) {
@@ -675,6 +819,7 @@ void PeerMesh::OnHelloAck(net::ConnectionId id, const net::Message& m) {
       peer_reads_me_[peer] = ack.reads_you ? 1 : 0;
       reads = CanRead(ack.probe);
       peer_pids_[peer] = reads ? ack.probe.pid : 0;
+      if (reads) OpenMailboxLocked(static_cast<int>(peer), ack.probe);
     }
   }
   if (first_link) {
@@ -703,14 +848,22 @@ void PeerMesh::OnCopyStatus(net::ConnectionId id, const net::Message& m) {
 
 void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
   const DataRef ref = DataRef::Decode(m.meta);
-  bool release = false;
+  int peer = -1;
   {
     std::lock_guard lock(mu_);
     auto link = links_.find(id);
     if (link == links_.end()) {
       throw ProtocolError("collective data on a connection that sent no hello");
     }
-    const int peer = link->second.rank;
+    peer = link->second.rank;
+  }
+  AcceptDataRef(peer, id, ref);
+}
+
+void PeerMesh::AcceptDataRef(int peer, net::ConnectionId link, const DataRef& ref) {
+  bool release = false;
+  {
+    std::lock_guard lock(mu_);
     if (peer_pids_[static_cast<size_t>(peer)] == 0) {
       throw ProtocolError(fmt::format(
           "{} sent a piece by reference, but this process cannot read its memory", Describe(peer)));
@@ -729,11 +882,11 @@ void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
       s.state = Slot::State::kRef;
       s.ref_address = ref.address;
       s.ref_length = ref.length;
-      s.ref_link = id;
+      s.ref_link = link;
     }
   }
   if (release) {
-    SendRefDone(id, ref.key);
+    SendRefDone(peer, link, ref.key);
     return;
   }
   Wake();
@@ -741,14 +894,23 @@ void PeerMesh::OnDataRef(net::ConnectionId id, const net::Message& m) {
 
 void PeerMesh::OnDataRefDone(net::ConnectionId id, const net::Message& m) {
   const MessageKey key = MessageKey::Decode(m.meta);
-  std::function<void(std::exception_ptr)> done;
+  int peer = -1;
   {
     std::lock_guard lock(mu_);
     auto link = links_.find(id);
     if (link == links_.end()) {
       throw ProtocolError("collective data on a connection that sent no hello");
     }
-    auto it = refs_out_.find(SlotKey{link->second.rank, key});
+    peer = link->second.rank;
+  }
+  AcceptDataRefDone(peer, key);
+}
+
+void PeerMesh::AcceptDataRefDone(int peer, const MessageKey& key) {
+  std::function<void(std::exception_ptr)> done;
+  {
+    std::lock_guard lock(mu_);
+    auto it = refs_out_.find(SlotKey{peer, key});
     if (it == refs_out_.end()) return;  // failed already, with a lost link
     done = std::move(it->second);
     refs_out_.erase(it);
@@ -764,7 +926,8 @@ void PeerMesh::SendAck(net::ConnectionId id, bool reads_you) {
   transport_.Send(id, std::move(m));
 }
 
-void PeerMesh::SendRefDone(net::ConnectionId id, const MessageKey& key) {
+void PeerMesh::SendRefDone(int peer, net::ConnectionId id, const MessageKey& key) {
+  if (WriteMailbox(peer, msg::kDataRefDone, key, {})) return;
   net::OutgoingMessage m;
   m.header.type = msg::kDataRefDone;
   m.header.sender = self_id_;
@@ -792,6 +955,7 @@ std::optional<bool> PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hell
   peer_offers_[static_cast<size_t>(hello.rank)] = hello.probe.pid > 0 ? 1 : 0;
   const bool reads = CanRead(hello.probe);
   peer_pids_[static_cast<size_t>(hello.rank)] = reads ? hello.probe.pid : 0;
+  if (reads) OpenMailboxLocked(hello.rank, hello.probe);
   return reads;
 }
 

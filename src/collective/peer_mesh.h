@@ -26,6 +26,13 @@
 // kDataRefDone, which ends the send (on_sent). One copy instead of TCP's
 // two, and no socket traffic for the bytes.
 //
+// Mailbox (docs/collectives.md "Mailbox"): where the same-host copy works,
+// each worker also shares a region of rings (same_host_mailbox.h) and
+// small pieces, data refs and their answers go through it: the sending
+// thread writes them and the waiting thread drains them, so neither side's
+// transport thread is woken. Every wait sleeps on a doorbell (a futex) that
+// the mailbox's writers, the transport's callbacks and failures ring.
+//
 // Failure: a mesh connection lost without our Close, or the membership's
 // news of a lost node, fails the mesh; every wait then returns kFailed at
 // once and every later operation fails with the same text.
@@ -46,9 +53,11 @@
 #include <utility>
 #include <vector>
 
+#include "base/doorbell.h"
 #include "base/logger.h"
 #include "cluster/cluster_messages.h"
 #include "collective/collective_messages.h"
+#include "collective/same_host_mailbox.h"
 #include "net/transport.h"
 
 namespace tandem::collective {
@@ -71,7 +80,9 @@ struct MeshFailure {
 /// Thread-safety: transport callbacks run on the transport's thread; every
 /// other method may be called from any thread. All state is guarded by
 /// `mu_`; nothing is sent and no payload is copied while it is held. The
-/// connection tables are written only during Connect() and read-only after.
+/// connection tables and the mailbox links are written only while the mesh
+/// forms (Connect() and the formation callbacks) and read-only after. One
+/// thread at a time drains the mailbox (`draining_`).
 class PeerMesh final : public net::TransportHandler {
  public:
   struct Options {
@@ -79,6 +90,9 @@ class PeerMesh final : public net::TransportHandler {
     std::chrono::milliseconds connect_timeout{120000};
     /// TANDEM_COLLECTIVE_SAME_HOST_COPY: offer and use the same-host copy.
     bool same_host_copy = true;
+    /// TANDEM_COLLECTIVE_MAILBOX: share a mailbox with the peers the
+    /// same-host copy reaches (needs same_host_copy).
+    bool mailbox = true;
     /// TANDEM_COLLECTIVE_SPIN_US: how long Wait polls (yielding) before it
     /// sleeps on the condition variable; 0 sleeps at once.
     std::chrono::microseconds spin{0};
@@ -108,6 +122,9 @@ class PeerMesh final : public net::TransportHandler {
   /// the calling thread; larger ones are sent zero-copy from the caller's
   /// memory by the transport's thread.
   static constexpr size_t kCopySendBytes = 32 << 10;
+  /// Larger worlds share no mailbox (a ring per worker rank would map
+  /// ring bytes x workers in every process).
+  static constexpr size_t kMaxMailboxRings = 256;
 
   /// Queues `bytes` (borrowed until `on_sent` ran) for worker `peer`.
   /// `on_sent` always runs, with the error if the send failed (a small
@@ -138,6 +155,17 @@ class PeerMesh final : public net::TransportHandler {
   /// of the piece, which is forgotten (the others stay posted).
   std::pair<WaitResult, size_t> WaitAny(std::span<const SlotKey> pieces,
                                         std::chrono::steady_clock::time_point deadline);
+
+  /// Waits until `ready()` is true or `deadline`, draining the mailbox and
+  /// sleeping on the doorbell in between; returns ready() at the end.
+  /// `ready` must not block; whatever changes its answer must call Wake()
+  /// afterwards (as the on_sent callbacks of OpContext do).
+  bool WaitUntil(const std::function<bool()>& ready,
+                 std::chrono::steady_clock::time_point deadline);
+
+  /// Wakes every wait after a change of state (rings the doorbell and
+  /// notifies the formation's condition variable). Any thread.
+  void Wake();
 
   /// True when the posted receive (peer, key) is complete (for errors that
   /// name the peers not heard from).
@@ -173,6 +201,12 @@ class PeerMesh final : public net::TransportHandler {
   /// and reads by reference; for logs and tests.
   std::pair<int, int> SameHostPeers() const;
 
+  /// How many peers this process writes through their mailbox; valid after
+  /// Connect(). For logs and tests.
+  int MailboxPeers() const;
+  /// How many records found a peer's ring full and went over TCP instead.
+  uint64_t MailboxFullCount() const { return mailbox_full_.load(std::memory_order_relaxed); }
+
  private:
   struct Slot {
     // kRef: a kDataRef arrived; copied by Wait once posted.
@@ -203,15 +237,28 @@ class PeerMesh final : public net::TransportHandler {
   // for a piece of the wrong size.
   enum class Progress { kPending, kDone, kFailed };
   Progress TryCompleteLocked(std::unique_lock<std::mutex>& lock, const SlotKey& sk);
-  // Wakes every Wait after a change of state: counts progress_ (for the
-  // polling ones) and notifies cv_ (for the sleeping ones).
-  void Wake();
+  base::Doorbell& Bell() { return *doorbell_.load(std::memory_order_acquire); }
+  // Drains every ring of this process's mailbox (if another thread is not
+  // doing so already) and delivers the records; rings the doorbell when
+  // any arrived. A malformed ring fails the mesh. Never holds mu_ on entry.
+  void DrainMailbox();
+  void DeliverRecord(int peer, const MailboxRecord& r);
+  // A piece's bytes from `peer` (the mailbox's, or a TCP payload the
+  // transport did not place): fills the posted receive or keeps them.
+  void DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes);
+  // Writes a record into `peer`'s mailbox: false when there is none or it
+  // is full (the caller sends over TCP instead).
+  bool WriteMailbox(int peer, uint16_t type, const MessageKey& key,
+                    std::span<const std::byte> payload, uint64_t address = 0, uint64_t length = 0);
+  // Maps the mailbox of the peer whose probe this process can read
+  // (requires mu_, during formation); failing that, the pair uses TCP.
+  void OpenMailboxLocked(int peer, const CopyProbe& probe);
   int OpenLinksLocked(int peer) const;  // requires mu_
   // Records the link; returns nothing (and fails the mesh) for a bad hello,
   // else whether this process can read the peer's memory.
   std::optional<bool> AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // mu_
   void SendAck(net::ConnectionId id, bool reads_you);
-  void SendRefDone(net::ConnectionId id, const MessageKey& key);
+  void SendRefDone(int peer, net::ConnectionId id, const MessageKey& key);
   // After a failure: answers every piece sent by reference that was not
   // copied (it never will be), so that its sender lets go of the memory.
   void ReleaseUncopiedRefs();
@@ -230,6 +277,10 @@ class PeerMesh final : public net::TransportHandler {
   void OnCopyStatus(net::ConnectionId id, const net::Message& m);
   void OnDataRef(net::ConnectionId id, const net::Message& m);
   void OnDataRefDone(net::ConnectionId id, const net::Message& m);
+  // The two above once the sender's rank is known (also from the mailbox;
+  // `link` is where an answer goes over TCP).
+  void AcceptDataRef(int peer, net::ConnectionId link, const DataRef& ref);
+  void AcceptDataRefDone(int peer, const MessageKey& key);
 
   const Options options_;
   net::Transport& transport_;
@@ -241,9 +292,19 @@ class PeerMesh final : public net::TransportHandler {
   int self_rank_ = -1;
   int self_id_ = -1;
 
+  // This process's mailbox (null without one) and the peers' (by rank; null
+  // where the pair uses TCP). The doorbell every wait sleeps on: the
+  // mailbox's once it exists, else a private one.
+  std::unique_ptr<MailboxRegion> mailbox_;
+  std::vector<std::unique_ptr<MailboxLink>> mailbox_to_;
+  base::Doorbell own_doorbell_;
+  std::atomic<base::Doorbell*> doorbell_{&own_doorbell_};
+  std::atomic_flag draining_ = ATOMIC_FLAG_INIT;
+  std::vector<char> ring_broken_;  // by rank; touched only by the drainer
+  std::atomic<uint64_t> mailbox_full_{0};
+
   mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::atomic<uint64_t> progress_{0};        // bumped by Wake()
+  std::condition_variable cv_;               // Connect() and Abandon() sleep on it
   std::map<net::ConnectionId, Link> links_;  // every mesh connection, both directions
   std::map<SlotKey, Slot> slots_;
   // Hellos that arrived before Connect() knew the node table.

@@ -19,7 +19,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string meta(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
     auto same_probe = [](const CopyProbe& a, const CopyProbe& b) {
-      return a.pid == b.pid && a.address == b.address && a.cookie == b.cookie;
+      return a.pid == b.pid && a.address == b.address && a.cookie == b.cookie &&
+             a.mailbox == b.mailbox;
     };
     switch (data[0] % 5) {
       case 0: {

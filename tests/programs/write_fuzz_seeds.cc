@@ -1,5 +1,6 @@
 // Writes the seed corpora of the fuzz targets whose inputs are tandem's own
 // encodings (tests/fuzz/cluster_messages_fuzz.cc, collective_messages_fuzz.cc,
+// mailbox_record_fuzz.cc,
 // gradient_compression_fuzz.cc, hostfile_fuzz.cc), from the real encoders,
 // so the seeds are messages a node really sends. Run after a format change
 // and commit the result:
@@ -14,11 +15,13 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "cluster/cluster_messages.h"
 #include "collective/collective_messages.h"
+#include "collective/same_host_mailbox.h"
 #include "kv/compression/gradient_compression.h"
 
 namespace {
@@ -120,7 +123,7 @@ void CollectiveSeeds(SeedWriter& w) {
   hello.connections = 2;
   w.WritePicked(t, "hello_rank3_conn1of2", 0, hello.Encode());
   hello.connection = 0;
-  hello.probe = {4242, 0x7ffd12345678, 0x74616e64656d1234};
+  hello.probe = {4242, 0x7ffd12345678, 0x74616e64656d1234, 7};
   w.WritePicked(t, "hello_rank3_conn0_probe", 0, hello.Encode());
   collective::MessageKey key;
   key.communicator = 2;
@@ -128,10 +131,37 @@ void CollectiveSeeds(SeedWriter& w) {
   key.tag = (uint64_t{5} << 32) | 17;
   w.WritePicked(t, "key_ring_step", 1, key.Encode());
   w.WritePicked(t, "ack_reads_you", 2,
-                collective::HelloAck{{4243, 0x7ffd00001000, 99}, true}.Encode());
+                collective::HelloAck{{4243, 0x7ffd00001000, 99, -1}, true}.Encode());
   w.WritePicked(t, "copy_status_no", 3, collective::CopyStatus{false}.Encode());
   w.WritePicked(t, "data_ref_1mib", 4,
                 collective::DataRef{key, 0x7f0000001000, uint64_t{1} << 20}.Encode());
+}
+
+void MailboxSeeds(SeedWriter& w) {
+  // Byte 0: how far the ring's end lies beyond the published bytes (in
+  // records of 8 bytes); then one record as a peer writes it.
+  const std::string t = "mailbox_record_fuzz";
+  collective::MessageKey key;
+  key.communicator = 1;
+  key.sequence = 77;
+  key.tag = (uint64_t{2} << 56) | (uint64_t{1} << 32) | 3;
+  auto record = [&](const collective::MailboxRecord& r, uint8_t beyond) {
+    std::string bytes(collective::MailboxRecordSize(r.payload.size()), '\0');
+    collective::WriteMailboxRecord(reinterpret_cast<std::byte*>(bytes.data()), r);
+    return std::string(1, static_cast<char>(beyond)) + bytes;
+  };
+  std::vector<std::byte> payload(21);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<std::byte>(i * 7);
+  w.Write(t, "data_21_bytes",
+          record({collective::msg::kData, key, 0, 0, std::span<const std::byte>(payload)}, 2));
+  w.Write(t, "data_empty", record({collective::msg::kData, key, 0, 0, {}}, 0));
+  w.Write(t, "data_ref_1mib",
+          record({collective::msg::kDataRef, key, 0x7f0000001000, uint64_t{1} << 20, {}}, 1));
+  w.Write(t, "data_ref_done", record({collective::msg::kDataRefDone, key, 0, 0, {}}, 3));
+  // Padding to the ring's end: size 16, type 0.
+  std::string pad(17, '\0');
+  pad[1] = 16;
+  w.Write(t, "padding_16", pad);
 }
 
 void CompressionSeeds(SeedWriter& w) {
@@ -175,6 +205,7 @@ int main(int argc, char** argv) {
     SeedWriter w(argv[1]);
     ClusterSeeds(w);
     CollectiveSeeds(w);
+    MailboxSeeds(w);
     CompressionSeeds(w);
     HostfileSeeds(w);
     std::cout << "wrote " << w.written() << " seeds under " << argv[1] << "\n";

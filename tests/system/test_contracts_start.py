@@ -201,13 +201,23 @@ LAUNCHERS = {
 }
 
 
+def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
 def coordinator_port() -> int:
-    """A free port in Slurm's derived range (20000..59999) with a free port above it."""
+    """A free port in Slurm's derived range (20000..59999) with a free port
+    above it (the torchrun contract's rendezvous takes MASTER_PORT + 1)."""
     for _ in range(100):
         port = free_port()
-        if 20000 <= port < 59999:
+        if 20000 <= port < 59999 and port_is_free(port + 1):
             return port
-    pytest.skip("no free port below 60000")
+    pytest.skip("no free pair of ports below 60000")
 
 
 class AgentStore:

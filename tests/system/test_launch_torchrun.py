@@ -49,10 +49,19 @@ def torchrun_argv(nproc: int, nnodes: int, node_rank: int, port: int, log_dir: P
             redirect, "sh", *[str(a) for a in program]]
 
 
-def run_agents(argvs: list[list[str]], env: dict[str, str], timeout: float = 120) -> list[str]:
+def rank_logs(log_dir: Path | None) -> str:
+    """Every rank's log under `log_dir`, for a failure's message."""
+    if log_dir is None or not log_dir.is_dir():
+        return ""
+    return "".join(f"\n--- {path.name}:\n{path.read_text(errors='replace')}"
+                   for path in sorted(log_dir.glob("rank*.log")))
+
+
+def run_agents(argvs: list[list[str]], env: dict[str, str], timeout: float = 120,
+               log_dir: Path | None = None) -> list[str]:
     """Runs torchrun agents (each in a session of its own) to their end; kills
     the sessions (by their leaders' PIDs) when one does not end in time.
-    Returns each agent's output."""
+    Returns each agent's output; a failure shows the ranks' logs in `log_dir`."""
     procs = [subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
              for argv in argvs]
@@ -66,9 +75,10 @@ def run_agents(argvs: list[list[str]], env: dict[str, str], timeout: float = 120
         for proc in procs:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
-        raise AssertionError(f"torchrun did not finish within {timeout} s")
+        raise AssertionError(f"torchrun did not finish within {timeout} s{rank_logs(log_dir)}")
     for proc, out in zip(procs, outputs):
-        assert proc.returncode == 0, f"torchrun exited {proc.returncode}:\n{out}"
+        assert proc.returncode == 0, \
+            f"torchrun exited {proc.returncode}:\n{out}{rank_logs(log_dir)}"
     return outputs
 
 
@@ -88,7 +98,7 @@ def test_collectives_job_on_one_node(tandem_bin_dir, tmp_path):
     port = coordinator_port()
     log_dir = tmp_path / "logs"
     run_agents([torchrun_argv(3, 1, 0, port, log_dir, [tandem_bin_dir / "collective_check"])],
-               torchrun_env())
+               torchrun_env(), log_dir=log_dir)
     outputs = rank_outputs(log_dir, 3)
     check_collectives(outputs, 3, "torchrun")
     # torchrun's agent store holds MASTER_PORT; tandem's rendezvous the port above.
@@ -102,7 +112,7 @@ def test_parameter_server_job_on_one_node(tandem_bin_dir, tmp_path):
     log_dir = tmp_path / "logs"
     run_agents([torchrun_argv(3, 1, 0, coordinator_port(), log_dir,
                               [tandem_bin_dir / "kvstore_check", "--scenario", "sync"])],
-               torchrun_env({"TANDEM_NUM_SERVERS": "1"}))
+               torchrun_env({"TANDEM_NUM_SERVERS": "1"}), log_dir=log_dir)
     check_kvstore(rank_outputs(log_dir, 3), 2, 1, "torchrun")
 
 
@@ -110,7 +120,8 @@ def test_collectives_job_on_two_nodes(tandem_bin_dir, tmp_path):
     port = coordinator_port()
     log_dir = tmp_path / "logs"
     program = [tandem_bin_dir / "collective_check"]
-    run_agents([torchrun_argv(2, 2, n, port, log_dir, program) for n in (0, 1)], torchrun_env())
+    run_agents([torchrun_argv(2, 2, n, port, log_dir, program) for n in (0, 1)], torchrun_env(),
+               log_dir=log_dir)
     outputs = rank_outputs(log_dir, 4)
     check_collectives(outputs, 4, "torchrun")
     for rank, output in enumerate(outputs):

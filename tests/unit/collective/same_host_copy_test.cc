@@ -3,11 +3,14 @@
 // reference, and the receiver copies them out of the sender. The workers of
 // these tests are threads of one process, so every pair can; with the copy
 // turned off every piece travels as bytes. Both ways give the exact results,
-// and the probe is what decides. (A piece of the wrong size by reference:
+// and the probe is what decides. With the mailbox (the default) the small
+// pieces and the references' messages go through the peers' shared rings;
+// a full ring sends over TCP instead. (A piece of the wrong size by reference:
 // collective_failure_test.cc, CollectiveMismatch.)
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <thread>
 
 #include "base/config.h"
 #include "base/environment.h"
@@ -19,17 +22,30 @@ namespace {
 using testing::Buffer;
 using testing::CollectiveJob;
 
-class SameHostCopy : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+class SameHostCopy : public ::testing::TestWithParam<std::tuple<int, bool, bool>> {};
 
 TEST_P(SameHostCopy, EveryOperationGivesExactResultsEitherWay) {
-  const auto [n, copy] = GetParam();
-  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 256 << 10, copy));
-  job.RunOk([&, n = n, copy = copy](int rank, CollectiveService& s) {
+  const auto [n, copy, mailbox] = GetParam();
+  CollectiveSettings settings = testing::TestSettings(std::chrono::seconds(20), 1, 256 << 10, copy);
+  settings.mesh.mailbox = mailbox;
+  CollectiveJob job(n, settings);
+  job.RunOk([&, n = n, copy = copy, mailbox = mailbox](int rank, CollectiveService& s) {
     // Every pair probed the other: all peers or none, both ways.
     const auto [out, in] = s.mesh().SameHostPeers();
     EXPECT_EQ(out, copy ? n - 1 : 0);
     EXPECT_EQ(in, copy ? n - 1 : 0);
+    EXPECT_EQ(s.mesh().MailboxPeers(), copy && mailbox ? n - 1 : 0);
     Communicator& world = s.World();
+    // Small pieces: allreduces of 0, 1 and 1001 int64 (direct), a barrier.
+    for (int64_t count : {0, 1, 1001}) {
+      Buffer b(DType::kI64, count);
+      for (int64_t i = 0; i < count; ++i) b.Set(i, static_cast<double>(i * (rank + 1)));
+      world.AllReduce(b.view(), b.view(), {});
+      for (int64_t i = 0; i < count; ++i) {
+        ASSERT_EQ(b.Get(i), static_cast<double>(i * n * (n + 1) / 2)) << count << " " << i;
+      }
+      world.Barrier();
+    }
     // Allreduce, 1 MiB + 1 element of integer-valued floats, two algorithms.
     for (AllReduceAlgorithm a : {AllReduceAlgorithm::kRing, AllReduceAlgorithm::kHalvingDoubling}) {
       const int64_t count = (1 << 18) + 1;
@@ -83,12 +99,53 @@ TEST_P(SameHostCopy, EveryOperationGivesExactResultsEitherWay) {
 }
 
 std::string CaseName(const ::testing::TestParamInfo<SameHostCopy::ParamType>& p) {
-  return fmt::format("n{}_{}", std::get<0>(p.param), std::get<1>(p.param) ? "copy" : "bytes");
+  return fmt::format("n{}_{}{}", std::get<0>(p.param), std::get<1>(p.param) ? "copy" : "bytes",
+                     std::get<2>(p.param) ? "_mailbox" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(GroupsCopyOnAndOff, SameHostCopy,
-                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values(2, 3, 5), ::testing::Bool(),
+                                            ::testing::Bool()),
                          CaseName);
+
+// A rank far ahead fills its peer's ring: twelve communicators each send a
+// 32 KiB piece (384 KiB, the ring holds 256 KiB) while the peer has not
+// started; the records that find the ring full go over TCP, and every
+// result is exact.
+TEST(SameHostMailboxFull, RecordsThatDoNotFitGoOverTcp) {
+  constexpr int kGroups = 12;
+  constexpr int64_t kCount = (32 << 10) / 4;
+  CollectiveJob job(2, testing::TestSettings(std::chrono::seconds(20)));
+  job.RunOk([&](int rank, CollectiveService& s) {
+    ASSERT_EQ(s.mesh().MailboxPeers(), 1);
+    std::vector<std::unique_ptr<Communicator>> groups;
+    for (int g = 0; g < kGroups; ++g) groups.push_back(s.NewGroup({0, 1}));
+    std::vector<Buffer> bufs;
+    for (int g = 0; g < kGroups; ++g) {
+      bufs.emplace_back(DType::kF32, kCount);
+      for (int64_t i = 0; i < kCount; ++i)
+        bufs.back().Set(i, static_cast<double>(g + i % 100 * (rank + 1)));
+    }
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ReduceOptions o;
+    o.algorithm = AllReduceAlgorithm::kDirect;
+    std::vector<CollectiveHandle> handles;
+    for (int g = 0; g < kGroups; ++g) {
+      handles.push_back(groups[static_cast<size_t>(g)]->AllReduceAsync(
+          bufs[static_cast<size_t>(g)].view(), bufs[static_cast<size_t>(g)].view(), o));
+    }
+    for (auto& h : handles) h.Wait();
+    for (int g = 0; g < kGroups; ++g) {
+      for (int64_t i = 0; i < kCount; ++i) {
+        ASSERT_EQ(bufs[static_cast<size_t>(g)].Get(i), static_cast<double>(2 * g + i % 100 * 3))
+            << g << " " << i;
+      }
+    }
+    if (rank == 0) {
+      EXPECT_GT(s.mesh().MailboxFullCount(), 0u);
+    }
+  });
+}
 
 // The pipelining segment: TANDEM_COLLECTIVE_SEGMENT_BYTES when set, else
 // chosen per communicator by placement (1 MiB on one host, 256 KiB across
