@@ -23,20 +23,26 @@ def check_ok(output: str, workers: int) -> None:
     assert len({g[3] for g in found}) == 1, f"ranks ran different checks: {found}"
 
 
-@pytest.mark.parametrize("copy", ["1", "0"], ids=["same-host-copy", "tcp-only"])
+@pytest.mark.parametrize("copy,mailbox", [("1", "1"), ("1", "0"), ("0", "1")],
+                         ids=["same-host-copy-and-mailbox", "same-host-copy", "tcp-only"])
 @pytest.mark.parametrize("workers", [2, 3, 4, 5])
-def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, workers, copy):
-    """Both paths of large pieces between processes of one host: by reference
-    (process_vm_readv) and as bytes over TCP (docs/collectives.md)."""
+def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, workers, copy,
+                                                   mailbox):
+    """Every path between processes of one host: large pieces by reference
+    (process_vm_readv) or as bytes over TCP, small ones and the references'
+    messages through the shared-memory mailbox or over TCP
+    (docs/collectives.md)."""
     result = launch(workers, 0, [tandem_bin_dir / "collective_check"],
                     extra_args=["--no-scheduler"], timeout=120,
-                    env={"TANDEM_COLLECTIVE_SAME_HOST_COPY": copy, "PS_VERBOSE": "1"})
+                    env={"TANDEM_COLLECTIVE_SAME_HOST_COPY": copy,
+                         "TANDEM_COLLECTIVE_MAILBOX": mailbox, "PS_VERBOSE": "1"})
     assert result.returncode == 0, result.job.describe()
     check_ok(result.output, workers)
     peers = workers - 1 if copy == "1" else 0
-    formed = re.findall(r"collective mesh formed: .*same-host copy with (\d+) of (\d+) peers",
-                        result.output)
-    assert formed == [(str(peers), str(workers - 1))] * workers, formed
+    mailboxes = peers if mailbox == "1" else 0
+    formed = re.findall(r"collective mesh formed: .*same-host copy with (\d+) of (\d+) peers"
+                        r".*, mailbox with (\d+)", result.output)
+    assert formed == [(str(peers), str(workers - 1), str(mailboxes))] * workers, formed
     # Every worker picks the same rows of the selection table: the copy's
     # when all offered it (all on one host here), else TCP's.
     rows = re.findall(r"communicator of (\d+) worker\(s\) on one host: the selection table's "
