@@ -18,8 +18,9 @@ CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& 
   s.mesh.connect_timeout = config.connect_timeout;
   s.mesh.same_host_copy = env.GetInt("TANDEM_COLLECTIVE_SAME_HOST_COPY", 1, 0, 1) == 1;
   s.mesh.mailbox = env.GetInt("TANDEM_COLLECTIVE_MAILBOX", 1, 0, 1) == 1;
-  s.mesh.spin = std::chrono::microseconds(
-      env.GetInt("TANDEM_COLLECTIVE_SPIN_US", PeerMesh::Options{}.spin.count(), 0, 1000000));
+  if (env.Get("TANDEM_COLLECTIVE_SPIN_US")) {
+    s.mesh.spin = std::chrono::microseconds(env.GetInt("TANDEM_COLLECTIVE_SPIN_US", 0, 0, 1000000));
+  }
   s.communicator.timeout = env.GetSeconds("TANDEM_COLLECTIVE_TIMEOUT", std::chrono::seconds(300));
   if (s.communicator.timeout.count() <= 0) {
     throw ConfigError("TANDEM_COLLECTIVE_TIMEOUT must be positive");

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "tandem/error.h"
 
 namespace tandem::collective {
@@ -19,7 +21,13 @@ OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
       deadline_(std::chrono::steady_clock::now() + timeout) {}
 
 OpContext::~OpContext() {
+  RingOwed();
   if (!finished_) Cleanup();
+}
+
+void OpContext::RingOwed() {
+  for (int worker : owed_rings_) mesh_.Ring(worker);
+  owed_rings_.clear();
 }
 
 void OpContext::CheckHealth() const {
@@ -37,21 +45,27 @@ void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
   }
   std::shared_ptr<Sends> sends = sends_;
   PeerMesh* mesh = &mesh_;
-  mesh_.Send(members_[static_cast<size_t>(peer)], Key(tag), bytes,
-             [sends, peer, mesh](std::exception_ptr e) {
-               bool settled = false;
-               {
-                 std::lock_guard lock(sends->mu);
-                 --sends->outstanding;
-                 if (e) {
-                   if (!sends->error) sends->error = e;
-                   sends->failed_peers.insert(peer);
-                 }
-                 settled = sends->outstanding == 0 || e != nullptr;
-               }
-               // Finish and Cleanup wait on the mesh's doorbell.
-               if (settled) mesh->Wake();
-             });
+  const int worker = members_[static_cast<size_t>(peer)];
+  const bool owed = mesh_.Send(
+      worker, Key(tag), bytes,
+      [sends, peer, mesh](std::exception_ptr e) {
+        bool settled = false;
+        {
+          std::lock_guard lock(sends->mu);
+          --sends->outstanding;
+          if (e) {
+            if (!sends->error) sends->error = e;
+            sends->failed_peers.insert(peer);
+          }
+          settled = sends->outstanding == 0 || e != nullptr;
+        }
+        // Finish and Cleanup wait on the mesh's doorbell.
+        if (settled) mesh->Wake();
+      },
+      /*ring_later=*/true);
+  if (owed && std::find(owed_rings_.begin(), owed_rings_.end(), worker) == owed_rings_.end()) {
+    owed_rings_.push_back(worker);
+  }
 }
 
 void OpContext::Post(int peer, uint64_t tag, std::span<std::byte> dest) {
@@ -60,6 +74,7 @@ void OpContext::Post(int peer, uint64_t tag, std::span<std::byte> dest) {
 }
 
 void OpContext::Wait(int peer, uint64_t tag) {
+  RingOwed();
   auto r = mesh_.Wait(members_[static_cast<size_t>(peer)], Key(tag), deadline_);
   if (r == PeerMesh::WaitResult::kDone) {
     posted_.erase({peer, tag});
@@ -69,6 +84,7 @@ void OpContext::Wait(int peer, uint64_t tag) {
 }
 
 size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
+  RingOwed();
   wait_keys_.clear();
   for (const auto& [peer, tag] : pieces) {
     wait_keys_.push_back(PeerMesh::SlotKey{members_[static_cast<size_t>(peer)], Key(tag)});
@@ -82,6 +98,7 @@ size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
 }
 
 void OpContext::Finish() {
+  RingOwed();
   {
     const bool in_time = mesh_.WaitUntil(
         [&] {

@@ -68,6 +68,9 @@ class OpContext {
   /// Waits until every send was handed to the kernel; throws as Wait does
   /// (a failed send is the peer's loss). Every algorithm ends with it.
   void Finish();
+  /// Rings the doorbells of the peers whose mailbox got pieces since the
+  /// last ring (every wait does this first; see PeerMesh::Send).
+  void RingOwed();
 
   /// Throws the mesh's failure, if any, prefixed with what().
   void CheckHealth() const;
@@ -94,6 +97,7 @@ class OpContext {
   const std::chrono::steady_clock::time_point deadline_;
   std::set<std::pair<int, uint64_t>> posted_;  // (group peer, tag) not yet awaited
   std::vector<PeerMesh::SlotKey> wait_keys_;   // WaitAny's, kept to reuse its memory
+  std::vector<int> owed_rings_;                // worker ranks whose doorbell is owed
   std::shared_ptr<Sends> sends_ = std::make_shared<Sends>();
   bool finished_ = false;
 };

@@ -151,6 +151,9 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     const auto p = static_cast<size_t>(peer);
     copy_peers += (peer_reads_me_[p] && peer_pids_[p] != 0) ? 1 : 0;
     mailbox_peers += mailbox_to_[p] ? 1 : 0;
+    // A peer that reads this process's memory may write its ring here:
+    // back it with memory before the first operation pays the faults.
+    if (mailbox_ && peer_reads_me_[p]) mailbox_->Prefault(peer);
   }
   log_.V1(
       "collective mesh formed: {} workers, {} connection(s) per pair, same-host copy with {} "
@@ -232,8 +235,12 @@ std::vector<std::function<void(std::exception_ptr)>> PeerMesh::TakeRefsLocked(in
   return out;
 }
 
-void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
-                    std::function<void(std::exception_ptr)> on_sent) {
+void PeerMesh::Ring(int peer) {
+  if (MailboxLink* link = mailbox_to_[static_cast<size_t>(peer)].get()) link->Ring();
+}
+
+bool PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> bytes,
+                    std::function<void(std::exception_ptr)> on_sent, bool ring_later) {
   const auto& conns = outgoing_[static_cast<size_t>(peer)];
   // Spread an operation's pieces over the pair's connections; all pieces
   // of one (sequence, tag) use the same one.
@@ -244,9 +251,9 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
   m.header.recipient = workers_[static_cast<size_t>(peer)].id;
   m.meta = key.Encode();
   if (bytes.size() <= kCopySendBytes) {
-    if (WriteMailbox(peer, msg::kData, key, bytes)) {
+    if (WriteMailbox(peer, msg::kData, key, bytes, 0, 0, !ring_later)) {
       on_sent(nullptr);
-      return;
+      return ring_later;
     }
     // Small: copy, and send without on_sent, which the transport writes at
     // once from this thread instead of waking its own (docs/transport.md);
@@ -255,7 +262,7 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
     if (!bytes.empty()) m.payload.emplace_back(m.owned_storage.data(), m.owned_storage.size());
     transport_.Send(id, std::move(m));
     on_sent(nullptr);
-    return;
+    return false;
   }
   {
     std::unique_lock lock(mu_);
@@ -273,8 +280,8 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
       refs_out_.emplace(sk, std::move(on_sent));
       lock.unlock();
       if (WriteMailbox(peer, msg::kDataRef, key, {}, reinterpret_cast<uintptr_t>(bytes.data()),
-                       bytes.size())) {
-        return;
+                       bytes.size(), !ring_later)) {
+        return ring_later;
       }
       m.header.type = msg::kDataRef;
       m.meta = DataRef{key, reinterpret_cast<uintptr_t>(bytes.data()), bytes.size()}.Encode();
@@ -285,18 +292,19 @@ void PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
         {
           std::lock_guard relock(mu_);
           auto it = refs_out_.find(sk);
-          if (it == refs_out_.end()) return;  // already failed with the link
+          if (it == refs_out_.end()) return false;  // already failed with the link
           f = std::move(it->second);
           refs_out_.erase(it);
         }
         f(std::current_exception());
       }
-      return;
+      return false;
     }
   }
   m.payload.push_back(bytes);
   m.on_sent = std::move(on_sent);
   transport_.Send(id, std::move(m));
+  return false;
 }
 
 void PeerMesh::Post(int peer, const MessageKey& key, std::span<std::byte> dest) {
@@ -352,11 +360,12 @@ void PeerMesh::Wake() {
 }
 
 bool PeerMesh::WriteMailbox(int peer, uint16_t type, const MessageKey& key,
-                            std::span<const std::byte> payload, uint64_t address, uint64_t length) {
+                            std::span<const std::byte> payload, uint64_t address, uint64_t length,
+                            bool ring) {
   MailboxLink* link = mailbox_to_[static_cast<size_t>(peer)].get();
   if (link == nullptr) return false;
   try {
-    if (link->TryWrite(type, key, payload, address, length)) return true;
+    if (link->TryWrite(type, key, payload, address, length, ring)) return true;
     mailbox_full_.fetch_add(1, std::memory_order_relaxed);
     return false;
   } catch (const Error& e) {
@@ -510,6 +519,15 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
     std::span<const SlotKey> pieces, std::chrono::steady_clock::time_point deadline) {
   std::chrono::steady_clock::time_point spin_until{};  // set by the first poll
   bool last_look = false;
+  std::chrono::microseconds spin{0};
+  if (options_.spin) {
+    spin = *options_.spin;
+  } else if (mailbox_) {
+    spin = kMailboxSpin;
+    for (const SlotKey& piece : pieces) {
+      if (!mailbox_to_[static_cast<size_t>(piece.peer)]) spin = std::chrono::microseconds(0);
+    }
+  }
   for (;;) {
     base::Doorbell& bell = Bell();
     const uint32_t seen = bell.Value();
@@ -529,14 +547,14 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       if (failure_) return {WaitResult::kFailed, 0};
     }
     if (last_look) return {WaitResult::kTimedOut, 0};
-    if (options_.spin.count() > 0) {
+    if (spin.count() > 0) {
       // Poll before sleeping: a piece due within the spin budget is seen
       // without the wake-up of a sleeping thread (docs/collectives.md,
       // "Waiting"). Yielding keeps the transport's thread running on a
       // machine with fewer cores than threads.
       const auto now = std::chrono::steady_clock::now();
       if (spin_until == std::chrono::steady_clock::time_point{}) {
-        spin_until = std::min(deadline, now + options_.spin);
+        spin_until = std::min(deadline, now + spin);
       }
       if (now < spin_until) {
         while (bell.Value() == seen && std::chrono::steady_clock::now() < spin_until) {

@@ -93,6 +93,11 @@ class MailboxRegion {
   /// malformed ring, after which the ring is not read again.
   size_t Drain(int sender, const std::function<void(const MailboxRecord&)>& deliver);
 
+  /// Backs the ring of worker `sender` with memory now (the file's pages
+  /// are otherwise allocated on first touch, in the middle of operations).
+  /// Leaves the ring's content alone, so it may run while the peer writes.
+  void Prefault(int sender);
+
  private:
   net::UniqueFd fd_;
   std::byte* base_ = nullptr;
@@ -116,11 +121,14 @@ class MailboxLink {
   MailboxLink& operator=(const MailboxLink&) = delete;
 
   /// Writes one record (type msg::kData with `payload`, msg::kDataRef with
-  /// `address` and `length`, or msg::kDataRefDone) and rings the peer's
-  /// doorbell. Returns false, having written nothing, when the ring has no
-  /// room for it. Throws ProtocolError when the ring's indices are corrupt.
+  /// `address` and `length`, or msg::kDataRefDone) and, unless `ring` is
+  /// false (the caller then owes a Ring()), rings the peer's doorbell.
+  /// Returns false, having written nothing, when the ring has no room for
+  /// it. Throws ProtocolError when the ring's indices are corrupt.
   bool TryWrite(uint16_t type, const MessageKey& key, std::span<const std::byte> payload,
-                uint64_t address = 0, uint64_t length = 0);
+                uint64_t address = 0, uint64_t length = 0, bool ring = true);
+  /// Rings the peer's doorbell (after writes with `ring` false).
+  void Ring() { doorbell_->Ring(); }
 
  private:
   std::mutex mu_;  // one writer at a time into the ring

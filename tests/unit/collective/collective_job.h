@@ -27,7 +27,7 @@ using tandem::testing::What;
 inline CollectiveSettings TestSettings(std::chrono::milliseconds timeout = std::chrono::seconds(20),
                                        int connections = 1, size_t segment_bytes = 64 << 10,
                                        bool same_host_copy = true,
-                                       std::chrono::microseconds spin = PeerMesh::Options{}.spin) {
+                                       std::optional<std::chrono::microseconds> spin = {}) {
   CollectiveSettings s;
   s.mesh.connections_per_peer = connections;
   s.mesh.same_host_copy = same_host_copy;

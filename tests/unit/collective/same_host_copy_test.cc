@@ -182,5 +182,28 @@ TEST(SegmentByPlacement, TheVariableWinsElseThePlacementDecides) {
   });
 }
 
+// TANDEM_COLLECTIVE_MAILBOX and TANDEM_COLLECTIVE_SPIN_US: the mailbox is on
+// unless 0; the polling is the mailbox default unless the variable is set.
+TEST(MailboxSettings, TheVariablesAreReadAndCheckedElseTheDefaultsHold) {
+  const base::Config config = base::Config::FromEnvironment(base::Environment());
+  auto defaults = CollectiveSettings::FromEnvironment(base::Environment(), config);
+  EXPECT_TRUE(defaults.mesh.mailbox);
+  EXPECT_FALSE(defaults.mesh.spin.has_value());
+  auto set = CollectiveSettings::FromEnvironment(
+      base::Environment({{"TANDEM_COLLECTIVE_MAILBOX", "0"}, {"TANDEM_COLLECTIVE_SPIN_US", "0"}}),
+      config);
+  EXPECT_FALSE(set.mesh.mailbox);
+  ASSERT_TRUE(set.mesh.spin.has_value());
+  EXPECT_EQ(set.mesh.spin->count(), 0);
+  for (const char* bad : {"2", "yes"}) {
+    EXPECT_THROW(
+        CollectiveSettings::FromEnvironment(base::Environment(std::map<std::string, std::string>{
+                                                {"TANDEM_COLLECTIVE_MAILBOX", bad}}),
+                                            config),
+        ConfigError)
+        << bad;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::collective
