@@ -17,6 +17,9 @@ Two modes:
   # the bed's ceiling: one TCP stream from h1 to h2 for SECONDS, its payload
   # rate in GB/s (10^9 bytes a second)
   bench/netbed_run.py --hosts 4 --rate 1gbit --stream 10
+  # a ring's ceiling: every host streams to the next at once (each link
+  # carries one stream's data and the acknowledgements of another)
+  bench/netbed_run.py --hosts 4 --rate 1gbit --ring-streams 10
 
   # a tandem job: the scheduler on h1, servers on the next hosts, workers
   # round-robin over all hosts; every process gets the plain DMLC environment
@@ -130,6 +133,28 @@ def measure_stream(bed: netbed.NetBed, seconds: float) -> float:
         receiver.wait()
 
 
+def measure_ring(bed: netbed.NetBed, seconds: float) -> list[float]:
+    """GB/s of payload each of K TCP streams moves at once, host i -> host
+    i+1 (mod K): a ring's traffic, where each link carries one stream's data
+    and the acknowledgements of the stream coming the other way. By host."""
+    receivers = [bed.popen(h, [sys.executable, "-c", _STREAM_RECEIVER, str(seconds)],
+                           stdout=subprocess.PIPE, text=True) for h in bed.hosts]
+    senders = []
+    try:
+        for r in receivers:
+            if r.stdout.readline().strip() != "ready":
+                raise SystemExit("netbed_run: a stream receiver did not start")
+        for i, h in enumerate(bed.hosts):
+            right = bed.hosts[(i + 1) % len(bed.hosts)]
+            senders.append(bed.popen(h, [sys.executable, "-c", _STREAM_SENDER, right.ip],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return [float(r.stdout.readline().strip()) for r in receivers]
+    finally:
+        for p in senders + receivers:
+            p.kill()
+            p.wait()
+
+
 def run_job(bed: netbed.NetBed, command: list[str], env: dict[str, str], workers: int,
             servers: int, timeout: float) -> int:
     job = BedJob(bed, placement(len(bed.hosts), workers, servers), command, env=env)
@@ -159,12 +184,15 @@ def main(argv: list[str]) -> int:
                         help="environment for every process (repeatable)")
     parser.add_argument("--stream", type=float, metavar="SECONDS",
                         help="measure one TCP stream h1 -> h2 for SECONDS instead of a command")
+    parser.add_argument("--ring-streams", type=float, metavar="SECONDS",
+                        help="measure a ring of TCP streams (every host to the next at once) "
+                             "for SECONDS instead of a command")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds (default 600)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command and not args.stream:
-        parser.error("give the command after --, or --stream SECONDS")
+    if not command and not args.stream and not args.ring_streams:
+        parser.error("give the command after --, or --stream SECONDS, or --ring-streams SECONDS")
     env = parse_env(args.env)
     try:
         with netbed.NetBed(args.hosts, rate=args.rate, loss_percent=args.loss) as bed:
@@ -174,6 +202,12 @@ def main(argv: list[str]) -> int:
                 rate = measure_stream(bed, args.stream)
                 print(f"one TCP stream h1 -> h2: {rate:.4f} GB/s of payload "
                       f"({rate * 8:.3f} Gbit/s)")
+                code = 0
+            elif args.ring_streams:
+                rates = measure_ring(bed, args.ring_streams)
+                print("a ring of TCP streams (host i -> host i+1, all at once), GB/s of payload: "
+                      + ", ".join(f"{h.name} {r:.4f}" for h, r in zip(bed.hosts, rates))
+                      + f"; slowest {min(rates):.4f}")
                 code = 0
             elif args.job:
                 workers, _, servers = args.job.partition(",")
