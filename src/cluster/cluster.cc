@@ -28,8 +28,8 @@
 #include "metrics/prometheus_endpoint.h"
 #include "net/message_dispatcher.h"
 #include "net/metered_transport.h"
-#include "net/send_queue_bound.h"
 #include "net/reliable_transport.h"
+#include "net/send_queue_bound.h"
 #include "net/tcp_transport.h"
 #include "tandem/error.h"
 
@@ -331,7 +331,8 @@ struct Cluster::Impl {
   }
 
   cluster::NodeServices Services() {
-    return {env, config, log, clock, *transport, dispatcher, *membership, stats, timeline.get()};
+    return {env,        config,      log,   clock,          *transport,
+            dispatcher, *membership, stats, timeline.get(), meter.get()};
   }
 
   ~Impl() {

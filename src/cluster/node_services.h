@@ -23,6 +23,7 @@
 #include "base/timeline.h"
 #include "cluster/membership.h"
 #include "net/message_dispatcher.h"
+#include "net/metered_transport.h"
 #include "net/transport.h"
 #include "tandem/cluster.h"
 
@@ -43,6 +44,10 @@ struct NodeServices {
   base::StatsRegistry& stats;
   /// The communication trace (TANDEM_TIMELINE), or null when off.
   base::Timeline* timeline = nullptr;
+  /// The counters of what `transport` carries; a service that moves bytes
+  /// past it (the collectives' same-host mailbox) counts them here too.
+  /// Null where nothing is counted (in-process test jobs).
+  net::TrafficMeter* traffic = nullptr;
 };
 
 /// Runs inside Join, before this node registers with the scheduler.

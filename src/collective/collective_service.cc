@@ -44,7 +44,7 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
       queued_(services.stats.GetGauge(
           "tandem_collective_queued_operations",
           "Collective operations submitted and waiting for their communicator's thread.")),
-      mesh_(settings_.mesh, services.transport, services.log) {
+      mesh_(settings_.mesh, services.transport, services.log, services.traffic) {
   services.dispatcher.Register(msg::kHello, msg::kLast, &mesh_);
   PeerMesh* mesh = &mesh_;
   membership_.AddFailureListener(

@@ -39,8 +39,13 @@ uint64_t RandomCookie() {
 
 }  // namespace
 
-PeerMesh::PeerMesh(Options options, net::Transport& transport, base::Logger& log)
-    : options_(options), transport_(transport), log_(log), cookie_(RandomCookie()) {
+PeerMesh::PeerMesh(Options options, net::Transport& transport, base::Logger& log,
+                   net::TrafficMeter* traffic)
+    : options_(options),
+      transport_(transport),
+      log_(log),
+      traffic_(traffic),
+      cookie_(RandomCookie()) {
   if (options_.connections_per_peer < 1) {
     throw InvalidArgument(fmt::format("connections per peer must be at least 1, got {}",
                                       options_.connections_per_peer));
@@ -365,7 +370,15 @@ bool PeerMesh::WriteMailbox(int peer, uint16_t type, const MessageKey& key,
   MailboxLink* link = mailbox_to_[static_cast<size_t>(peer)].get();
   if (link == nullptr) return false;
   try {
-    if (link->TryWrite(type, key, payload, address, length, ring)) return true;
+    if (link->TryWrite(type, key, payload, address, length, ring)) {
+      if (traffic_ != nullptr) {
+        net::Header h;
+        h.type = type;
+        h.recipient = workers_[static_cast<size_t>(peer)].id;
+        traffic_->Sent(h, MailboxRecordSize(payload.size()));
+      }
+      return true;
+    }
     mailbox_full_.fetch_add(1, std::memory_order_relaxed);
     return false;
   } catch (const Error& e) {
@@ -408,6 +421,12 @@ void PeerMesh::DrainMailbox() {
 }
 
 void PeerMesh::DeliverRecord(int peer, const MailboxRecord& r) {
+  if (traffic_ != nullptr) {
+    net::Header h;
+    h.type = r.type;
+    h.sender = workers_[static_cast<size_t>(peer)].id;
+    traffic_->Received(h, MailboxRecordSize(r.payload.size()));
+  }
   if (r.type == msg::kData) {
     DeliverPiece(peer, r.key, r.payload);
   } else if (r.type == msg::kDataRef) {

@@ -58,6 +58,7 @@
 #include "cluster/cluster_messages.h"
 #include "collective/collective_messages.h"
 #include "collective/same_host_mailbox.h"
+#include "net/metered_transport.h"
 #include "net/transport.h"
 
 namespace tandem::collective {
@@ -103,10 +104,13 @@ class PeerMesh final : public net::TransportHandler {
   /// 4 KiB allreduce 50 -> 34 us, 1 MiB 754 -> 531 us).
   static constexpr std::chrono::microseconds kMailboxSpin{50};
 
-  /// `transport` and `log` are borrowed and must outlive the mesh. The
-  /// caller registers the mesh with its dispatcher for msg::kHello..kLast
-  /// before this node becomes known to its peers.
-  PeerMesh(Options options, net::Transport& transport, base::Logger& log);
+  /// `transport`, `log` and `traffic` (null: nothing counted) are borrowed
+  /// and must outlive the mesh; `traffic` counts the mailbox's records as
+  /// the transport's meter counts messages. The caller registers the mesh
+  /// with its dispatcher for msg::kHello..kLast before this node becomes
+  /// known to its peers.
+  PeerMesh(Options options, net::Transport& transport, base::Logger& log,
+           net::TrafficMeter* traffic = nullptr);
   ~PeerMesh() override;
 
   /// Forms the mesh over the workers of `table`, this node being worker
@@ -299,6 +303,7 @@ class PeerMesh final : public net::TransportHandler {
   const Options options_;
   net::Transport& transport_;
   base::Logger& log_;
+  net::TrafficMeter* const traffic_;
 
   // Written in Connect() before any operation; read-only afterwards.
   std::vector<NodeInfo> workers_;                         // by rank
