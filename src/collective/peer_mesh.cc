@@ -84,6 +84,9 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
         mailbox_ = std::make_unique<MailboxRegion>(static_cast<int>(workers_.size()),
                                                    MailboxRegion::kDefaultRingBytes, cookie_);
         doorbell_.store(&mailbox_->doorbell(), std::memory_order_release);
+        // Last: a drain on another thread (a failure's) sees the region
+        // only with the tables above.
+        region_.store(mailbox_.get(), std::memory_order_release);
       } catch (const Error& e) {
         log_.Warn("collective mailbox not created, small pieces go over TCP: {}", e.what());
       }
@@ -400,12 +403,13 @@ void PeerMesh::OpenMailboxLocked(int peer, const CopyProbe& probe) {
 }
 
 void PeerMesh::DrainMailbox() {
-  if (!mailbox_ || draining_.test_and_set(std::memory_order_acquire)) return;
+  MailboxRegion* region = region_.load(std::memory_order_acquire);
+  if (region == nullptr || draining_.test_and_set(std::memory_order_acquire)) return;
   size_t delivered = 0;
   for (int peer = 0; peer < size(); ++peer) {
     if (peer == self_rank_ || ring_broken_[static_cast<size_t>(peer)]) continue;
     try {
-      delivered += mailbox_->Drain(peer, [&](const MailboxRecord& r) { DeliverRecord(peer, r); });
+      delivered += region->Drain(peer, [&](const MailboxRecord& r) { DeliverRecord(peer, r); });
     } catch (const Error& e) {
       // The ring stays as it is: a failed mesh reads no more pieces.
       const std::string text = fmt::format("{}: {}", Describe(peer), e.what());

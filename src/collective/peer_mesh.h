@@ -315,6 +315,7 @@ class PeerMesh final : public net::TransportHandler {
   // where the pair uses TCP). The doorbell every wait sleeps on: the
   // mailbox's once it exists, else a private one.
   std::unique_ptr<MailboxRegion> mailbox_;
+  std::atomic<MailboxRegion*> region_{nullptr};  // mailbox_, for DrainMailbox
   std::vector<std::unique_ptr<MailboxLink>> mailbox_to_;
   base::Doorbell own_doorbell_;
   std::atomic<base::Doorbell*> doorbell_{&own_doorbell_};
