@@ -441,7 +441,8 @@ void PeerMesh::DeliverRecord(int peer, const MailboxRecord& r) {
   }
 }
 
-void PeerMesh::DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes) {
+void PeerMesh::DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes,
+                            std::unique_ptr<std::byte[]> owned) {
   std::span<std::byte> dest;
   {
     std::lock_guard lock(mu_);
@@ -451,7 +452,9 @@ void PeerMesh::DeliverPiece(int peer, const MessageKey& key, std::span<const std
       // Ahead of its receive: kept until Post.
       s.state = Slot::State::kArrived;
       s.arrived_size = bytes.size();
-      if (!bytes.empty()) {
+      if (owned) {
+        s.arrived = std::move(owned);
+      } else if (!bytes.empty()) {
         s.arrived = std::make_unique<std::byte[]>(bytes.size());
         std::memcpy(s.arrived.get(), bytes.data(), bytes.size());
       }
@@ -794,46 +797,24 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
       throw ProtocolError(fmt::format("unexpected {}", net::MessageTypeName(m.header.type)));
     }
     MessageKey key = MessageKey::Decode(m.meta);
+    int peer = -1;
+    bool placed = false;
     {
       std::lock_guard lock(mu_);
       auto link = links_.find(id);
       if (link == links_.end()) {
         throw ProtocolError("collective data on a connection that sent no hello");
       }
-      const int peer = link->second.rank;
-      auto [it, inserted] = slots_.try_emplace(SlotKey{peer, key});
-      Slot& s = it->second;
-      if (inserted) {
-        s.state = Slot::State::kArrived;
-        s.arrived_size = m.payload.bytes.size();
-        if (m.payload.owned) {
-          s.arrived = std::move(m.payload.owned);
-        } else if (s.arrived_size > 0) {
-          s.arrived = std::make_unique<std::byte[]>(s.arrived_size);
-          std::memcpy(s.arrived.get(), m.payload.bytes.data(), s.arrived_size);
-        }
-      } else if (s.state == Slot::State::kFilling && m.payload.in_posted_buffer()) {
-        s.state = Slot::State::kDone;
-      } else if (s.state == Slot::State::kPosted) {
-        // Zero bytes, or a size other than the posted one.
-        if (m.payload.bytes.size() == s.dest.size()) {
-          if (!s.dest.empty()) {
-            std::memcpy(s.dest.data(), m.payload.bytes.data(), s.dest.size());
-          }
-        } else {
-          s.error = fmt::format(
-              "{} sent {} bytes for a piece of {} bytes (communicator {}, operation {}, tag "
-              "{:#x})",
-              Describe(peer), m.payload.bytes.size(), s.dest.size(), key.communicator, key.sequence,
-              key.tag);
-        }
-        s.state = Slot::State::kDone;
-      } else {
-        throw ProtocolError(
-            fmt::format("{} sent the piece (communicator {}, operation {}, tag {:#x}) twice",
-                        Describe(peer), key.communicator, key.sequence, key.tag));
+      peer = link->second.rank;
+      // The transport read the payload straight into the posted receive.
+      auto it = slots_.find(SlotKey{peer, key});
+      if (it != slots_.end() && it->second.state == Slot::State::kFilling &&
+          m.payload.in_posted_buffer()) {
+        it->second.state = Slot::State::kDone;
+        placed = true;
       }
     }
+    if (!placed) DeliverPiece(peer, key, m.payload.bytes, std::move(m.payload.owned));
     Wake();
   } catch (const Error& e) {
     log_.Error("collective connection from {}: {}; closing it",

@@ -261,8 +261,11 @@ class PeerMesh final : public net::TransportHandler {
   void DrainMailbox();
   void DeliverRecord(int peer, const MailboxRecord& r);
   // A piece's bytes from `peer` (the mailbox's, or a TCP payload the
-  // transport did not place): fills the posted receive or keeps them.
-  void DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes);
+  // transport did not place; `owned`, when given, holds `bytes` and is kept
+  // instead of a copy): fills the posted receive or keeps them. Throws
+  // ProtocolError for a piece sent twice.
+  void DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes,
+                    std::unique_ptr<std::byte[]> owned = nullptr);
   // Writes a record into `peer`'s mailbox: false when there is none or it
   // is full (the caller sends over TCP instead).
   bool WriteMailbox(int peer, uint16_t type, const MessageKey& key,
