@@ -13,6 +13,12 @@
 // 2(n-1)/n for allreduce, (n-1)/n for allgather and reduce_scatter, 1 for
 // broadcast. Rank 0 prints; --json prints one JSON object per size
 // instead, the format the peer programs (Gloo, OpenMPI) print too.
+//
+// --compare-call-check ROUNDS measures what the call checks cost
+// (docs/collectives.md "Call checks"): per size, ROUNDS rounds each timing
+// --iters iterations with the checks on, then with them off (every rank
+// switches after a barrier), and prints the median over rounds of each
+// round's median, and their ratio.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -23,6 +29,9 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "base/environment.h"
+#include "cluster/node_services.h"
+#include "collective/collective_service.h"
 #include "tandem/collective.h"
 #include "tandem/error.h"
 
@@ -38,6 +47,7 @@ struct Args {
   int iters = 0;  // 0: by size
   int warmup = 0;
   bool json = false;
+  int compare_call_check = 0;  // rounds; 0: the plain table
   tandem::AllReduceAlgorithm algorithm = tandem::AllReduceAlgorithm::kAuto;
 };
 
@@ -63,6 +73,8 @@ Args Parse(int argc, char** argv) {
       a.warmup = std::stoi(next());
     else if (k == "--json")
       a.json = true;
+    else if (k == "--compare-call-check")
+      a.compare_call_check = std::stoi(next());
     else if (k == "--algorithm") {
       std::string v = next();
       a.algorithm = v == "ring"               ? tandem::AllReduceAlgorithm::kRing
@@ -73,7 +85,7 @@ Args Parse(int argc, char** argv) {
       throw tandem::InvalidArgument("unknown argument " + k +
                                     " (--op allreduce|broadcast|allgather|reduce_scatter, "
                                     "--min-bytes, --max-bytes, --factor, --iters, --warmup, "
-                                    "--algorithm, --json)");
+                                    "--algorithm, --json, --compare-call-check ROUNDS)");
     }
   }
   if (a.op != "allreduce" && a.op != "broadcast" && a.op != "allgather" &&
@@ -155,15 +167,92 @@ std::vector<double> MaxOverRanks(tandem::Communicator& w, std::vector<double> v)
   return v;
 }
 
+// The median over ranks' maximum of `iters` timed runs of `c`.
+double TimedMedian(tandem::Communicator& world, Case& c, int iters) {
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    world.Barrier();
+    auto t0 = Clock::now();
+    c.Run();
+    times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  times = MaxOverRanks(world, times);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// --compare-call-check: rounds of checked and unchecked runs, alternating.
+void CompareCallCheck(tandem::collective::CollectiveService& service, const Args& args) {
+  tandem::Communicator& world = service.World();
+  const bool print = world.rank() == 0;
+  if (print) {
+    std::printf("# tandem %s, %d ranks, float32: call checks on and off, %d rounds\n",
+                args.op.c_str(), world.size(), args.compare_call_check);
+    std::printf("%12s %14s %14s %8s %8s\n", "size(B)", "checked(us)", "unchecked(us)", "ratio",
+                "#wrong");
+  }
+  for (size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= args.factor) {
+    Case c(world, args, bytes);
+    const int iters =
+        args.iters > 0 ? args.iters
+                       : static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 5, 200));
+    std::vector<double> on, off;
+    double wrong = 0;
+    for (int round = 0; round < args.compare_call_check; ++round) {
+      for (bool checked : {true, false}) {
+        world.Barrier();
+        service.mesh().SetCallChecksForBenchmark(checked);
+        world.Barrier();
+        c.Fill();
+        c.Run();
+        wrong = std::max(wrong, static_cast<double>(c.Wrong()));
+        for (int i = 0; i < std::max(1, args.warmup); ++i) c.Run();
+        (checked ? on : off).push_back(TimedMedian(world, c, iters));
+      }
+    }
+    world.Barrier();
+    service.mesh().SetCallChecksForBenchmark(true);
+    world.Barrier();
+    wrong = MaxOverRanks(world, {wrong})[0];
+    const double t_on = Median(on), t_off = Median(off);
+    if (print) {
+      std::printf("%12zu %14.1f %14.1f %8.3f %8lld\n", bytes, t_on, t_off, t_on / t_off,
+                  static_cast<long long>(wrong));
+      std::fflush(stdout);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     Args args = Parse(argc, argv);
-    auto collectives = tandem::Collectives::Join();
-    tandem::Communicator& world = collectives->world();
+    // Joined as tandem::Collectives::Join() does, keeping the service, whose
+    // mesh --compare-call-check switches.
+    std::unique_ptr<tandem::collective::CollectiveService> service;
+    auto cluster = tandem::cluster::JoinWithServices(
+        tandem::base::Environment::FromProcess().vars(), [&](tandem::cluster::NodeServices& s) {
+          service = std::make_unique<tandem::collective::CollectiveService>(
+              s, tandem::collective::CollectiveSettings::FromEnvironment(s.env, s.config));
+        });
+    service->Start();
+    tandem::Communicator& world = service->World();
+    if (args.compare_call_check > 0) {
+      CompareCallCheck(*service, args);
+      world.Barrier({"finalize", {}});
+      service->StopWorld();
+      cluster->Finalize();
+      return 0;
+    }
     const int n = world.size();
     const bool print = world.rank() == 0;
+
     if (print && !args.json) {
       std::printf("# tandem %s, %d ranks, float32, algorithm %s\n", args.op.c_str(), n,
                   tandem::AllReduceAlgorithmName(args.algorithm).c_str());
@@ -210,7 +299,9 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     }
-    collectives->Finalize();
+    world.Barrier({"finalize", {}});
+    service->StopWorld();
+    cluster->Finalize();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collective_bench: error: %s\n", e.what());

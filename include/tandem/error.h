@@ -56,6 +56,17 @@ class ProtocolError : public Error {
   using Error::Error;
 };
 
+/// The members of a communicator made different collective calls (another
+/// operation, tensor name, dtype, shape, reduction, root, group or
+/// settings) at the same point, or called their communicators in orders
+/// that cannot complete. Raised on every member; the message lists each
+/// rank's call (docs/collectives.md "Call checks"). The process's
+/// collectives are unusable afterwards.
+class CallMismatch : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 /// An operating-system call failed (socket, file, process). The message
 /// carries the call, its target and errno's text.
 class IoError : public Error {

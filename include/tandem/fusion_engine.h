@@ -41,10 +41,12 @@ class FusionEngine {
     /// / TANDEM_CACHE_CAPACITY.
     size_t cache_capacity = 1024;
     /// A tensor submitted by some ranks but not all for this long is logged
-    /// on every rank with the missing ranks. 0 turns the report off.
-    /// HOROVOD_STALL_CHECK_TIME_SECONDS / TANDEM_STALL_CHECK_TIME_SECONDS;
-    /// HOROVOD_STALL_CHECK_DISABLE=1 also turns it off.
-    std::chrono::milliseconds stall_check{60000};
+    /// on every rank, naming the tensor and the missing ranks. 0 turns the
+    /// report off. TANDEM_STALL_WARNING_SECONDS (or Horovod's
+    /// HOROVOD_STALL_CHECK_TIME_SECONDS / TANDEM_STALL_CHECK_TIME_SECONDS);
+    /// HOROVOD_STALL_CHECK_DISABLE=1 also turns it off. Horovod's 60 s is
+    /// too late to tell a user what is wrong: 10 s.
+    std::chrono::milliseconds stall_check{10000};
     /// ... and after this long its requests fail with that report. 0 means
     /// never; the default is the communicator's time-out
     /// (TANDEM_COLLECTIVE_TIMEOUT), so that no request waits forever.
@@ -92,8 +94,8 @@ class FusionEngine {
   /// names the tensor across ranks: every rank submits it with the same
   /// shape, dtype, reduction and scaling. `options.timeout` and
   /// `options.algorithm` apply to the collective that carries it; its name
-  /// is replaced by `name`. The handle's Wait throws InvalidArgument when
-  /// the ranks disagree (naming the tensor and what each rank sent), Timeout
+  /// is replaced by `name`. The handle's Wait throws CallMismatch (an
+  /// InvalidArgument) when the ranks disagree (naming the tensor and what each rank sent), Timeout
   /// when the tensor stalled past the shutdown time (naming the ranks that
   /// never submitted it; InvalidArgument when the submitters also disagree), and PeerLost / Timeout
   /// / ProtocolError of the communicator, after which every request fails alike. Throws

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "held_tensor.h"
 #include "tandem/collective.h"
 #include "tandem/error.h"
+#include "tandem/fusion_engine.h"
 
 namespace py = pybind11;
 
@@ -99,6 +101,33 @@ std::vector<HeldTensor> Two(HeldTensor a, HeldTensor b) {
   v.push_back(std::move(b));
   return v;
 }
+
+/// The framework engine over every worker, for Python. Closing it (or
+/// dropping it) waits for every rank to close theirs, without the GIL.
+///
+/// Thread-safety: Python calls it with the GIL held.
+class PyFusionEngine {
+ public:
+  explicit PyFusionEngine(Collectives& c) {
+    std::vector<int> all(static_cast<size_t>(c.world().size()));
+    std::iota(all.begin(), all.end(), 0);
+    py::gil_scoped_release release;
+    engine_ =
+        std::make_unique<FusionEngine>(c.NewGroup(all), FusionEngine::Options::FromEnvironment());
+  }
+  ~PyFusionEngine() { Close(); }
+  FusionEngine& engine() {
+    if (!engine_) throw InvalidArgument("the framework engine was closed");
+    return *engine_;
+  }
+  void Close() {
+    py::gil_scoped_release release;
+    engine_.reset();
+  }
+
+ private:
+  std::unique_ptr<FusionEngine> engine_;
+};
 
 }  // namespace
 
@@ -205,6 +234,58 @@ void RegisterCollectives(py::module_& m) {
             return Start({}, [&] { return c.BarrierAsync(o); });
           },
           py::arg("name") = "", py::arg("timeout") = 0.0, py::keep_alive<0, 1>());
+
+  py::class_<PyFusionEngine>(
+      m, "FusionEngine",
+      "The framework engine (include/tandem/fusion_engine.h) over every worker: named requests "
+      "in any order, negotiated across ranks, small allreduces fused, stalls reported.")
+      .def(py::init<Collectives&>(), py::arg("collectives"), py::keep_alive<1, 2>())
+      .def(
+          "allreduce_async",
+          [](PyFusionEngine& e, py::handle in, py::handle out, const std::string& op,
+             double prescale, double postscale, const std::string& name, double timeout) {
+            ReduceOptions o;
+            SetCommon(o, name, timeout);
+            o.op = ToReduction(op);
+            o.prescale = prescale;
+            o.postscale = postscale;
+            auto held = Two(In(in, "allreduce", name), Out(out, "allreduce", name));
+            TensorView vi = held[0].view(), vo = held[1].view();
+            FusionEngine& engine = e.engine();
+            return Start(std::move(held), [&] { return engine.AllReduce(name, vi, vo, o); });
+          },
+          py::arg("input"), py::arg("output"), py::arg("op") = "sum", py::arg("prescale") = 1.0,
+          py::arg("postscale") = 1.0, py::arg("name"), py::arg("timeout") = 0.0,
+          py::keep_alive<0, 1>())
+      .def(
+          "broadcast_async",
+          [](PyFusionEngine& e, py::handle data, int root, const std::string& name) {
+            std::vector<HeldTensor> held;
+            held.push_back(Out(data, "broadcast", name));
+            TensorView v = held[0].view();
+            FusionEngine& engine = e.engine();
+            return Start(std::move(held), [&] { return engine.Broadcast(name, v, root); });
+          },
+          py::arg("data"), py::arg("root"), py::arg("name"), py::keep_alive<0, 1>())
+      .def(
+          "stats",
+          [](PyFusionEngine& e) {
+            const FusionEngine::Stats s = e.engine().stats();
+            py::dict d;
+            d["cycles"] = s.cycles;
+            d["negotiated"] = s.negotiated;
+            d["cached"] = s.cached;
+            d["collectives"] = s.collectives;
+            d["fused_tensors"] = s.fused_tensors;
+            d["mismatches"] = s.mismatches;
+            d["stalls_reported"] = s.stalls_reported;
+            d["stalls_failed"] = s.stalls_failed;
+            d["last_report"] = s.last_report;
+            return d;
+          },
+          "The engine's counters (FusionEngine::Stats) as a dict.")
+      .def("close", &PyFusionEngine::Close,
+           "Stops the engine; returns once every rank closed theirs (GIL released).");
 
   py::class_<Collectives>(m, "Collectives",
                           "A worker's collectives: its membership in the job and the mesh "

@@ -29,8 +29,12 @@ void Raise(const char* name, const std::exception& e) {
 void RegisterErrors(py::module_& m) {
   PyObject* base = NewClass(m, "Error", PyExc_RuntimeError,
                             "Base of every exception tandem raises (tandem::Error).");
-  NewClass(m, "InvalidArgument", py::make_tuple(py::handle(base), py::handle(PyExc_ValueError)),
-           "A value that cannot be used (bad shape, dtype, unknown key); nothing changed.");
+  PyObject* invalid =
+      NewClass(m, "InvalidArgument", py::make_tuple(py::handle(base), py::handle(PyExc_ValueError)),
+               "A value that cannot be used (bad shape, dtype, unknown key); nothing changed.");
+  NewClass(m, "CallMismatch", py::handle(invalid),
+           "The ranks made different collective calls at the same point; the message lists "
+           "each rank's call.");
   const py::handle b(base);
   NewClass(m, "ConfigError", b, "The environment or a configuration value is unusable.");
   NewClass(m, "Timeout", b, "A wait ran out of time; the message says for what and whom.");
@@ -42,6 +46,8 @@ void RegisterErrors(py::module_& m) {
     if (!p) return;
     try {
       std::rethrow_exception(p);
+    } catch (const CallMismatch& e) {
+      Raise("CallMismatch", e);
     } catch (const InvalidArgument& e) {
       Raise("InvalidArgument", e);
     } catch (const ConfigError& e) {

@@ -13,20 +13,20 @@ tandem.torch (imported on its own: `import tandem.torch`) holds the PyTorch
 integration (DistributedOptimizer, broadcast_parameters, ...).
 """
 
-from tandem._core import (AuthFailed, ConfigError, Error, InvalidArgument, IoError, PeerLost,
-                          ProtocolError, Timeout)
+from tandem._core import (AuthFailed, CallMismatch, ConfigError, Error, InvalidArgument, IoError,
+                          PeerLost, ProtocolError, Timeout)
 from tandem import kvstore
 from tandem.collective import (Handle, allgather, allgather_async, allreduce, allreduce_,
                                allreduce_async, allreduce_async_, alltoall, alltoall_async,
-                               barrier, broadcast, broadcast_, broadcast_async_, init,
+                               barrier, broadcast, broadcast_, broadcast_async_, engine, init,
                                is_initialized, new_group, rank, reduce_scatter,
                                reduce_scatter_async, shutdown, size)
 
 __all__ = [
-    "AuthFailed", "ConfigError", "Error", "InvalidArgument", "IoError", "PeerLost",
+    "AuthFailed", "CallMismatch", "ConfigError", "Error", "InvalidArgument", "IoError", "PeerLost",
     "ProtocolError", "Timeout", "kvstore", "Handle", "allgather", "allgather_async",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
-    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "init",
+    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine", "init",
     "is_initialized", "new_group", "rank", "reduce_scatter", "reduce_scatter_async", "shutdown",
     "size",
 ]

@@ -52,11 +52,30 @@ def is_initialized() -> bool:
 
 
 def shutdown() -> None:
-    """Waits for queued operations and leaves the job. Idempotent."""
+    """Waits for queued operations, closes the framework engine (when
+    engine() made one) and leaves the job. Idempotent."""
     with _lock:
+        e = _state.pop("engine", None)
         c = _state.pop("collectives", None)
+    if e is not None:
+        e.close()
     if c is not None:
         c.finalize()
+
+
+def engine() -> "_core.FusionEngine":
+    """The framework engine over every worker (docs/collectives.md,
+    "Framework engine"), made on first use; every worker must call it.
+    Its requests are named and may be made in any order on each rank: the
+    ranks agree which are ready everywhere, run them in one order, fuse
+    small allreduces, and report a tensor some ranks have not submitted
+    after TANDEM_STALL_WARNING_SECONDS (10 s), naming it and the missing
+    ranks. tandem.torch.DistributedOptimizer(negotiate=True) uses it."""
+    c = _collectives()
+    with _lock:
+        if "engine" not in _state:
+            _state["engine"] = _core.FusionEngine(c)
+        return _state["engine"]
 
 
 def _collectives() -> "_core.Collectives":

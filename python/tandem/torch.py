@@ -82,6 +82,8 @@ class _HookedOptimizer:
 
     def _make_hook(self, i: int):
         def hook(*_):
+            if getattr(self, "_joining", False):
+                return  # synchronize() starts every reduction, in index order
             name, p = self._named[i]
             if i in self._pending:
                 raise _core.InvalidArgument(
@@ -154,23 +156,47 @@ class DistributedOptimizer(_HookedOptimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Optional[Iterable] = None, op: str = "avg",
-                 group: Optional[_coll.Communicator] = None):
+                 group: Optional[_coll.Communicator] = None, negotiate: bool = False):
+        """negotiate=True reduces through the framework engine
+        (tandem.engine()): Horovod's semantics, where ranks may produce
+        their gradients in different orders, small ones are fused, and a
+        gradient some ranks never produce is reported after
+        TANDEM_STALL_WARNING_SECONDS naming it and the missing ranks.
+        Without it (the default) each gradient is its own allreduce in the
+        order the hooks fire, which must be the same on every rank: a rank
+        whose order or shapes differ raises tandem.CallMismatch on every
+        rank. negotiate=True works over every worker only (no group)."""
         if not _coll.is_initialized():
             raise _core.InvalidArgument("DistributedOptimizer needs tandem.init() first")
+        if negotiate and group is not None:
+            raise _core.InvalidArgument("DistributedOptimizer: negotiate=True runs over every "
+                                        "worker; it takes no group")
         self._op = op
         self._group = group
+        self._engine = _coll.engine() if negotiate else None
         super().__init__(optimizer, named_parameters)
 
     def _start(self, i: int, name: str, p: torch.Tensor):
         g = _contiguous_grad(p)
-        h = _coll.allreduce_async(g, self._op, out=g, name=name, group=self._group)
+        if self._engine is not None:
+            h = _coll.Handle(self._engine.allreduce_async(g, g, self._op, name=name), g)
+        else:
+            h = _coll.allreduce_async(g, self._op, out=g, name=name, group=self._group)
         return (h, g)
 
     def synchronize(self) -> None:
         """Starts the reductions the hooks did not (unused parameters; zero
         gradients for those without one), waits for all, and leaves the
-        averaged gradients in .grad."""
+        averaged gradients in .grad. Inside join(), first tells the ranks
+        that have run out of data that this one has not."""
+        if self._joining:
+            _coll.allreduce_(torch.ones(1, dtype=torch.int64), "sum", name=_JOIN_FLAG,
+                             group=self._group)
         self._start_missing()
+        self._wait_pending()
+
+    def _wait_pending(self) -> None:
+        """Waits for the reductions started and leaves them in .grad."""
         for i, (h, g) in sorted(self._pending.items()):
             h.wait()
             p = self._named[i][1]
@@ -183,6 +209,70 @@ class DistributedOptimizer(_HookedOptimizer):
         """synchronize(), then the wrapped optimizer's step()."""
         self.synchronize()
         return self._opt.step(closure) if closure is not None else self._opt.step()
+
+    def join(self) -> "_Join":
+        """A context for uneven inputs, like DDP's join(): train inside it
+        until this rank's data ends; on leaving it, the rank shadows the
+        other ranks' steps (it contributes zero gradients to each and
+        applies the reduced gradients with its optimizer, so every replica
+        keeps the same parameters and optimizer state) until every rank has
+        left it, so no rank hangs in a reduction its peers never make. Inside it the gradients are reduced in parameter order
+        at step() (not during backward), with one small extra allreduce per
+        step; avg divides by the number of workers, joined ones included
+        (DDP's divide_by_initial_world_size=True). An exception inside the
+        context leaves at once, without shadowing."""
+        return _Join(self)
+
+    @property
+    def _joining(self) -> bool:
+        return self.__dict__.get("_join_active", False)
+
+    def _shadow_until_all_joined(self) -> int:
+        """Shadows the other ranks' steps; returns how many it shadowed."""
+        shadowed = 0
+        while True:
+            active = torch.zeros(1, dtype=torch.int64)
+            _coll.allreduce_(active, "sum", name=_JOIN_FLAG, group=self._group)
+            if int(active.item()) == 0:
+                return shadowed
+            # Zero gradients in, the others' reduced gradients out, applied
+            # as they are: the replicas (and optimizer states) stay equal.
+            for i, (name, p) in enumerate(self._named):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                else:
+                    p.grad.zero_()
+                self._pending[i] = self._start(i, name, p)
+            self._wait_pending()
+            self._opt.step()
+            shadowed += 1
+
+
+# The name of join()'s per-step allreduce of "this rank still has data".
+_JOIN_FLAG = "tandem.torch.join: ranks with data"
+
+
+class _Join:
+    """DistributedOptimizer.join()'s context manager."""
+
+    def __init__(self, optimizer: DistributedOptimizer):
+        self._opt = optimizer
+        self.shadowed_steps = 0
+
+    def __enter__(self):
+        if self._opt._pending:
+            raise _core.InvalidArgument("join(): gradients are being reduced; enter it before "
+                                        "backward() or after step()")
+        self._opt.__dict__["_join_active"] = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None:
+                self.shadowed_steps = self._opt._shadow_until_all_joined()
+        finally:
+            self._opt.__dict__["_join_active"] = False
+        return False
 
 
 class KVStoreOptimizer(_HookedOptimizer):

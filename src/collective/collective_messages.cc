@@ -94,6 +94,7 @@ void PutKey(base::ByteWriter& w, const MessageKey& k) {
   w.Put(k.communicator);
   w.Put(k.sequence);
   w.Put(k.tag);
+  w.Put(k.call);
 }
 
 MessageKey GetKey(base::ByteReader& r) {
@@ -101,6 +102,7 @@ MessageKey GetKey(base::ByteReader& r) {
   k.communicator = r.Get<uint32_t>("communicator");
   k.sequence = r.Get<uint64_t>("sequence");
   k.tag = r.Get<uint64_t>("tag");
+  k.call = r.Get<uint64_t>("call");
   return k;
 }
 

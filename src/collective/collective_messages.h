@@ -29,6 +29,10 @@ inline constexpr uint16_t kDataRefDone = net::msgtype::kCollectiveFirst + 4;
 /// The connecting side's verdict on the accepting side's probe (after
 /// kHelloAck on connection 0): metadata is a CopyStatus.
 inline constexpr uint16_t kCopyStatus = net::msgtype::kCollectiveFirst + 5;
+/// A member's word on a mismatched operation (its description of the call,
+/// or why the operation cannot complete): metadata is a CallNotice
+/// (call_description.h).
+inline constexpr uint16_t kCallNotice = net::msgtype::kCollectiveFirst + 6;
 inline constexpr uint16_t kLast = net::msgtype::kLast;
 }  // namespace msg
 
@@ -81,13 +85,22 @@ struct CopyStatus {
 /// kData's metadata: which receive of which operation the payload fills.
 /// (communicator, sequence) names the operation; `tag` the piece within it
 /// (each algorithm documents its tags). The sender's rank comes from the
-/// connection.
+/// connection. `call` is the fingerprint of the sender's description of
+/// the operation (call_description.h), which the receiver checks against
+/// its own before it uses the piece; it is not part of the match (pieces
+/// are matched by the other three fields, and compare equal without it).
 struct MessageKey {
   uint32_t communicator = 0;
   uint64_t sequence = 0;
   uint64_t tag = 0;
+  uint64_t call = 0;
 
-  auto operator<=>(const MessageKey&) const = default;
+  std::strong_ordering operator<=>(const MessageKey& o) const {
+    if (auto c = communicator <=> o.communicator; c != 0) return c;
+    if (auto c = sequence <=> o.sequence; c != 0) return c;
+    return tag <=> o.tag;
+  }
+  bool operator==(const MessageKey& o) const { return (*this <=> o) == 0; }
   std::string Encode() const;
   static MessageKey Decode(const std::string& meta);
 };

@@ -3,6 +3,7 @@
 // communicator's thread.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/dtype.h"
@@ -161,7 +162,37 @@ struct Prepared {
   std::string what;
   std::chrono::milliseconds timeout;
   CommunicatorImpl::Body body;
+  collective::CallDescription call;
 };
+
+// The description every member must agree on (call_description.h); the
+// communicator fills in the members.
+collective::CallDescription Call(collective::CallKind kind, const TensorView& t,
+                                 const CollectiveOptions& o, const CommunicatorImpl& impl) {
+  collective::CallDescription c;
+  c.kind = kind;
+  c.dtype = t.dtype;
+  c.count = static_cast<uint64_t>(t.num_elements());
+  c.segment_bytes = impl.settings().segment_bytes;
+  c.name = o.name;
+  c.shape = t.shape;
+  return c;
+}
+
+collective::CallDescription ReduceCall(collective::CallKind kind, const TensorView& t,
+                                       const ReduceOptions& o, const CommunicatorImpl& impl) {
+  collective::CallDescription c = Call(kind, t, o, impl);
+  c.reduction = static_cast<uint8_t>(o.op);
+  c.prescale = o.prescale;
+  c.postscale = o.postscale;
+  return c;
+}
+
+// A body for an operation that moves no bytes on this rank: the ring
+// algorithms would send nothing, so nothing would be checked and no rank
+// would wait for another; a barrier (under the operation's own call)
+// checks and synchronises like any other operation.
+void NoBytes(OpContext& ctx, CommunicatorImpl&) { collective::DisseminationBarrier(ctx); }
 
 Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
                           const ReduceOptions& o) {
@@ -185,16 +216,23 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
   const collective::ReduceSpec spec = Spec(o, dtype);
   collective::Finalize finalize = MakeFinalize(o, dtype, n);
   const double prescale = o.prescale;
-  const AllReduceAlgorithm requested = o.algorithm;
+  // Chosen here, so that the call's description carries it: members whose
+  // settings choose differently would exchange different pieces.
+  const AllReduceAlgorithm chosen =
+      impl.settings().table.Choose(count * spec.element_size, n, o.algorithm, impl.settings().path);
+  collective::CallDescription call = ReduceCall(collective::CallKind::kAllReduce, in, o, impl);
+  call.algorithm = static_cast<uint8_t>(chosen);
+  if (count == 0) return Prepared{what, o.timeout, NoBytes, std::move(call)};
   return Prepared{
-      what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+      what, o.timeout,
+      [=](OpContext& ctx, CommunicatorImpl& c) {
         const size_t bytes = count * spec.element_size;
         if (prescale != 1.0) {
           if (src != dst && bytes > 0) std::memcpy(dst, src, bytes);
           base::Scale(dtype, dst, count, prescale);
         }
         const std::byte* from = prescale != 1.0 ? dst : src;
-        switch (c.settings().table.Choose(bytes, n, requested, c.settings().path)) {
+        switch (chosen) {
           case AllReduceAlgorithm::kRing:
           case AllReduceAlgorithm::kAuto:
             collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),
@@ -210,7 +248,8 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
                                         c.Scratch(bytes * static_cast<size_t>(n)), finalize);
             return;
         }
-      }};
+      },
+      std::move(call)};
 }
 
 Prepared PrepareBroadcast(CommunicatorImpl& impl, const TensorView& data, int root,
@@ -223,9 +262,13 @@ Prepared PrepareBroadcast(CommunicatorImpl& impl, const TensorView& data, int ro
         fmt::format("{}: root {} is outside the group of {}", what, root, impl.size()));
   }
   std::span<std::byte> bytes(Bytes(data), data.num_bytes());
-  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+  collective::CallDescription call = Call(collective::CallKind::kBroadcast, data, o, impl);
+  call.root = root;
+  return Prepared{what, o.timeout,
+                  [=](OpContext& ctx, CommunicatorImpl& c) {
                     collective::TreeBroadcast(ctx, bytes, root, c.settings().segment_bytes);
-                  }};
+                  },
+                  std::move(call)};
 }
 
 Prepared PrepareAllGatherV(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
@@ -262,14 +305,25 @@ Prepared PrepareAllGatherV(CommunicatorImpl& impl, const TensorView& in, const T
   if (src != own && Overlap(in, out)) {
     throw InvalidArgument(what + ": input overlaps output other than at this rank's block");
   }
-  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+  collective::CallDescription call = Call(collective::CallKind::kAllGather, in, o, impl);
+  // AllGatherV's inputs differ by design: the gathered count is what all
+  // agree on. AllGather's counts are all its count: only AllGatherV's are
+  // shown.
+  call.count = static_cast<uint64_t>(total);
+  if (std::any_of(counts.begin(), counts.end(), [&](int64_t c) { return c != counts[0]; })) {
+    call.counts = counts;
+  }
+  if (total == 0) return Prepared{what, o.timeout, NoBytes, std::move(call)};
+  return Prepared{what, o.timeout,
+                  [=](OpContext& ctx, CommunicatorImpl& c) {
                     const size_t seg = c.settings().segment_bytes / es;
                     collective::RingAllGatherPost(ctx, dst, blocks, 0, es, seg);
                     const size_t own_bytes = blocks.count[static_cast<size_t>(ctx.rank())] * es;
                     if (src != own && own_bytes > 0) std::memcpy(own, src, own_bytes);
                     collective::RingAllGatherRun(ctx, dst, blocks, 0, es, seg);
                     ctx.Finish();
-                  }};
+                  },
+                  std::move(call)};
 }
 
 Prepared PrepareReduceScatter(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
@@ -293,7 +347,10 @@ Prepared PrepareReduceScatter(CommunicatorImpl& impl, const TensorView& in, cons
   const double prescale = o.prescale;
   const std::byte* src = Bytes(in);
   std::byte* dst = Bytes(out);
-  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl& c) {
+  collective::CallDescription call = ReduceCall(collective::CallKind::kReduceScatter, in, o, impl);
+  if (count == 0) return Prepared{what, o.timeout, NoBytes, std::move(call)};
+  return Prepared{what, o.timeout,
+                  [=](OpContext& ctx, CommunicatorImpl& c) {
                     const size_t es = spec.element_size;
                     const size_t total = count * static_cast<size_t>(n) * es;
                     auto scratch = c.Scratch(2 * total);
@@ -314,7 +371,8 @@ Prepared PrepareReduceScatter(CommunicatorImpl& impl, const TensorView& in, cons
                     if (count > 0) std::memcpy(dst, result, count * es);
                     if (finalize) finalize(dst, count);
                     ctx.Finish();
-                  }};
+                  },
+                  std::move(call)};
 }
 
 Prepared PrepareAllToAll(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
@@ -334,17 +392,21 @@ Prepared PrepareAllToAll(CommunicatorImpl& impl, const TensorView& in, const Ten
   const size_t block = in.num_bytes() / static_cast<size_t>(n);
   const std::byte* src = Bytes(in);
   std::byte* dst = Bytes(out);
-  return Prepared{what, o.timeout, [=](OpContext& ctx, CommunicatorImpl&) {
+  return Prepared{what, o.timeout,
+                  [=](OpContext& ctx, CommunicatorImpl&) {
                     collective::PairwiseAllToAll(ctx, src, dst, block);
-                  }};
+                  },
+                  Call(collective::CallKind::kAllToAll, in, o, impl)};
 }
 
 Prepared PrepareBarrier(CommunicatorImpl& impl, const CollectiveOptions& o) {
   std::string what =
       fmt::format("Barrier{} (group rank {} of {})", o.name.empty() ? "" : " '" + o.name + "'",
                   impl.rank(), impl.size());
-  return Prepared{what, o.timeout,
-                  [](OpContext& ctx, CommunicatorImpl&) { collective::DisseminationBarrier(ctx); }};
+  collective::CallDescription call;
+  call.kind = collective::CallKind::kBarrier;
+  call.name = o.name;
+  return Prepared{what, o.timeout, NoBytes, std::move(call)};
 }
 
 }  // namespace
@@ -371,70 +433,70 @@ void Communicator::AllGather(const TensorView& in, const TensorView& out,
 CollectiveHandle Communicator::AllReduceAsync(const TensorView& in, const TensorView& out,
                                               const ReduceOptions& o) {
   Prepared p = PrepareAllReduce(*impl_, in, out, o);
-  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+  return impl_->Submit(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 void Communicator::AllReduce(const TensorView& in, const TensorView& out, const ReduceOptions& o) {
   Prepared p = PrepareAllReduce(*impl_, in, out, o);
-  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+  impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 CollectiveHandle Communicator::BroadcastAsync(const TensorView& data, int root,
                                               const CollectiveOptions& o) {
   Prepared p = PrepareBroadcast(*impl_, data, root, o);
-  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+  return impl_->Submit(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 void Communicator::Broadcast(const TensorView& data, int root, const CollectiveOptions& o) {
   Prepared p = PrepareBroadcast(*impl_, data, root, o);
-  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+  impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 CollectiveHandle Communicator::AllGatherVAsync(const TensorView& in, const TensorView& out,
                                                const std::vector<int64_t>& counts,
                                                const CollectiveOptions& o) {
   Prepared p = PrepareAllGatherV(*impl_, in, out, counts, o);
-  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+  return impl_->Submit(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 void Communicator::AllGatherV(const TensorView& in, const TensorView& out,
                               const std::vector<int64_t>& counts, const CollectiveOptions& o) {
   Prepared p = PrepareAllGatherV(*impl_, in, out, counts, o);
-  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+  impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 CollectiveHandle Communicator::ReduceScatterAsync(const TensorView& in, const TensorView& out,
                                                   const ReduceOptions& o) {
   Prepared p = PrepareReduceScatter(*impl_, in, out, o);
-  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+  return impl_->Submit(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 void Communicator::ReduceScatter(const TensorView& in, const TensorView& out,
                                  const ReduceOptions& o) {
   Prepared p = PrepareReduceScatter(*impl_, in, out, o);
-  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+  impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 CollectiveHandle Communicator::AllToAllAsync(const TensorView& in, const TensorView& out,
                                              const CollectiveOptions& o) {
   Prepared p = PrepareAllToAll(*impl_, in, out, o);
-  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+  return impl_->Submit(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 void Communicator::AllToAll(const TensorView& in, const TensorView& out,
                             const CollectiveOptions& o) {
   Prepared p = PrepareAllToAll(*impl_, in, out, o);
-  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+  impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 CollectiveHandle Communicator::BarrierAsync(const CollectiveOptions& o) {
   Prepared p = PrepareBarrier(*impl_, o);
-  return impl_->Submit(std::move(p.what), p.timeout, std::move(p.body));
+  return impl_->Submit(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 void Communicator::Barrier(const CollectiveOptions& o) {
   Prepared p = PrepareBarrier(*impl_, o);
-  impl_->Run(std::move(p.what), p.timeout, std::move(p.body));
+  impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
 }
 
 }  // namespace tandem

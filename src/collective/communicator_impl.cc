@@ -26,6 +26,7 @@ CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int>
     throw InvalidArgument(
         fmt::format("worker {} is not a member of the group it creates", mesh.rank()));
   }
+  mesh_.RegisterCommunicator(id_, members_);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -38,13 +39,15 @@ CommunicatorImpl::~CommunicatorImpl() {
   thread_.join();
 }
 
-CollectiveHandle CommunicatorImpl::Submit(std::string what, std::chrono::milliseconds timeout,
-                                          Body body) {
+CollectiveHandle CommunicatorImpl::Submit(std::string what, CallDescription call,
+                                          std::chrono::milliseconds timeout, Body body) {
   auto state = std::make_shared<OpState>();
+  call.members.assign(members_.begin(), members_.end());
   {
     std::lock_guard lock(mu_);
-    queue_.push_back(Task{std::move(what), timeout.count() > 0 ? timeout : settings_.timeout,
-                          std::move(body), state});
+    queue_.push_back(Task{std::move(what), std::move(call),
+                          timeout.count() > 0 ? timeout : settings_.timeout, std::move(body),
+                          state});
   }
   queued_.Add(1);
   cv_.notify_all();
@@ -56,17 +59,20 @@ std::span<std::byte> CommunicatorImpl::Scratch(size_t bytes) {
   return {scratch_.data(), bytes};
 }
 
-void CommunicatorImpl::Run(std::string what, std::chrono::milliseconds timeout, Body body) {
+void CommunicatorImpl::Run(std::string what, CallDescription call,
+                           std::chrono::milliseconds timeout, Body body) {
   {
     std::unique_lock lock(mu_);
     if (busy_ || !queue_.empty()) {
       lock.unlock();
-      Submit(std::move(what), timeout, std::move(body)).Wait();
+      Submit(std::move(what), std::move(call), timeout, std::move(body)).Wait();
       return;
     }
     busy_ = true;
   }
-  std::exception_ptr error = Execute(what, timeout.count() > 0 ? timeout : settings_.timeout, body);
+  call.members.assign(members_.begin(), members_.end());
+  std::exception_ptr error =
+      Execute(what, call, timeout.count() > 0 ? timeout : settings_.timeout, body);
   {
     std::lock_guard lock(mu_);
     busy_ = false;
@@ -75,12 +81,12 @@ void CommunicatorImpl::Run(std::string what, std::chrono::milliseconds timeout, 
   if (error) std::rethrow_exception(error);
 }
 
-std::exception_ptr CommunicatorImpl::Execute(const std::string& what,
+std::exception_ptr CommunicatorImpl::Execute(const std::string& what, const CallDescription& call,
                                              std::chrono::milliseconds timeout, const Body& body) {
   std::exception_ptr error;
   const auto start = std::chrono::steady_clock::now();
   try {
-    OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout);
+    OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout, call);
     ctx.CheckHealth();
     body(ctx, *this);
   } catch (...) {
@@ -117,7 +123,7 @@ void CommunicatorImpl::Loop() {
       queued_.Add(-1);
       busy_ = true;
     }
-    std::exception_ptr error = Execute(task.what, task.timeout, task.body);
+    std::exception_ptr error = Execute(task.what, task.call, task.timeout, task.body);
     {
       std::lock_guard lock(mu_);
       busy_ = false;

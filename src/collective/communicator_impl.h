@@ -18,6 +18,7 @@
 #include "base/op_recorder.h"
 #include "base/stats.h"
 #include "collective/algorithm_table.h"
+#include "collective/call_description.h"
 #include "collective/op_context.h"
 #include "collective/peer_mesh.h"
 #include "tandem/collective.h"
@@ -84,14 +85,16 @@ class CommunicatorImpl {
   base::Logger& log() const { return log_; }
 
   /// Queues an operation named `what` (for errors) with `timeout` (zero:
-  /// the default). Never throws for the operation's own errors: the handle
-  /// carries them.
-  CollectiveHandle Submit(std::string what, std::chrono::milliseconds timeout, Body body);
+  /// the default); `call` describes it for the call checks (its `members`
+  /// are filled in here). Never throws for the operation's own errors: the
+  /// handle carries them.
+  CollectiveHandle Submit(std::string what, CallDescription call, std::chrono::milliseconds timeout,
+                          Body body);
 
   /// As Submit followed by Wait, but when nothing is queued or running the
   /// operation runs on the calling thread (no hop to the communicator's
   /// thread and back). Throws what the operation threw.
-  void Run(std::string what, std::chrono::milliseconds timeout, Body body);
+  void Run(std::string what, CallDescription call, std::chrono::milliseconds timeout, Body body);
 
   /// A scratch buffer of at least `bytes`, valid until the next call; only
   /// on the communicator's thread.
@@ -100,14 +103,15 @@ class CommunicatorImpl {
  private:
   struct Task {
     std::string what;
+    CallDescription call;
     std::chrono::milliseconds timeout;
     Body body;
     std::shared_ptr<OpState> state;
   };
   void Loop();
   // Runs one operation; requires busy_ set by the caller.
-  std::exception_ptr Execute(const std::string& what, std::chrono::milliseconds timeout,
-                             const Body& body);
+  std::exception_ptr Execute(const std::string& what, const CallDescription& call,
+                             std::chrono::milliseconds timeout, const Body& body);
 
   PeerMesh& mesh_;
   const uint32_t id_;

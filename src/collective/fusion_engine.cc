@@ -330,7 +330,7 @@ bool FusionEngineImpl::Cycle(bool stopping) {
         ++s.mismatches;
         s.last_report = text;
       });
-      fail(std::make_exception_ptr(InvalidArgument(text)));
+      fail(std::make_exception_ptr(CallMismatch(text)));
       continue;
     }
     if (missing.empty()) {
@@ -363,7 +363,7 @@ bool FusionEngineImpl::Cycle(bool stopping) {
         s.last_report = final_text;
       });
       fail(same ? std::make_exception_ptr(Timeout(final_text))
-                : std::make_exception_ptr(InvalidArgument(final_text)));
+                : std::make_exception_ptr(CallMismatch(final_text)));
     } else if (options_.stall_check.count() > 0 && age >= options_.stall_check.count() &&
                stall_reported_.insert(name).second) {
       log_.Warn("{}", text);
@@ -511,7 +511,10 @@ FusionEngine::Options FusionEngine::Options::FromEnvironment(
   o.cache_capacity =
       static_cast<size_t>(env.GetInt(pick("CACHE_CAPACITY"), static_cast<int64_t>(o.cache_capacity),
                                      0, collective::CycleMessage::kMaxCacheBits));
-  o.stall_check = env.GetSeconds(pick("STALL_CHECK_TIME_SECONDS"), o.stall_check);
+  // TANDEM_STALL_WARNING_SECONDS is tandem's own name (docs/collectives.md);
+  // the Horovod-shaped names are honoured as well.
+  o.stall_check = env.GetSeconds("TANDEM_STALL_WARNING_SECONDS",
+                                 env.GetSeconds(pick("STALL_CHECK_TIME_SECONDS"), o.stall_check));
   if (env.GetBool(pick("STALL_CHECK_DISABLE"), false)) o.stall_check = std::chrono::milliseconds(0);
   o.stall_shutdown = env.GetSeconds(pick("STALL_SHUTDOWN_TIME_SECONDS"),
                                     env.GetSeconds("TANDEM_COLLECTIVE_TIMEOUT", o.stall_shutdown));

@@ -10,7 +10,7 @@ namespace tandem::collective {
 
 OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
                      const std::vector<int>& members, int rank, std::string what,
-                     std::chrono::milliseconds timeout)
+                     std::chrono::milliseconds timeout, const CallDescription& call)
     : mesh_(mesh),
       communicator_(communicator),
       sequence_(sequence),
@@ -18,11 +18,15 @@ OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
       rank_(rank),
       what_(std::move(what)),
       timeout_(timeout),
-      deadline_(std::chrono::steady_clock::now() + timeout) {}
+      deadline_(std::chrono::steady_clock::now() + timeout),
+      call_(mesh.call_checks() ? call.Fingerprint() : 0) {
+  if (call_ != 0) mesh_.BeginCall(communicator_, sequence_, call, call_);
+}
 
 OpContext::~OpContext() {
   RingOwed();
   if (!finished_) Cleanup();
+  if (call_ != 0) mesh_.EndCall(communicator_);
 }
 
 void OpContext::RingOwed() {
@@ -30,12 +34,21 @@ void OpContext::RingOwed() {
   owed_rings_.clear();
 }
 
-void OpContext::CheckHealth() const {
+void OpContext::CheckHealth() {
+  // A mismatch first: members that raised it may exit, and their loss is
+  // its consequence, not its cause.
+  if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) ThrowMismatch();
   // 200 ms lets the news of every lost peer arrive, so that the error names
   // the dead worker even when the first news is of a worker that exited
   // because of it.
   if (mesh_.failure())
     mesh_.SettledFailure(std::chrono::milliseconds(200))->Throw(what_ + " failed: ");
+}
+
+void OpContext::ThrowMismatch() {
+  const std::string text = mesh_.ResolveMismatch(communicator_, sequence_);
+  mesh_.Fail(FailureKind::kMismatch, text);
+  throw CallMismatch(text);
 }
 
 void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
@@ -102,10 +115,12 @@ void OpContext::Finish() {
   {
     const bool in_time = mesh_.WaitUntil(
         [&] {
+          if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) return true;
           std::lock_guard lock(sends_->mu);
           return sends_->outstanding == 0 || sends_->error != nullptr;
         },
         deadline_);
+    if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) ThrowMismatch();
     std::unique_lock lock(sends_->mu);
     if (in_time && !sends_->error) {
       finished_ = true;
@@ -133,6 +148,7 @@ void OpContext::Finish() {
 }
 
 void OpContext::Throw(PeerMesh::WaitResult r, const std::string& waiting_for) {
+  if (r == PeerMesh::WaitResult::kMismatch) ThrowMismatch();
   if (r == PeerMesh::WaitResult::kFailed) CheckHealth();
   // Timed out: name the ranks whose pieces are missing.
   std::set<int> missing;

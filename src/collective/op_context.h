@@ -10,11 +10,12 @@
 // Errors name the operation ("AllReduce of 'grad' (1000 x float32)"): a
 // wait past the deadline throws Timeout listing the ranks whose pieces were
 // still missing; a failed mesh throws its PeerLost naming the lost rank.
-// After any error the mesh is failed, every posted receive abandoned and
-// every send settled (PeerMesh::Abandon and Cleanup close connections that
-// would not settle), so no byte lands in the caller's memory after the
-// operation returned. The connections of live peers stay open, so that they
-// learn of a death from the dead peer itself, not from our closing.
+// Every piece carries the fingerprint of the call (call_description.h); a
+// mismatch with a member's call throws CallMismatch naming every rank's call
+// (PeerMesh::ResolveMismatch). After any error the mesh is failed, every posted receive abandoned
+// and every send settled (PeerMesh::Abandon and Cleanup close connections that would not settle),
+// so no byte lands in the caller's memory after the operation returned. The connections of live
+// peers stay open, so that they learn of a death from the dead peer itself, not from our closing.
 #pragma once
 
 #include <chrono>
@@ -29,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "collective/call_description.h"
 #include "collective/peer_mesh.h"
 
 namespace tandem::collective {
@@ -37,16 +39,20 @@ namespace tandem::collective {
 class OpContext {
  public:
   /// `members` maps group rank to worker rank; `rank` is this process's
-  /// group rank; `what` names the operation in errors.
+  /// group rank; `what` names the operation in errors; `call` describes it
+  /// as its members must agree on it (the mesh checks the pieces against it
+  /// from now on).
   OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
             const std::vector<int>& members, int rank, std::string what,
-            std::chrono::milliseconds timeout);
+            std::chrono::milliseconds timeout, const CallDescription& call);
   /// Cleans up after an error (see above); a no-op after Finish().
   ~OpContext();
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
   int rank() const { return rank_; }
+  /// Whether this operation's calls are checked (the mesh's setting).
+  bool checked() const { return call_ != 0; }
   int size() const { return static_cast<int>(members_.size()); }
   const std::string& what() const { return what_; }
 
@@ -72,8 +78,9 @@ class OpContext {
   /// last ring (every wait does this first; see PeerMesh::Send).
   void RingOwed();
 
-  /// Throws the mesh's failure, if any, prefixed with what().
-  void CheckHealth() const;
+  /// Throws the mesh's failure, if any, prefixed with what(); throws
+  /// CallMismatch if the operation is already known to be mismatched.
+  void CheckHealth();
 
  private:
   struct Sends {
@@ -84,8 +91,10 @@ class OpContext {
   };
 
   [[noreturn]] void Throw(PeerMesh::WaitResult r, const std::string& waiting_for);
+  // Learns every member's call, fails the mesh and throws CallMismatch.
+  [[noreturn]] void ThrowMismatch();
   void Cleanup() noexcept;
-  MessageKey Key(uint64_t tag) const { return MessageKey{communicator_, sequence_, tag}; }
+  MessageKey Key(uint64_t tag) const { return MessageKey{communicator_, sequence_, tag, call_}; }
 
   PeerMesh& mesh_;
   const uint32_t communicator_;
@@ -95,6 +104,7 @@ class OpContext {
   const std::string what_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
+  const uint64_t call_;                        // the call's fingerprint
   std::set<std::pair<int, uint64_t>> posted_;  // (group peer, tag) not yet awaited
   std::vector<PeerMesh::SlotKey> wait_keys_;   // WaitAny's, kept to reuse its memory
   std::vector<int> owed_rings_;                // worker ranks whose doorbell is owed

@@ -18,6 +18,11 @@ namespace tandem::collective {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// How often a long wait looks for a crossed order of operations.
+constexpr std::chrono::milliseconds kCrossPoll{100};
+}  // namespace
+
 void MeshFailure::Throw(const std::string& prefix) const {
   switch (kind) {
     case FailureKind::kPeerLost:
@@ -26,6 +31,8 @@ void MeshFailure::Throw(const std::string& prefix) const {
       throw Timeout(prefix + text);
     case FailureKind::kProtocol:
       throw ProtocolError(prefix + text);
+    case FailureKind::kMismatch:
+      throw CallMismatch(prefix + text);
   }
   throw Error(prefix + text);
 }
@@ -446,6 +453,7 @@ void PeerMesh::DeliverPiece(int peer, const MessageKey& key, std::span<const std
   std::span<std::byte> dest;
   {
     std::lock_guard lock(mu_);
+    if (!AdmitLocked(peer, key)) return;
     auto [it, inserted] = slots_.try_emplace(SlotKey{peer, key});
     Slot& s = it->second;
     if (inserted) {
@@ -554,12 +562,20 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       if (!mailbox_to_[static_cast<size_t>(piece.peer)]) spin = std::chrono::microseconds(0);
     }
   }
+  const auto started = Clock::now();
+  const uint32_t communicator = pieces.empty() ? 0 : pieces.front().key.communicator;
+  const uint64_t sequence = pieces.empty() ? 0 : pieces.front().key.sequence;
   for (;;) {
     base::Doorbell& bell = Bell();
     const uint32_t seen = bell.Value();
     DrainMailbox();
+    bool look_for_crossing = false;
     {
       std::unique_lock lock(mu_);
+      auto st = calls_.find(communicator);
+      if (!pieces.empty() && st != calls_.end() && st->second.mismatch == sequence) {
+        return {WaitResult::kMismatch, 0};
+      }
       for (size_t i = 0; i < pieces.size(); ++i) {
         switch (TryCompleteLocked(lock, pieces[i])) {
           case Progress::kDone:
@@ -571,6 +587,15 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
         }
       }
       if (failure_) return {WaitResult::kFailed, 0};
+      look_for_crossing = !pieces.empty() && Clock::now() - started >= kCrossWait;
+      if (look_for_crossing) {
+        std::vector<std::pair<int, CallNotice>> notices;
+        if (CrossedOrderLocked(pieces, notices)) {
+          lock.unlock();
+          SendNotices(notices);
+          return {WaitResult::kMismatch, 0};
+        }
+      }
     }
     if (last_look) return {WaitResult::kTimedOut, 0};
     if (spin.count() > 0) {
@@ -590,8 +615,13 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       }
     }
     // Past the deadline: one last look, since a piece may have completed
-    // right at it.
-    if (!bell.Sleep(seen, deadline)) last_look = true;
+    // right at it. From kCrossWait on, wake every 100 ms to look for a
+    // crossed order (nothing rings for it).
+    const auto until =
+        pieces.empty()
+            ? deadline
+            : std::min(deadline, std::max(started + kCrossWait, Clock::now() + kCrossPoll));
+    if (!bell.Sleep(seen, until) && until == deadline) last_look = true;
   }
 }
 
@@ -750,7 +780,7 @@ std::span<std::byte> PeerMesh::PayloadDestination(net::ConnectionId id, const ne
   }
   std::lock_guard lock(mu_);
   auto link = links_.find(id);
-  if (link == links_.end()) return {};
+  if (link == links_.end() || !AdmitLocked(link->second.rank, key)) return {};
   auto it = slots_.find(SlotKey{link->second.rank, key});
   if (it == slots_.end() || it->second.state != Slot::State::kPosted ||
       it->second.dest.size() != h.payload_length) {
@@ -791,6 +821,10 @@ void PeerMesh::OnMessage(net::ConnectionId id, net::Message&& m) {
     }
     if (m.header.type == msg::kDataRefDone) {
       OnDataRefDone(id, m);
+      return;
+    }
+    if (m.header.type == msg::kCallNotice) {
+      OnCallNotice(id, m);
       return;
     }
     if (m.header.type != msg::kData) {
@@ -890,8 +924,9 @@ void PeerMesh::AcceptDataRef(int peer, net::ConnectionId link, const DataRef& re
       throw ProtocolError(fmt::format(
           "{} sent a piece by reference, but this process cannot read its memory", Describe(peer)));
     }
-    if (failure_) {
-      // Never copied after a failure: the sender may let go at once.
+    if (failure_ || !AdmitLocked(peer, ref.key)) {
+      // Never copied after a failure or for a mismatched operation: the
+      // sender may let go at once.
       release = true;
     } else {
       auto [it, inserted] = slots_.try_emplace(SlotKey{peer, ref.key});
@@ -1004,6 +1039,273 @@ void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
     for (auto& f : refs) f(error);
   }
   ReleaseUncopiedRefs();
+}
+
+void PeerMesh::RegisterCommunicator(uint32_t communicator, const std::vector<int>& members) {
+  std::lock_guard lock(mu_);
+  CallState& st = calls_[communicator];
+  st.members = members;
+  if (!st.begun) st.idle_since = Clock::now();
+}
+
+bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
+  if (!call_checks()) return true;
+  auto it = calls_.find(key.communicator);
+  if (it != calls_.end() && it->second.begun && it->second.sequence == key.sequence) {
+    CallState& st = it->second;
+    if (st.mismatch == key.sequence) return false;
+    if (key.call == st.fingerprint) return true;
+    if (st.active) {
+      log_.V1(
+          "collective piece from {} for operation {} of communicator {} carries call {:#x}, "
+          "this rank's is {:#x}",
+          Describe(peer), key.sequence, key.communicator, key.call, st.fingerprint);
+      MarkMismatchLocked(st, key.sequence);
+      return false;
+    }
+    // Finished here while the peer made another call: nothing can be undone,
+    // so no later operation may run on wrong assumptions.
+    const std::string text = fmt::format(
+        "{} sent a piece of operation {} of communicator {} with another call than this rank's "
+        "({}), which it had completed",
+        Describe(peer), key.sequence, CommunicatorName(key.communicator, {}),
+        CallDescription::Decode(st.description).Summary());
+    log_.Error("{}", text);
+    FailLocked(FailureKind::kMismatch, text);
+    Bell().Ring();
+    return false;
+  }
+  if (it == calls_.end() || !it->second.begun || key.sequence > it->second.sequence) {
+    early_[{key.communicator, key.sequence}].try_emplace(peer, EarlyPiece{key.call, Clock::now()});
+  }
+  return true;
+}
+
+void PeerMesh::MarkMismatchLocked(CallState& st, uint64_t sequence, std::string abort_text) {
+  if (!st.mismatch) {
+    st.mismatch = sequence;
+    st.mismatch_at = Clock::now();
+  }
+  if (st.mismatch == sequence && st.abort_text.empty()) st.abort_text = std::move(abort_text);
+  Bell().Ring();
+  cv_.notify_all();
+}
+
+void PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence, const CallDescription& call,
+                         uint64_t fingerprint) {
+  std::lock_guard lock(mu_);
+  CallState& st = calls_[communicator];
+  st.begun = true;
+  st.active = true;
+  st.sequence = sequence;
+  st.fingerprint = fingerprint;
+  st.description = call.Encode();
+  auto early = early_.find({communicator, sequence});
+  if (early != early_.end()) {
+    for (const auto& [peer, piece] : early->second) {
+      if (piece.call != fingerprint) {
+        log_.V1(
+            "early collective piece from {} for operation {} of communicator {} carries "
+            "call {:#x}, this rank's is {:#x}",
+            Describe(peer), sequence, communicator, piece.call, fingerprint);
+        MarkMismatchLocked(st, sequence);
+      }
+    }
+  }
+  // What arrived for this and earlier operations has been checked.
+  early_.erase(early_.lower_bound({communicator, 0}), early_.upper_bound({communicator, sequence}));
+}
+
+void PeerMesh::EndCall(uint32_t communicator) {
+  std::lock_guard lock(mu_);
+  CallState& st = calls_[communicator];
+  st.active = false;
+  st.idle_since = Clock::now();
+}
+
+bool PeerMesh::CallMismatched(uint32_t communicator, uint64_t sequence) const {
+  std::lock_guard lock(mu_);
+  auto it = calls_.find(communicator);
+  return it != calls_.end() && it->second.mismatch == sequence;
+}
+
+std::string PeerMesh::ResolveMismatch(uint32_t communicator, uint64_t sequence) {
+  std::vector<std::pair<int, CallNotice>> notices;
+  std::chrono::steady_clock::time_point until;
+  std::vector<int> members;
+  {
+    std::lock_guard lock(mu_);
+    CallState& st = calls_[communicator];
+    members = st.members;
+    until = st.mismatch_at + kMismatchPatience;
+    if (!st.notified) {
+      st.notified = true;
+      CallNotice n{communicator, sequence, NoticeKind::kDescription, sequence, st.description, {}};
+      for (int m : members) {
+        if (m != self_rank_) notices.emplace_back(m, n);
+      }
+    }
+  }
+  SendNotices(notices);
+  auto heard_all = [&] {
+    std::lock_guard lock(mu_);
+    const CallState& st = calls_[communicator];
+    if (!st.abort_text.empty()) return true;
+    for (int m : st.members) {
+      if (m == self_rank_) continue;
+      auto it = st.notices.find(m);
+      if (it == st.notices.end() || it->second.kind != NoticeKind::kDescription) return false;
+    }
+    return true;
+  };
+  WaitUntil(heard_all, until);
+  std::lock_guard lock(mu_);
+  const CallState& st = calls_[communicator];
+  if (!st.abort_text.empty()) return st.abort_text;
+  std::vector<MemberCall> calls(members.size());
+  std::vector<int32_t> members32(members.begin(), members.end());
+  for (size_t g = 0; g < members.size(); ++g) {
+    MemberCall& mc = calls[g];
+    if (members[g] == self_rank_) {
+      mc.call = CallDescription::Decode(st.description);
+      mc.reached = true;
+      mc.at = sequence;
+      continue;
+    }
+    auto it = st.notices.find(members[g]);
+    if (it == st.notices.end()) continue;
+    const CallNotice& n = it->second;
+    mc.reached = n.kind == NoticeKind::kDescription && n.at == sequence;
+    mc.at = n.at;
+    if (!n.description.empty()) mc.call = CallDescription::Decode(n.description);
+  }
+  return MismatchMessage(communicator, members32, sequence, calls);
+}
+
+std::optional<std::string> PeerMesh::CrossedOrderLocked(
+    std::span<const SlotKey> pieces, std::vector<std::pair<int, CallNotice>>& out) {
+  const uint32_t communicator = pieces.front().key.communicator;
+  const uint64_t sequence = pieces.front().key.sequence;
+  const auto now = Clock::now();
+  for (const SlotKey& piece : pieces) {
+    auto slot = slots_.find(piece);
+    if (slot != slots_.end() && slot->second.state != Slot::State::kPosted) continue;
+    for (const auto& [op, peers] : early_) {
+      const auto& [other, other_sequence] = op;
+      if (other == communicator) continue;
+      auto from = peers.find(piece.peer);
+      if (from == peers.end() || now - from->second.at < kCrossWait) continue;
+      auto st = calls_.find(other);
+      const bool idle =
+          st == calls_.end() || (!st->second.active && now - st->second.idle_since >= kCrossWait &&
+                                 (!st->second.begun || st->second.sequence < other_sequence));
+      if (!idle) continue;
+      CallState& mine = calls_[communicator];
+      const std::vector<int> other_members =
+          st == calls_.end() ? std::vector<int>{} : st->second.members;
+      const std::string other_name =
+          CommunicatorName(other, std::vector<int32_t>(other_members.begin(), other_members.end()));
+      const std::string text = fmt::format(
+          "{} at operation {} of communicator {} waits for {}, which is in operation {} of "
+          "communicator {} (its pieces arrived {} ms ago); worker rank {} has not called that "
+          "operation: the ranks call their communicators in different orders",
+          CallDescription::Decode(mine.description).Summary(), sequence,
+          CommunicatorName(communicator,
+                           std::vector<int32_t>(mine.members.begin(), mine.members.end())),
+          Describe(piece.peer), other_sequence, other_name,
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - from->second.at).count(),
+          self_rank_);
+      MarkMismatchLocked(mine, sequence, text);
+      mine.notified = true;
+      for (int m : mine.members) {
+        if (m != self_rank_) {
+          out.emplace_back(m, CallNotice{communicator, sequence, NoticeKind::kAbort, sequence,
+                                         mine.description, text});
+        }
+      }
+      // The peer's operation cannot complete either: its members learn why.
+      const std::vector<int> told =
+          other_members.empty() ? std::vector<int>{piece.peer} : other_members;
+      for (int m : told) {
+        if (m != self_rank_) {
+          out.emplace_back(m, CallNotice{other, other_sequence, NoticeKind::kAbort, 0, {}, text});
+        }
+      }
+      return text;
+    }
+  }
+  return std::nullopt;
+}
+
+void PeerMesh::OnCallNotice(net::ConnectionId id, const net::Message& m) {
+  CallNotice n = CallNotice::Decode(m.meta);
+  std::vector<std::pair<int, CallNotice>> replies;
+  {
+    std::lock_guard lock(mu_);
+    auto link = links_.find(id);
+    if (link == links_.end()) {
+      throw ProtocolError("a collective call notice on a connection that sent no hello");
+    }
+    const int peer = link->second.rank;
+    CallState& st = calls_[n.communicator];
+    std::string abort_text;
+    if (n.kind == NoticeKind::kAbort) {
+      abort_text = fmt::format("{} reports: {}", Describe(peer), n.text);
+    }
+    if (!st.mismatch) {
+      if (st.begun && st.sequence == n.sequence && !st.active) {
+        // Completed here: see AdmitLocked.
+        const std::string text = fmt::format(
+            "{} reports operation {} of communicator {} mismatched, which this rank had "
+            "completed as {}",
+            Describe(peer), n.sequence, CommunicatorName(n.communicator, {}),
+            CallDescription::Decode(st.description).Summary());
+        log_.Error("{}", text);
+        FailLocked(FailureKind::kMismatch, text);
+      } else if (!st.begun || st.sequence <= n.sequence) {
+        const bool reached = st.begun && st.sequence == n.sequence;
+        MarkMismatchLocked(st, n.sequence, std::move(abort_text));
+        if (!reached && !st.told_not_reached) {
+          // Not there yet: say where this rank is, so the error can name it.
+          st.told_not_reached = true;
+          CallNotice reply{n.communicator,
+                           n.sequence,
+                           NoticeKind::kNotReached,
+                           st.sequence,
+                           st.begun ? st.description : std::string(),
+                           {}};
+          for (int member : st.members.empty() ? std::vector<int>{peer} : st.members) {
+            if (member != self_rank_) replies.emplace_back(member, reply);
+          }
+        }
+      }
+    } else if (st.mismatch == n.sequence && !abort_text.empty() && st.abort_text.empty()) {
+      st.abort_text = std::move(abort_text);
+    }
+    if (st.mismatch == n.sequence) {
+      auto [it, inserted] = st.notices.try_emplace(peer, n);
+      if (!inserted && n.kind == NoticeKind::kDescription) it->second = n;
+    }
+  }
+  SendNotices(replies);
+  Wake();
+}
+
+void PeerMesh::SendNotices(const std::vector<std::pair<int, CallNotice>>& notices) {
+  for (const auto& [peer, notice] : notices) {
+    const auto& conns = outgoing_[static_cast<size_t>(peer)];
+    if (conns.empty()) continue;
+    net::OutgoingMessage m;
+    m.header.type = msg::kCallNotice;
+    m.header.sender = self_id_;
+    m.header.recipient = workers_[static_cast<size_t>(peer)].id;
+    m.meta = notice.Encode();
+    try {
+      transport_.Send(conns.front(), std::move(m));
+    } catch (const Error& e) {
+      log_.V1("call notice to {} not sent: {}", Describe(peer), e.what());
+    }
+  }
 }
 
 }  // namespace tandem::collective

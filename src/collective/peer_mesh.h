@@ -33,6 +33,16 @@
 // transport thread is woken. Every wait sleeps on a doorbell (a futex) that
 // the mailbox's writers, the transport's callbacks and failures ring.
 //
+// Call checks (docs/collectives.md "Call checks"): every piece carries the
+// fingerprint of its sender's description of the operation
+// (MessageKey::call). A piece whose fingerprint differs from this process's
+// own for that operation is dropped unused and marks the operation
+// mismatched; a piece that arrives before its operation began is checked
+// when it begins. The members then exchange kCallNotice so that each can
+// name every rank's call. A wait that has lasted kCrossWait while the peer
+// it waits for has begun an operation of another communicator that this
+// process has not (and is not running one of) reports the crossed order.
+//
 // Failure: a mesh connection lost without our Close, or the membership's
 // news of a lost node, fails the mesh; every wait then returns kFailed at
 // once and every later operation fails with the same text.
@@ -56,6 +66,7 @@
 #include "base/doorbell.h"
 #include "base/logger.h"
 #include "cluster/cluster_messages.h"
+#include "collective/call_description.h"
 #include "collective/collective_messages.h"
 #include "collective/same_host_mailbox.h"
 #include "net/metered_transport.h"
@@ -64,7 +75,7 @@
 namespace tandem::collective {
 
 /// Why the mesh is unusable.
-enum class FailureKind { kPeerLost, kTimeout, kProtocol };
+enum class FailureKind { kPeerLost, kTimeout, kProtocol, kMismatch };
 
 struct MeshFailure {
   FailureKind kind = FailureKind::kPeerLost;
@@ -162,7 +173,9 @@ class PeerMesh final : public net::TransportHandler {
     auto operator<=>(const SlotKey&) const = default;
   };
 
-  enum class WaitResult { kDone, kTimedOut, kFailed };
+  /// kMismatch: the operation of the awaited pieces is mismatched
+  /// (CallMismatched); the caller resolves it.
+  enum class WaitResult { kDone, kTimedOut, kFailed, kMismatch };
   /// Waits until the receive (peer, key) is complete, the mesh failed, or
   /// `deadline`. kDone forgets the receive; throws ProtocolError (naming the
   /// peer and both sizes) when the peer sent a payload of the wrong size.
@@ -208,6 +221,41 @@ class PeerMesh final : public net::TransportHandler {
   /// posted buffers once OnDisconnected ran.
   void CloseAll();
 
+  /// How long a mismatch waits for every member's word before the error
+  /// names the ones not heard from.
+  static constexpr std::chrono::milliseconds kMismatchPatience{500};
+  /// How long a wait lasts before it looks for a crossed order of
+  /// operations between communicators.
+  static constexpr std::chrono::milliseconds kCrossWait{400};
+
+  /// Turns the call checks off or on again, for a benchmark that measures
+  /// their cost only: every member must switch alike, between operations
+  /// (after a barrier), never a user setting.
+  void SetCallChecksForBenchmark(bool on) { call_checks_.store(on); }
+  /// Whether operations check their calls (true unless disabled above).
+  bool call_checks() const { return call_checks_.load(std::memory_order_relaxed); }
+
+  /// Makes communicator `communicator` over `members` (worker ranks, in
+  /// group-rank order) known, so that notices about it reach its members.
+  /// Any thread; once per communicator.
+  void RegisterCommunicator(uint32_t communicator, const std::vector<int>& members);
+  /// This process begins operation `sequence` of `communicator` as `call`
+  /// (`fingerprint` is call.Fingerprint()): pieces of it that arrived
+  /// earlier are checked now, later ones as they arrive. Called by the
+  /// operation's thread before it sends or posts anything.
+  void BeginCall(uint32_t communicator, uint64_t sequence, const CallDescription& call,
+                 uint64_t fingerprint);
+  /// The operation begun last on `communicator` ended (either way).
+  void EndCall(uint32_t communicator);
+  /// True once operation `sequence` of `communicator` is known to be
+  /// mismatched (by a piece, a member's notice, or a crossed order).
+  bool CallMismatched(uint32_t communicator, uint64_t sequence) const;
+  /// After CallMismatched: sends this process's word on the operation to
+  /// its members (once), waits until every member's arrived or
+  /// kMismatchPatience passed since the mismatch was known here, and
+  /// returns the error text (MismatchMessage, or the crossed order's).
+  std::string ResolveMismatch(uint32_t communicator, uint64_t sequence);
+
   /// Whether worker `rank` offered the same-host copy (its probe, or this
   /// process's setting): what every worker knows alike of every other once
   /// the mesh formed, unlike whether a copy works (which each side finds
@@ -242,6 +290,28 @@ class PeerMesh final : public net::TransportHandler {
     bool open = true;
     bool acked = false;  // outgoing links: the peer's kHelloAck arrived
   };
+  // What this process knows of one communicator's calls (call checks).
+  struct CallState {
+    std::vector<int> members;  // worker ranks; empty until registered
+    bool begun = false;        // an operation was begun
+    bool active = false;       // ... and has not ended
+    uint64_t sequence = 0;     // the latest begun
+    uint64_t fingerprint = 0;  // its fingerprint and encoded description
+    std::string description;
+    std::chrono::steady_clock::time_point idle_since{};
+    // The mismatched operation, once known, and when it was learnt.
+    std::optional<uint64_t> mismatch;
+    std::chrono::steady_clock::time_point mismatch_at{};
+    bool notified = false;              // this process's description was sent
+    bool told_not_reached = false;      // ... or that it had not reached it
+    std::map<int, CallNotice> notices;  // by worker rank, for `mismatch`
+    std::string abort_text;             // why it cannot complete, if told
+  };
+  // When a piece arrived ahead of its operation: its fingerprint and time.
+  struct EarlyPiece {
+    uint64_t call = 0;
+    std::chrono::steady_clock::time_point at{};
+  };
 
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   std::span<std::byte> PayloadDestination(net::ConnectionId id, const net::Header& h,
@@ -249,6 +319,19 @@ class PeerMesh final : public net::TransportHandler {
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
   void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
+  // Checks an arriving piece's fingerprint (requires mu_): false when the
+  // piece must be dropped unused (its operation is mismatched).
+  bool AdmitLocked(int peer, const MessageKey& key);
+  // Marks operation `sequence` of `st` mismatched and wakes every wait.
+  void MarkMismatchLocked(CallState& st, uint64_t sequence, std::string abort_text = {});
+  // A wait on `pieces` that has lasted kCrossWait: the crossed order of
+  // operations it found, if any, after marking the operation and queueing
+  // the notices to send (requires mu_).
+  std::optional<std::string> CrossedOrderLocked(std::span<const SlotKey> pieces,
+                                                std::vector<std::pair<int, CallNotice>>& out);
+  void OnCallNotice(net::ConnectionId id, const net::Message& m);
+  // Sends notices (any thread, never under mu_); a lost link drops them.
+  void SendNotices(const std::vector<std::pair<int, CallNotice>>& notices);
   // One look at a posted receive (under `lock`, which it may release to
   // copy a piece sent by reference): kDone forgets it; throws ProtocolError
   // for a piece of the wrong size.
@@ -330,6 +413,11 @@ class PeerMesh final : public net::TransportHandler {
   std::condition_variable cv_;               // Connect() and Abandon() sleep on it
   std::map<net::ConnectionId, Link> links_;  // every mesh connection, both directions
   std::map<SlotKey, Slot> slots_;
+  std::atomic<bool> call_checks_{true};
+  std::map<uint32_t, CallState> calls_;  // by communicator
+  // Pieces that arrived before their operation began, by (communicator,
+  // sequence) and worker rank.
+  std::map<std::pair<uint32_t, uint64_t>, std::map<int, EarlyPiece>> early_;
   // Hellos that arrived before Connect() knew the node table.
   std::vector<std::pair<net::ConnectionId, Hello>> early_hellos_;
   std::optional<MeshFailure> failure_;

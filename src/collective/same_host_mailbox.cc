@@ -22,12 +22,12 @@ namespace {
 // header, then per worker rank a 128-byte ring control block followed by
 // the ring's bytes.
 constexpr uint64_t kMagic = 0x31786f626d646e74ULL;  // "tndmbox1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr size_t kRegionHeaderBytes = 128;
 constexpr size_t kDoorbellOffset = 64;
 constexpr size_t kControlBytes = 128;
 constexpr size_t kTailOffset = 64;
-constexpr size_t kRecordHeaderBytes = 48;
+constexpr size_t kRecordHeaderBytes = 56;
 
 struct RegionHeader {
   uint64_t magic;
@@ -48,6 +48,7 @@ struct RecordHeader {
   uint64_t tag;
   uint64_t address;
   uint64_t length;
+  uint64_t call;  // MessageKey::call
 };
 static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -106,7 +107,8 @@ void WriteMailboxRecord(std::byte* at, const MailboxRecord& record) {
                        record.key.sequence,
                        record.key.tag,
                        record.address,
-                       record.length};
+                       record.length,
+                       record.key.call};
   std::memcpy(at, &h, sizeof h);
   if (!record.payload.empty()) {
     std::memcpy(at + sizeof h, record.payload.data(), record.payload.size());
@@ -156,7 +158,7 @@ ParsedMailboxRecord ParseMailboxRecord(std::span<const std::byte> published, siz
                                     h.size, h.payload_bytes));
   }
   out.record.type = h.type;
-  out.record.key = MessageKey{h.communicator, h.sequence, h.tag};
+  out.record.key = MessageKey{h.communicator, h.sequence, h.tag, h.call};
   out.record.address = h.address;
   out.record.length = h.length;
   out.record.payload = published.subspan(kRecordHeaderBytes, h.payload_bytes);

@@ -17,6 +17,13 @@
 // once per child (the root ceil(log2 n) times). Tags Tag(kBroadcast, 0, j).
 // A zero-byte broadcast still sends one empty segment, so it synchronises
 // like any other.
+//
+// Call check: the root receives nothing of the data, so every other rank
+// also sends it one empty piece (Tag(kBroadcast, 1, 0)) as it starts, and
+// the root waits for them after its own sends: the root learns every
+// rank's call (docs/collectives.md "Call checks"), and every other rank
+// checks its parent's, whose data it uses. The pieces travel while the
+// data does, so the root's time grows by at most one small message.
 #include <algorithm>
 
 #include "collective/algorithms.h"
@@ -48,13 +55,25 @@ void TreeBroadcast(OpContext& ctx, std::span<std::byte> data, int root, size_t s
   for (int d = mask >> 1; d > 0; d >>= 1) {
     if (v + d < n) children.push_back(real(v + d));
   }
+  const uint64_t check = Tag(phase::kBroadcast, 1, 0);
+  const bool checked = ctx.checked();
   if (parent >= 0) {
+    if (checked) ctx.Send(root, check, {});
     for (size_t j = 0; j < segments; ++j)
       ctx.Post(real(parent), Tag(phase::kBroadcast, 0, j), piece(j));
+  } else if (checked) {
+    for (int r = 0; r < n; ++r) {
+      if (r != root) ctx.Post(r, check, {});
+    }
   }
   for (size_t j = 0; j < segments; ++j) {
     if (parent >= 0) ctx.Wait(real(parent), Tag(phase::kBroadcast, 0, j));
     for (int child : children) ctx.Send(child, Tag(phase::kBroadcast, 0, j), piece(j));
+  }
+  if (parent < 0 && checked) {
+    for (int r = 0; r < n; ++r) {
+      if (r != root) ctx.Wait(r, check);
+    }
   }
   ctx.Finish();
 }

@@ -34,7 +34,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 1: {
         const MessageKey k = MessageKey::Decode(meta);
-        if (MessageKey::Decode(k.Encode()) != k) std::abort();
+        const MessageKey again = MessageKey::Decode(k.Encode());
+        if (again != k || again.call != k.call) std::abort();
         break;
       }
       case 2: {
@@ -51,7 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       default: {
         const DataRef d = DataRef::Decode(meta);
         const DataRef again = DataRef::Decode(d.Encode());
-        if (again.key != d.key || again.address != d.address || again.length != d.length) {
+        if (again.key != d.key || again.key.call != d.key.call || again.address != d.address ||
+            again.length != d.length) {
           std::abort();
         }
         break;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cluster/cluster_messages.h"
+#include "collective/call_description.h"
 #include "collective/collective_messages.h"
 #include "collective/same_host_mailbox.h"
 #include "kv/compression/gradient_compression.h"
@@ -129,6 +130,7 @@ void CollectiveSeeds(SeedWriter& w) {
   key.communicator = 2;
   key.sequence = 1000;
   key.tag = (uint64_t{5} << 32) | 17;
+  key.call = 0x9e3779b97f4a7c15;
   w.WritePicked(t, "key_ring_step", 1, key.Encode());
   w.WritePicked(t, "ack_reads_you", 2,
                 collective::HelloAck{{4243, 0x7ffd00001000, 99, -1}, true}.Encode());
@@ -145,6 +147,7 @@ void MailboxSeeds(SeedWriter& w) {
   key.communicator = 1;
   key.sequence = 77;
   key.tag = (uint64_t{2} << 56) | (uint64_t{1} << 32) | 3;
+  key.call = 0x0123456789abcdef;
   auto record = [&](const collective::MailboxRecord& r, uint8_t beyond) {
     std::string bytes(collective::MailboxRecordSize(r.payload.size()), '\0');
     collective::WriteMailboxRecord(reinterpret_cast<std::byte*>(bytes.data()), r);
@@ -162,6 +165,47 @@ void MailboxSeeds(SeedWriter& w) {
   std::string pad(17, '\0');
   pad[1] = 16;
   w.Write(t, "padding_16", pad);
+}
+
+void CallSeeds(SeedWriter& w) {
+  // Byte 0 picks the decoder: even a call description, odd a call notice.
+  const std::string t = "call_description_fuzz";
+  collective::CallDescription d;
+  d.kind = collective::CallKind::kAllReduce;
+  d.dtype = DType::kF32;
+  d.count = 10;
+  d.reduction = 0;
+  d.algorithm = 1;
+  d.segment_bytes = 1 << 20;
+  d.members = {0, 1, 2};
+  d.name = "layer3.weight";
+  d.shape = {2, 5};
+  w.WritePicked(t, "allreduce_named", 0, d.Encode());
+  collective::CallDescription v = d;
+  v.kind = collective::CallKind::kAllGather;
+  v.counts = {3, 0, 7};
+  v.name.clear();
+  v.shape = {3};
+  w.WritePicked(t, "allgatherv_counts", 2, v.Encode());
+  collective::CallDescription b;
+  b.kind = collective::CallKind::kBroadcast;
+  b.dtype = DType::kI64;
+  b.count = 4;
+  b.root = 2;
+  b.members = {1, 3, 5};
+  w.WritePicked(t, "broadcast_root2", 4, b.Encode());
+  w.WritePicked(
+      t, "notice_description", 1,
+      collective::CallNotice{7, 17, collective::NoticeKind::kDescription, 17, d.Encode(), {}}
+          .Encode());
+  w.WritePicked(t, "notice_not_reached", 3,
+                collective::CallNotice{0, 5, collective::NoticeKind::kNotReached, 4, b.Encode(), {}}
+                    .Encode());
+  w.WritePicked(
+      t, "notice_abort", 5,
+      collective::CallNotice{
+          0, 9, collective::NoticeKind::kAbort, 0, {}, "allreduce 'x' waits for worker rank 2"}
+          .Encode());
 }
 
 void CompressionSeeds(SeedWriter& w) {
@@ -206,6 +250,7 @@ int main(int argc, char** argv) {
     ClusterSeeds(w);
     CollectiveSeeds(w);
     MailboxSeeds(w);
+    CallSeeds(w);
     CompressionSeeds(w);
     HostfileSeeds(w);
     std::cout << "wrote " << w.written() << " seeds under " << argv[1] << "\n";

@@ -97,18 +97,18 @@ TEST_P(MailboxWrap, RecordsCrossTheRingsEndIntactAndAFullRingRefuses) {
     }
     ASSERT_EQ(drained, written);
   }
-  // 300 records of at least 48 bytes cannot fit 4096 at once.
+  // 300 records of at least 56 bytes cannot fit 4096 at once.
   EXPECT_GT(refusals, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(PayloadBytes, MailboxWrap,
                          ::testing::Values(size_t{0}, size_t{1}, size_t{100}, size_t{1000},
-                                           size_t{4096 - 48}));
+                                           size_t{4096 - 56}));
 
 TEST(SameHostMailbox, ARecordLargerThanTheRingIsRefused) {
   MailboxRegion region(2, 4096, kCookie);
   MailboxLink link(::getpid(), region.fd(), kCookie, 0);
-  EXPECT_FALSE(link.TryWrite(msg::kData, {0, 0, 0}, Pattern(4096 - 47, 0)));
+  EXPECT_FALSE(link.TryWrite(msg::kData, {0, 0, 0}, Pattern(4096 - 55, 0)));
   EXPECT_TRUE(DrainAll(region, 0).empty());
 }
 
@@ -162,11 +162,11 @@ TEST_P(MailboxParse, AMalformedRecordIsAProtocolError) {
   }
 }
 
-// A 48-byte header: size, type | reserved << 16, communicator, payload
-// bytes, then sequence, tag, address, length as pairs of words.
+// A 56-byte header: size, type | reserved << 16, communicator, payload
+// bytes, then sequence, tag, address, length, call as pairs of words.
 std::vector<uint32_t> Header(uint32_t size, uint32_t type, uint32_t payload,
                              size_t extra_words = 0) {
-  std::vector<uint32_t> w = {size, type, 1, payload, 0, 0, 0, 0, 0, 0, 0, 0};
+  std::vector<uint32_t> w = {size, type, 1, payload, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   w.resize(w.size() + extra_words, 0);
   return w;
 }
@@ -175,14 +175,14 @@ INSTANTIATE_TEST_SUITE_P(
     Records, MailboxParse,
     ::testing::Values(
         Malformed{"short", {8}, 64, "bytes published"},
-        Malformed{"odd_size", Header(52, msg::kData, 4, 2), 64, "not a multiple of 8"},
-        Malformed{"past_published", Header(64, msg::kData, 16), 128, "bytes published"},
+        Malformed{"odd_size", Header(60, msg::kData, 4, 2), 64, "not a multiple of 8"},
+        Malformed{"past_published", Header(72, msg::kData, 16), 128, "bytes published"},
         Malformed{"padding_short_of_end", {16, 0, 0, 0}, 64, "does not reach the ring's end"},
-        Malformed{"unknown_type", Header(48, 7, 0), 64, "type 7"},
-        Malformed{"reserved_set", Header(48, msg::kData | (1u << 16), 0), 64, "reserved 1"},
-        Malformed{"below_header", {16, msg::kData, 0, 0}, 64, "below the 48-byte header"},
-        Malformed{"payload_on_ref", Header(56, msg::kDataRef, 8, 2), 64, "carries 8 payload"},
-        Malformed{"size_not_payload", Header(56, msg::kData, 20, 2), 64, "does not fit"}),
+        Malformed{"unknown_type", Header(56, 7, 0), 64, "type 7"},
+        Malformed{"reserved_set", Header(56, msg::kData | (1u << 16), 0), 64, "reserved 1"},
+        Malformed{"below_header", {16, msg::kData, 0, 0}, 64, "below the 56-byte header"},
+        Malformed{"payload_on_ref", Header(64, msg::kDataRef, 8, 2), 64, "carries 8 payload"},
+        Malformed{"size_not_payload", Header(64, msg::kData, 20, 2), 64, "does not fit"}),
     [](const ::testing::TestParamInfo<Malformed>& p) { return std::string(p.param.name); });
 
 TEST(SameHostMailbox, AMalformedRingIsRefusedNamingItsRank) {
