@@ -167,8 +167,15 @@ std::vector<double> MaxOverRanks(tandem::Communicator& w, std::vector<double> v)
   return v;
 }
 
-// The median over ranks' maximum of `iters` timed runs of `c`.
-double TimedMedian(tandem::Communicator& world, Case& c, int iters) {
+// --iters, or as many as move 512 MiB (5 to 200).
+int Iterations(const Args& args, size_t bytes) {
+  return args.iters > 0 ? args.iters
+                        : static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 5, 200));
+}
+
+// `iters` timed runs of `c`, each preceded by a barrier: each run's time
+// is the maximum over the ranks; sorted, in microseconds.
+std::vector<double> TimedRuns(tandem::Communicator& world, Case& c, int iters) {
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
     world.Barrier();
@@ -178,7 +185,7 @@ double TimedMedian(tandem::Communicator& world, Case& c, int iters) {
   }
   times = MaxOverRanks(world, times);
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return times;
 }
 
 double Median(std::vector<double> v) {
@@ -198,9 +205,7 @@ void CompareCallCheck(tandem::collective::CollectiveService& service, const Args
   }
   for (size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= args.factor) {
     Case c(world, args, bytes);
-    const int iters =
-        args.iters > 0 ? args.iters
-                       : static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 5, 200));
+    const int iters = Iterations(args, bytes);
     std::vector<double> on, off;
     double wrong = 0;
     for (int round = 0; round < args.compare_call_check; ++round) {
@@ -212,7 +217,8 @@ void CompareCallCheck(tandem::collective::CollectiveService& service, const Args
         c.Run();
         wrong = std::max(wrong, static_cast<double>(c.Wrong()));
         for (int i = 0; i < std::max(1, args.warmup); ++i) c.Run();
-        (checked ? on : off).push_back(TimedMedian(world, c, iters));
+        const std::vector<double> times = TimedRuns(world, c, iters);
+        (checked ? on : off).push_back(times[times.size() / 2]);
       }
     }
     world.Barrier();
@@ -266,21 +272,10 @@ int main(int argc, char** argv) {
       c.Run();
       double wrong = static_cast<double>(c.Wrong());
       wrong = MaxOverRanks(world, {wrong})[0];
-      const int iters =
-          args.iters > 0
-              ? args.iters
-              : static_cast<int>(std::clamp<size_t>((size_t{512} << 20) / bytes, 5, 200));
+      const int iters = Iterations(args, bytes);
       const int warmup = args.warmup > 0 ? args.warmup : std::max(2, iters / 10);
       for (int i = 0; i < warmup; ++i) c.Run();
-      std::vector<double> times;
-      for (int i = 0; i < iters; ++i) {
-        world.Barrier();
-        auto t0 = Clock::now();
-        c.Run();
-        times.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-      }
-      times = MaxOverRanks(world, times);
-      std::sort(times.begin(), times.end());
+      const std::vector<double> times = TimedRuns(world, c, iters);
       const double median = times[times.size() / 2];
       const double p90 = times[std::min(times.size() - 1, times.size() * 9 / 10)];
       const double algbw = static_cast<double>(bytes) / median / 1e3;  // GB/s

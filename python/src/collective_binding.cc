@@ -41,6 +41,16 @@ void SetCommon(CollectiveOptions& o, const std::string& name, double timeout_s) 
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
 }
 
+ReduceOptions Reduce(const std::string& op, double prescale, double postscale,
+                     const std::string& name, double timeout_s) {
+  ReduceOptions o;
+  SetCommon(o, name, timeout_s);
+  o.op = ToReduction(op);
+  o.prescale = prescale;
+  o.postscale = postscale;
+  return o;
+}
+
 /// A queued collective and the tensors it reads and writes, referenced
 /// until it is done. Dropping it unfinished waits for it (the communicator
 /// still uses the memory).
@@ -149,11 +159,7 @@ void RegisterCollectives(py::module_& m) {
           [](Communicator& c, py::handle in, py::handle out, const std::string& op, double prescale,
              double postscale, const std::string& algorithm, const std::string& name,
              double timeout) {
-            ReduceOptions o;
-            SetCommon(o, name, timeout);
-            o.op = ToReduction(op);
-            o.prescale = prescale;
-            o.postscale = postscale;
+            ReduceOptions o = Reduce(op, prescale, postscale, name, timeout);
             o.algorithm = ToAlgorithm(algorithm);
             auto held = Two(In(in, "allreduce", name), Out(out, "allreduce", name));
             TensorView vi = held[0].view(), vo = held[1].view();
@@ -202,11 +208,7 @@ void RegisterCollectives(py::module_& m) {
           "reduce_scatter_async",
           [](Communicator& c, py::handle in, py::handle out, const std::string& op, double prescale,
              double postscale, const std::string& name, double timeout) {
-            ReduceOptions o;
-            SetCommon(o, name, timeout);
-            o.op = ToReduction(op);
-            o.prescale = prescale;
-            o.postscale = postscale;
+            ReduceOptions o = Reduce(op, prescale, postscale, name, timeout);
             auto held = Two(In(in, "reduce_scatter", name), Out(out, "reduce_scatter", name));
             TensorView vi = held[0].view(), vo = held[1].view();
             return Start(std::move(held), [&] { return c.ReduceScatterAsync(vi, vo, o); });
@@ -244,11 +246,7 @@ void RegisterCollectives(py::module_& m) {
           "allreduce_async",
           [](PyFusionEngine& e, py::handle in, py::handle out, const std::string& op,
              double prescale, double postscale, const std::string& name, double timeout) {
-            ReduceOptions o;
-            SetCommon(o, name, timeout);
-            o.op = ToReduction(op);
-            o.prescale = prescale;
-            o.postscale = postscale;
+            ReduceOptions o = Reduce(op, prescale, postscale, name, timeout);
             auto held = Two(In(in, "allreduce", name), Out(out, "allreduce", name));
             TensorView vi = held[0].view(), vo = held[1].view();
             FusionEngine& engine = e.engine();

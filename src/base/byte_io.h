@@ -6,6 +6,8 @@
 // missing, so a decoder built on it survives any byte string.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -14,8 +16,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-
-#include <fmt/format.h>
 
 #include "tandem/error.h"
 
@@ -27,9 +27,12 @@ static_assert(std::endian::native == std::endian::little,
 /// Appends fields to a growing byte string.
 class ByteWriter {
  public:
+  /// Makes room for `bytes` in all, so that the writes below do not grow
+  /// the buffer one step at a time.
+  void Reserve(size_t bytes) { out_.reserve(bytes); }
   /// Appends an integer or enum in little-endian order.
   template <typename T>
-    requires std::is_integral_v<T> || std::is_enum_v<T>
+  requires std::is_integral_v<T> || std::is_enum_v<T>
   void Put(T value) {
     char bytes[sizeof(T)];
     std::memcpy(bytes, &value, sizeof(T));
@@ -65,8 +68,7 @@ class ByteReader {
   /// Reads an integer or enum; `field` names it in the error. A bool must be
   /// the byte 0 or 1: any other byte would be an invalid bool object.
   template <typename T>
-    requires std::is_integral_v<T> || std::is_enum_v<T>
-  T Get(std::string_view field) {
+  requires std::is_integral_v<T> || std::is_enum_v<T> T Get(std::string_view field) {
     if constexpr (std::is_same_v<T, bool>) {
       const auto byte = Get<uint8_t>(field);
       if (byte > 1) {
@@ -86,8 +88,8 @@ class ByteReader {
   std::string GetString(std::string_view field, uint32_t max_len = 1u << 20) {
     auto len = Get<uint32_t>(field);
     if (len > max_len) {
-      throw ProtocolError(fmt::format("{}: field '{}' claims {} bytes, limit is {}", what_, field,
-                                      len, max_len));
+      throw ProtocolError(
+          fmt::format("{}: field '{}' claims {} bytes, limit is {}", what_, field, len, max_len));
     }
     Need(len, field);
     std::string s(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
@@ -113,8 +115,8 @@ class ByteReader {
  private:
   void Need(size_t n, std::string_view field) const {
     if (n > remaining()) {
-      throw ProtocolError(fmt::format("{}: truncated at field '{}' (need {} bytes, {} left)",
-                                      what_, field, n, remaining()));
+      throw ProtocolError(fmt::format("{}: truncated at field '{}' (need {} bytes, {} left)", what_,
+                                      field, n, remaining()));
     }
   }
 

@@ -17,7 +17,6 @@ namespace {
 
 // Limits of the decoder: a description is small, and nothing it claims is
 // allocated before it is checked against these.
-constexpr uint32_t kMaxMembers = 1u << 20;
 constexpr uint32_t kMaxCounts = 1u << 20;
 constexpr uint32_t kMaxName = 4096;
 constexpr uint32_t kMaxDims = 64;
@@ -35,8 +34,6 @@ void PutCore(base::ByteWriter& w, const CallDescription& d) {
   w.Put(d.segment_bytes);
   w.Put(std::bit_cast<uint64_t>(d.prescale));
   w.Put(std::bit_cast<uint64_t>(d.postscale));
-  w.Put(static_cast<uint32_t>(d.members.size()));
-  for (int32_t m : d.members) w.Put(m);
   w.Put(static_cast<uint32_t>(d.counts.size()));
   for (int64_t c : d.counts) w.Put(c);
   w.PutString(d.name);
@@ -90,13 +87,33 @@ const char* CallKindName(CallKind kind) {
   return "unknown operation";
 }
 
-std::string CallDescription::Encode() const {
+namespace {
+
+// FNV-1a, 64 bits; never 0.
+uint64_t Fnv1a(std::string_view bytes) {
+  uint64_t h = 14695981039346656037ULL;
+  for (char c : bytes) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ULL;
+  }
+  return h == 0 ? 1 : h;
+}
+
+}  // namespace
+
+CallDescription::Sealed CallDescription::Seal() const {
   base::ByteWriter w;
+  w.Reserve(64 + name.size() + 8 * (counts.size() + shape.size()));
   PutCore(w, *this);
+  const size_t core = w.bytes().size();
   w.Put(static_cast<uint32_t>(shape.size()));
   for (int64_t d : shape) w.Put(d);
-  return w.Take();
+  Sealed sealed{w.Take(), 0};
+  sealed.fingerprint = Fnv1a(std::string_view(sealed.encoding).substr(0, core));
+  return sealed;
 }
+
+std::string CallDescription::Encode() const { return Seal().encoding; }
 
 CallDescription CallDescription::Decode(const std::string& bytes) {
   base::ByteReader r(bytes, "collective call description");
@@ -130,9 +147,6 @@ CallDescription CallDescription::Decode(const std::string& bytes) {
     }
     return n;
   };
-  const uint32_t members = bounded("members", kMaxMembers, 4);
-  d.members.reserve(members);
-  for (uint32_t i = 0; i < members; ++i) d.members.push_back(r.Get<int32_t>("member"));
   const uint32_t counts = bounded("counts", kMaxCounts, 8);
   d.counts.reserve(counts);
   for (uint32_t i = 0; i < counts; ++i) d.counts.push_back(r.Get<int64_t>("count"));
@@ -143,16 +157,7 @@ CallDescription CallDescription::Decode(const std::string& bytes) {
   return d;
 }
 
-uint64_t CallDescription::Fingerprint() const {
-  base::ByteWriter w;
-  PutCore(w, *this);
-  uint64_t h = 14695981039346656037ULL;
-  for (char c : w.bytes()) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ULL;
-  }
-  return h == 0 ? 1 : h;
-}
+uint64_t CallDescription::Fingerprint() const { return Seal().fingerprint; }
 
 std::string CallDescription::Summary() const {
   std::string s = CallKindName(kind);
@@ -253,7 +258,6 @@ std::string MismatchMessage(uint32_t communicator, const std::vector<int32_t>& m
   const bool segment = differs([](const CallDescription& d) { return d.segment_bytes; });
   const bool scaling = differs([](const CallDescription& d) { return d.prescale; }) ||
                        differs([](const CallDescription& d) { return d.postscale; });
-  const bool group = differs([](const CallDescription& d) { return d.members; });
   if (dtype) fields.push_back("dtype");
   if (shape) fields.push_back("shape");
   if (reduction) fields.push_back("reduction");
@@ -262,7 +266,6 @@ std::string MismatchMessage(uint32_t communicator, const std::vector<int32_t>& m
   if (algorithm) fields.push_back("algorithm (TANDEM_ALLREDUCE_ALGORITHM)");
   if (segment) fields.push_back("segment size (TANDEM_COLLECTIVE_SEGMENT_BYTES)");
   if (scaling) fields.push_back("scaling");
-  if (group) fields.push_back("group members");
   std::string head = CallKindName(first.kind);
   if (!first.name.empty()) head += fmt::format(" '{}'", first.name);
   text = fmt::format("{}: mismatched {} at {}: ", head, fmt::join(fields, " and "), where);
@@ -279,7 +282,6 @@ std::string MismatchMessage(uint32_t communicator, const std::vector<int32_t>& m
     }
     if (segment) v += fmt::format(" segment {} bytes", d.segment_bytes);
     if (scaling) v += fmt::format(" prescale {} postscale {}", d.prescale, d.postscale);
-    if (group) v += fmt::format(" members [{}]", fmt::join(d.members, ", "));
     text += fmt::format("{}{} {}", i ? "; " : "", RankList(groups[i].second), v);
   }
   return text + tail;

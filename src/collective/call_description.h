@@ -33,6 +33,8 @@ enum class CallKind : uint8_t {
 const char* CallKindName(CallKind kind);
 
 /// One call on one rank. Every field but `shape` enters the fingerprint;
+/// the communicator is not a field: its id, derived from its members, is in
+/// every piece's key, so members of different groups never match.
 /// `shape` is shown in errors only (a shape is a view: ranks that pass [2, 5]
 /// and [10] agree).
 struct CallDescription {
@@ -54,8 +56,6 @@ struct CallDescription {
   /// The scaling factors of AllReduce and ReduceScatter (1 when unused).
   double prescale = 1.0;
   double postscale = 1.0;
-  /// The communicator's members (worker ranks, in group-rank order).
-  std::vector<int32_t> members;
   /// AllGatherV's per-rank counts; empty otherwise.
   std::vector<int64_t> counts;
   /// The tensor's name (CollectiveOptions::name); may be empty.
@@ -71,6 +71,13 @@ struct CallDescription {
   /// FNV-1a (64 bits) over the encoding of every field but `shape`; never 0
   /// (0 marks a piece that carries no fingerprint).
   uint64_t Fingerprint() const;
+  /// Encode() and Fingerprint() from one encoding (what an operation does
+  /// once as it begins).
+  struct Sealed {
+    std::string encoding;
+    uint64_t fingerprint = 0;
+  };
+  Sealed Seal() const;
   /// "allreduce 'grad' float32 [4] sum", for errors.
   std::string Summary() const;
 };

@@ -42,7 +42,6 @@ CommunicatorImpl::~CommunicatorImpl() {
 CollectiveHandle CommunicatorImpl::Submit(std::string what, CallDescription call,
                                           std::chrono::milliseconds timeout, Body body) {
   auto state = std::make_shared<OpState>();
-  call.members.assign(members_.begin(), members_.end());
   {
     std::lock_guard lock(mu_);
     queue_.push_back(Task{std::move(what), std::move(call),
@@ -70,7 +69,6 @@ void CommunicatorImpl::Run(std::string what, CallDescription call,
     }
     busy_ = true;
   }
-  call.members.assign(members_.begin(), members_.end());
   std::exception_ptr error =
       Execute(what, call, timeout.count() > 0 ? timeout : settings_.timeout, body);
   {

@@ -85,9 +85,8 @@ class CommunicatorImpl {
   base::Logger& log() const { return log_; }
 
   /// Queues an operation named `what` (for errors) with `timeout` (zero:
-  /// the default); `call` describes it for the call checks (its `members`
-  /// are filled in here). Never throws for the operation's own errors: the
-  /// handle carries them.
+  /// the default); `call` describes it for the call checks. Never throws for the operation's own
+  /// errors: the handle carries them.
   CollectiveHandle Submit(std::string what, CallDescription call, std::chrono::milliseconds timeout,
                           Body body);
 

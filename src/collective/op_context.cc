@@ -19,8 +19,12 @@ OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
       what_(std::move(what)),
       timeout_(timeout),
       deadline_(std::chrono::steady_clock::now() + timeout),
-      call_(mesh.call_checks() ? call.Fingerprint() : 0) {
-  if (call_ != 0) mesh_.BeginCall(communicator_, sequence_, call, call_);
+      call_(0) {
+  if (mesh.call_checks()) {
+    CallDescription::Sealed sealed = call.Seal();
+    call_ = sealed.fingerprint;
+    mismatched_at_start_ = !mesh_.BeginCall(communicator_, sequence_, std::move(sealed));
+  }
 }
 
 OpContext::~OpContext() {
@@ -37,7 +41,9 @@ void OpContext::RingOwed() {
 void OpContext::CheckHealth() {
   // A mismatch first: members that raised it may exit, and their loss is
   // its consequence, not its cause.
-  if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) ThrowMismatch();
+  if (mismatched_at_start_ || (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_))) {
+    ThrowMismatch();
+  }
   // 200 ms lets the news of every lost peer arrive, so that the error names
   // the dead worker even when the first news is of a worker that exited
   // because of it.

@@ -104,7 +104,8 @@ class OpContext {
   const std::string what_;
   const std::chrono::milliseconds timeout_;
   const std::chrono::steady_clock::time_point deadline_;
-  const uint64_t call_;                        // the call's fingerprint
+  uint64_t call_;  // the call's fingerprint; 0: calls are not checked
+  bool mismatched_at_start_ = false;
   std::set<std::pair<int, uint64_t>> posted_;  // (group peer, tag) not yet awaited
   std::vector<PeerMesh::SlotKey> wait_keys_;   // WaitAny's, kept to reuse its memory
   std::vector<int> owed_rings_;                // worker ranks whose doorbell is owed

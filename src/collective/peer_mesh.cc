@@ -1063,57 +1063,65 @@ bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
       MarkMismatchLocked(st, key.sequence);
       return false;
     }
-    // Finished here while the peer made another call: nothing can be undone,
-    // so no later operation may run on wrong assumptions.
-    const std::string text = fmt::format(
-        "{} sent a piece of operation {} of communicator {} with another call than this rank's "
-        "({}), which it had completed",
-        Describe(peer), key.sequence, CommunicatorName(key.communicator, {}),
-        CallDescription::Decode(st.description).Summary());
-    log_.Error("{}", text);
-    FailLocked(FailureKind::kMismatch, text);
-    Bell().Ring();
+    FailCompletedLocked(key.communicator, st,
+                        fmt::format("{} sent a piece with another call", Describe(peer)));
     return false;
   }
   if (it == calls_.end() || !it->second.begun || key.sequence > it->second.sequence) {
-    early_[{key.communicator, key.sequence}].try_emplace(peer, EarlyPiece{key.call, Clock::now()});
+    const bool known = std::any_of(early_.begin(), early_.end(), [&](const EarlyPiece& e) {
+      return e.communicator == key.communicator && e.sequence == key.sequence && e.peer == peer;
+    });
+    if (!known) early_.push_back({key.communicator, key.sequence, peer, key.call, Clock::now()});
   }
   return true;
+}
+
+void PeerMesh::FailCompletedLocked(uint32_t communicator, const CallState& st,
+                                   const std::string& why) {
+  const std::string text =
+      fmt::format("{} of operation {} of communicator {}, which this rank had completed as {}", why,
+                  st.sequence, CommunicatorName(communicator, st.members),
+                  CallDescription::Decode(st.description).Summary());
+  log_.Error("{}", text);
+  FailLocked(FailureKind::kMismatch, text);
+  Bell().Ring();
 }
 
 void PeerMesh::MarkMismatchLocked(CallState& st, uint64_t sequence, std::string abort_text) {
   if (!st.mismatch) {
     st.mismatch = sequence;
     st.mismatch_at = Clock::now();
+    any_mismatch_.store(true, std::memory_order_release);
   }
   if (st.mismatch == sequence && st.abort_text.empty()) st.abort_text = std::move(abort_text);
   Bell().Ring();
   cv_.notify_all();
 }
 
-void PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence, const CallDescription& call,
-                         uint64_t fingerprint) {
+bool PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence, CallDescription::Sealed sealed) {
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.begun = true;
   st.active = true;
   st.sequence = sequence;
-  st.fingerprint = fingerprint;
-  st.description = call.Encode();
-  auto early = early_.find({communicator, sequence});
-  if (early != early_.end()) {
-    for (const auto& [peer, piece] : early->second) {
-      if (piece.call != fingerprint) {
+  st.fingerprint = sealed.fingerprint;
+  st.description = std::move(sealed.encoding);
+  if (!early_.empty()) {
+    // What arrived for this operation is checked now; for earlier ones, it
+    // is stale.
+    std::erase_if(early_, [&](const EarlyPiece& e) {
+      if (e.communicator != communicator || e.sequence > sequence) return false;
+      if (e.sequence == sequence && e.call != st.fingerprint) {
         log_.V1(
             "early collective piece from {} for operation {} of communicator {} carries "
             "call {:#x}, this rank's is {:#x}",
-            Describe(peer), sequence, communicator, piece.call, fingerprint);
+            Describe(e.peer), sequence, communicator, e.call, st.fingerprint);
         MarkMismatchLocked(st, sequence);
       }
-    }
+      return true;
+    });
   }
-  // What arrived for this and earlier operations has been checked.
-  early_.erase(early_.lower_bound({communicator, 0}), early_.upper_bound({communicator, sequence}));
+  return st.mismatch != sequence;
 }
 
 void PeerMesh::EndCall(uint32_t communicator) {
@@ -1124,6 +1132,7 @@ void PeerMesh::EndCall(uint32_t communicator) {
 }
 
 bool PeerMesh::CallMismatched(uint32_t communicator, uint64_t sequence) const {
+  if (!any_mismatch_.load(std::memory_order_acquire)) return false;
   std::lock_guard lock(mu_);
   auto it = calls_.find(communicator);
   return it != calls_.end() && it->second.mismatch == sequence;
@@ -1163,7 +1172,6 @@ std::string PeerMesh::ResolveMismatch(uint32_t communicator, uint64_t sequence) 
   const CallState& st = calls_[communicator];
   if (!st.abort_text.empty()) return st.abort_text;
   std::vector<MemberCall> calls(members.size());
-  std::vector<int32_t> members32(members.begin(), members.end());
   for (size_t g = 0; g < members.size(); ++g) {
     MemberCall& mc = calls[g];
     if (members[g] == self_rank_) {
@@ -1179,7 +1187,7 @@ std::string PeerMesh::ResolveMismatch(uint32_t communicator, uint64_t sequence) 
     mc.at = n.at;
     if (!n.description.empty()) mc.call = CallDescription::Decode(n.description);
   }
-  return MismatchMessage(communicator, members32, sequence, calls);
+  return MismatchMessage(communicator, members, sequence, calls);
 }
 
 std::optional<std::string> PeerMesh::CrossedOrderLocked(
@@ -1190,11 +1198,12 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
   for (const SlotKey& piece : pieces) {
     auto slot = slots_.find(piece);
     if (slot != slots_.end() && slot->second.state != Slot::State::kPosted) continue;
-    for (const auto& [op, peers] : early_) {
-      const auto& [other, other_sequence] = op;
-      if (other == communicator) continue;
-      auto from = peers.find(piece.peer);
-      if (from == peers.end() || now - from->second.at < kCrossWait) continue;
+    for (const EarlyPiece& early : early_) {
+      const uint32_t other = early.communicator;
+      const uint64_t other_sequence = early.sequence;
+      if (other == communicator || early.peer != piece.peer || now - early.at < kCrossWait) {
+        continue;
+      }
       auto st = calls_.find(other);
       const bool idle =
           st == calls_.end() || (!st->second.active && now - st->second.idle_since >= kCrossWait &&
@@ -1203,17 +1212,14 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
       CallState& mine = calls_[communicator];
       const std::vector<int> other_members =
           st == calls_.end() ? std::vector<int>{} : st->second.members;
-      const std::string other_name =
-          CommunicatorName(other, std::vector<int32_t>(other_members.begin(), other_members.end()));
+      const std::string other_name = CommunicatorName(other, other_members);
       const std::string text = fmt::format(
           "{} at operation {} of communicator {} waits for {}, which is in operation {} of "
           "communicator {} (its pieces arrived {} ms ago); worker rank {} has not called that "
           "operation: the ranks call their communicators in different orders",
           CallDescription::Decode(mine.description).Summary(), sequence,
-          CommunicatorName(communicator,
-                           std::vector<int32_t>(mine.members.begin(), mine.members.end())),
-          Describe(piece.peer), other_sequence, other_name,
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - from->second.at).count(),
+          CommunicatorName(communicator, mine.members), Describe(piece.peer), other_sequence,
+          other_name, std::chrono::duration_cast<std::chrono::milliseconds>(now - early.at).count(),
           self_rank_);
       MarkMismatchLocked(mine, sequence, text);
       mine.notified = true;
@@ -1254,14 +1260,8 @@ void PeerMesh::OnCallNotice(net::ConnectionId id, const net::Message& m) {
     }
     if (!st.mismatch) {
       if (st.begun && st.sequence == n.sequence && !st.active) {
-        // Completed here: see AdmitLocked.
-        const std::string text = fmt::format(
-            "{} reports operation {} of communicator {} mismatched, which this rank had "
-            "completed as {}",
-            Describe(peer), n.sequence, CommunicatorName(n.communicator, {}),
-            CallDescription::Decode(st.description).Summary());
-        log_.Error("{}", text);
-        FailLocked(FailureKind::kMismatch, text);
+        FailCompletedLocked(n.communicator, st,
+                            fmt::format("{} reports a mismatch", Describe(peer)));
       } else if (!st.begun || st.sequence <= n.sequence) {
         const bool reached = st.begun && st.sequence == n.sequence;
         MarkMismatchLocked(st, n.sequence, std::move(abort_text));

@@ -239,16 +239,17 @@ class PeerMesh final : public net::TransportHandler {
   /// group-rank order) known, so that notices about it reach its members.
   /// Any thread; once per communicator.
   void RegisterCommunicator(uint32_t communicator, const std::vector<int>& members);
-  /// This process begins operation `sequence` of `communicator` as `call`
-  /// (`fingerprint` is call.Fingerprint()): pieces of it that arrived
+  /// This process begins operation `sequence` of `communicator` as the
+  /// call `sealed` (CallDescription::Seal): pieces of it that arrived
   /// earlier are checked now, later ones as they arrive. Called by the
-  /// operation's thread before it sends or posts anything.
-  void BeginCall(uint32_t communicator, uint64_t sequence, const CallDescription& call,
-                 uint64_t fingerprint);
+  /// operation's thread before it sends or posts anything. Returns false
+  /// when the operation is already known to be mismatched.
+  bool BeginCall(uint32_t communicator, uint64_t sequence, CallDescription::Sealed sealed);
   /// The operation begun last on `communicator` ended (either way).
   void EndCall(uint32_t communicator);
   /// True once operation `sequence` of `communicator` is known to be
-  /// mismatched (by a piece, a member's notice, or a crossed order).
+  /// mismatched (by a piece, a member's notice, or a crossed order). Takes
+  /// no lock while no mismatch is known in this process.
   bool CallMismatched(uint32_t communicator, uint64_t sequence) const;
   /// After CallMismatched: sends this process's word on the operation to
   /// its members (once), waits until every member's arrived or
@@ -307,8 +308,12 @@ class PeerMesh final : public net::TransportHandler {
     std::map<int, CallNotice> notices;  // by worker rank, for `mismatch`
     std::string abort_text;             // why it cannot complete, if told
   };
-  // When a piece arrived ahead of its operation: its fingerprint and time.
+  // A piece that arrived ahead of its operation: whose, its fingerprint and
+  // when.
   struct EarlyPiece {
+    uint32_t communicator = 0;
+    uint64_t sequence = 0;
+    int peer = -1;
     uint64_t call = 0;
     std::chrono::steady_clock::time_point at{};
   };
@@ -322,6 +327,9 @@ class PeerMesh final : public net::TransportHandler {
   // Checks an arriving piece's fingerprint (requires mu_): false when the
   // piece must be dropped unused (its operation is mismatched).
   bool AdmitLocked(int peer, const MessageKey& key);
+  // An operation this process completed turned out mismatched (`why`):
+  // nothing can be undone, so the mesh fails and no later operation runs.
+  void FailCompletedLocked(uint32_t communicator, const CallState& st, const std::string& why);
   // Marks operation `sequence` of `st` mismatched and wakes every wait.
   void MarkMismatchLocked(CallState& st, uint64_t sequence, std::string abort_text = {});
   // A wait on `pieces` that has lasted kCrossWait: the crossed order of
@@ -414,10 +422,11 @@ class PeerMesh final : public net::TransportHandler {
   std::map<net::ConnectionId, Link> links_;  // every mesh connection, both directions
   std::map<SlotKey, Slot> slots_;
   std::atomic<bool> call_checks_{true};
-  std::map<uint32_t, CallState> calls_;  // by communicator
-  // Pieces that arrived before their operation began, by (communicator,
-  // sequence) and worker rank.
-  std::map<std::pair<uint32_t, uint64_t>, std::map<int, EarlyPiece>> early_;
+  std::atomic<bool> any_mismatch_{false};  // a CallState has `mismatch` set
+  std::map<uint32_t, CallState> calls_;    // by communicator
+  // Pieces that arrived before their operation began, one entry per
+  // (communicator, sequence, peer): few, so a vector.
+  std::vector<EarlyPiece> early_;
   // Hellos that arrived before Connect() knew the node table.
   std::vector<std::pair<net::ConnectionId, Hello>> early_hellos_;
   std::optional<MeshFailure> failure_;

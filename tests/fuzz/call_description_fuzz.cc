@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       calls[1].call = d;
       calls[1].call->name += "x";
       calls[1].reached = true;
-      if (MismatchMessage(0, d.members, 3, calls).empty() || d.Summary().empty()) std::abort();
+      if (MismatchMessage(7, {0, 1}, 3, calls).empty() || d.Summary().empty()) std::abort();
     } else {
       const CallNotice n = CallNotice::Decode(bytes);
       const CallNotice again = CallNotice::Decode(n.Encode());

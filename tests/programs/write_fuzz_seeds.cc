@@ -177,7 +177,6 @@ void CallSeeds(SeedWriter& w) {
   d.reduction = 0;
   d.algorithm = 1;
   d.segment_bytes = 1 << 20;
-  d.members = {0, 1, 2};
   d.name = "layer3.weight";
   d.shape = {2, 5};
   w.WritePicked(t, "allreduce_named", 0, d.Encode());
@@ -192,7 +191,6 @@ void CallSeeds(SeedWriter& w) {
   b.dtype = DType::kI64;
   b.count = 4;
   b.root = 2;
-  b.members = {1, 3, 5};
   w.WritePicked(t, "broadcast_root2", 4, b.Encode());
   w.WritePicked(
       t, "notice_description", 1,

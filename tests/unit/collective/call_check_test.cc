@@ -274,7 +274,6 @@ TEST(CallDescription, FingerprintCoversTheCallButNotTheShape) {
   a.kind = CallKind::kAllReduce;
   a.dtype = DType::kF32;
   a.count = 10;
-  a.members = {0, 1};
   a.name = "w";
   a.shape = {2, 5};
   CallDescription b = a;
@@ -287,9 +286,6 @@ TEST(CallDescription, FingerprintCoversTheCallButNotTheShape) {
            [](CallDescription& d) { d.algorithm = 2; },
            [](CallDescription& d) { d.segment_bytes = 4096; },
            [](CallDescription& d) { d.postscale = 0.5; },
-           [](CallDescription& d) {
-             d.members = {0, 2};
-           },
            [](CallDescription& d) {
              d.counts = {1, 2};
            },
@@ -306,7 +302,7 @@ TEST(CallDescription, FingerprintCoversTheCallButNotTheShape) {
 TEST(CallDescription, DecoderRefusesWhatItCannotTrust) {
   CallDescription a;
   a.kind = CallKind::kAllGather;
-  a.members = {0, 1, 2};
+  a.counts = {1, 2, 3};
   std::string bytes = a.Encode();
   EXPECT_THROW(CallDescription::Decode(bytes.substr(0, bytes.size() - 1)), ProtocolError);
   EXPECT_THROW(CallDescription::Decode(bytes + "x"), ProtocolError);
@@ -319,9 +315,9 @@ TEST(CallDescription, DecoderRefusesWhatItCannotTrust) {
   std::memcpy(huge.data() + 40, &claim, 4);
   try {
     CallDescription::Decode(huge);
-    FAIL() << "a claim of 2^19 members was accepted";
+    FAIL() << "a claim of 2^19 counts was accepted";
   } catch (const ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("members claims 524288"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("counts claims 524288"), std::string::npos) << e.what();
   }
 }
 
