@@ -23,14 +23,16 @@ OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
   if (mesh.call_checks()) {
     CallDescription::Sealed sealed = call.Seal();
     call_ = sealed.fingerprint;
-    mismatched_at_start_ = !mesh_.BeginCall(communicator_, sequence_, std::move(sealed));
+    auto [state, fine] = mesh_.BeginCall(communicator_, sequence_, std::move(sealed));
+    call_state_ = state;
+    mismatched_at_start_ = !fine;
   }
 }
 
 OpContext::~OpContext() {
   RingOwed();
   if (!finished_) Cleanup();
-  if (call_ != 0) mesh_.EndCall(communicator_);
+  if (call_state_ != nullptr) PeerMesh::EndCall(call_state_);
 }
 
 void OpContext::RingOwed() {

@@ -106,6 +106,7 @@ class OpContext {
   const std::chrono::steady_clock::time_point deadline_;
   uint64_t call_;  // the call's fingerprint; 0: calls are not checked
   bool mismatched_at_start_ = false;
+  PeerMesh::CallState* call_state_ = nullptr;  // BeginCall's, for EndCall
   std::set<std::pair<int, uint64_t>> posted_;  // (group peer, tag) not yet awaited
   std::vector<PeerMesh::SlotKey> wait_keys_;   // WaitAny's, kept to reuse its memory
   std::vector<int> owed_rings_;                // worker ranks whose doorbell is owed

@@ -1045,7 +1045,7 @@ void PeerMesh::RegisterCommunicator(uint32_t communicator, const std::vector<int
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.members = members;
-  if (!st.begun) st.idle_since = Clock::now();
+  if (!st.begun) st.idle_since.store(Clock::now().time_since_epoch().count());
 }
 
 bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
@@ -1098,7 +1098,8 @@ void PeerMesh::MarkMismatchLocked(CallState& st, uint64_t sequence, std::string 
   cv_.notify_all();
 }
 
-bool PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence, CallDescription::Sealed sealed) {
+std::pair<PeerMesh::CallState*, bool> PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence,
+                                                          CallDescription::Sealed sealed) {
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.begun = true;
@@ -1121,14 +1122,12 @@ bool PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence, CallDescripti
       return true;
     });
   }
-  return st.mismatch != sequence;
+  return {&st, st.mismatch != sequence};
 }
 
-void PeerMesh::EndCall(uint32_t communicator) {
-  std::lock_guard lock(mu_);
-  CallState& st = calls_[communicator];
-  st.active = false;
-  st.idle_since = Clock::now();
+void PeerMesh::EndCall(CallState* state) {
+  state->idle_since.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  state->active.store(false, std::memory_order_release);
 }
 
 bool PeerMesh::CallMismatched(uint32_t communicator, uint64_t sequence) const {
@@ -1206,8 +1205,10 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
       }
       auto st = calls_.find(other);
       const bool idle =
-          st == calls_.end() || (!st->second.active && now - st->second.idle_since >= kCrossWait &&
-                                 (!st->second.begun || st->second.sequence < other_sequence));
+          st == calls_.end() ||
+          (!st->second.active &&
+           now - Clock::time_point(Clock::duration(st->second.idle_since.load())) >= kCrossWait &&
+           (!st->second.begun || st->second.sequence < other_sequence));
       if (!idle) continue;
       CallState& mine = calls_[communicator];
       const std::vector<int> other_members =

@@ -244,9 +244,14 @@ class PeerMesh final : public net::TransportHandler {
   /// earlier are checked now, later ones as they arrive. Called by the
   /// operation's thread before it sends or posts anything. Returns false
   /// when the operation is already known to be mismatched.
-  bool BeginCall(uint32_t communicator, uint64_t sequence, CallDescription::Sealed sealed);
-  /// The operation begun last on `communicator` ended (either way).
-  void EndCall(uint32_t communicator);
+  /// Returns the communicator's call state for EndCall, and false when the
+  /// operation is already known to be mismatched.
+  struct CallState;
+  std::pair<CallState*, bool> BeginCall(uint32_t communicator, uint64_t sequence,
+                                        CallDescription::Sealed sealed);
+  /// The operation begun last on the communicator of `state` (BeginCall's)
+  /// ended, either way. Takes no lock: it runs once per operation.
+  static void EndCall(CallState* state);
   /// True once operation `sequence` of `communicator` is known to be
   /// mismatched (by a piece, a member's notice, or a crossed order). Takes
   /// no lock while no mismatch is known in this process.
@@ -292,14 +297,17 @@ class PeerMesh final : public net::TransportHandler {
     bool acked = false;  // outgoing links: the peer's kHelloAck arrived
   };
   // What this process knows of one communicator's calls (call checks).
+  // Guarded by mu_, but for `active` and `idle_since`, which EndCall
+  // writes without it. (Declared public, for BeginCall's callers to hold.)
+ public:
   struct CallState {
-    std::vector<int> members;  // worker ranks; empty until registered
-    bool begun = false;        // an operation was begun
-    bool active = false;       // ... and has not ended
-    uint64_t sequence = 0;     // the latest begun
-    uint64_t fingerprint = 0;  // its fingerprint and encoded description
+    std::vector<int> members;         // worker ranks; empty until registered
+    bool begun = false;               // an operation was begun
+    std::atomic<bool> active{false};  // ... and has not ended
+    uint64_t sequence = 0;            // the latest begun
+    uint64_t fingerprint = 0;         // its fingerprint and encoded description
     std::string description;
-    std::chrono::steady_clock::time_point idle_since{};
+    std::atomic<std::chrono::steady_clock::rep> idle_since{0};  // steady_clock ticks
     // The mismatched operation, once known, and when it was learnt.
     std::optional<uint64_t> mismatch;
     std::chrono::steady_clock::time_point mismatch_at{};
@@ -308,6 +316,8 @@ class PeerMesh final : public net::TransportHandler {
     std::map<int, CallNotice> notices;  // by worker rank, for `mismatch`
     std::string abort_text;             // why it cannot complete, if told
   };
+
+ private:
   // A piece that arrived ahead of its operation: whose, its fingerprint and
   // when.
   struct EarlyPiece {
