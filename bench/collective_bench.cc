@@ -18,7 +18,8 @@
 // (docs/collectives.md "Call checks"): per size, ROUNDS rounds each timing
 // --iters iterations with the checks on, then with them off (every rank
 // switches after a barrier), and prints the median over rounds of each
-// round's median, and their ratio.
+// round's median, and their ratio. With --both-checked the second arm is
+// checked too: the ratio then shows the measurement's own noise.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -48,6 +49,7 @@ struct Args {
   int warmup = 0;
   bool json = false;
   int compare_call_check = 0;  // rounds; 0: the plain table
+  bool both_checked = false;   // --compare-call-check's control run
   tandem::AllReduceAlgorithm algorithm = tandem::AllReduceAlgorithm::kAuto;
 };
 
@@ -75,6 +77,8 @@ Args Parse(int argc, char** argv) {
       a.json = true;
     else if (k == "--compare-call-check")
       a.compare_call_check = std::stoi(next());
+    else if (k == "--both-checked")
+      a.both_checked = true;
     else if (k == "--algorithm") {
       std::string v = next();
       a.algorithm = v == "ring"               ? tandem::AllReduceAlgorithm::kRing
@@ -85,7 +89,7 @@ Args Parse(int argc, char** argv) {
       throw tandem::InvalidArgument("unknown argument " + k +
                                     " (--op allreduce|broadcast|allgather|reduce_scatter, "
                                     "--min-bytes, --max-bytes, --factor, --iters, --warmup, "
-                                    "--algorithm, --json, --compare-call-check ROUNDS)");
+                                    "--algorithm, --json, --compare-call-check ROUNDS, --both-checked)");
     }
   }
   if (a.op != "allreduce" && a.op != "broadcast" && a.op != "allgather" &&
@@ -198,8 +202,9 @@ void CompareCallCheck(tandem::collective::CollectiveService& service, const Args
   tandem::Communicator& world = service.World();
   const bool print = world.rank() == 0;
   if (print) {
-    std::printf("# tandem %s, %d ranks, float32: call checks on and off, %d rounds\n",
-                args.op.c_str(), world.size(), args.compare_call_check);
+    std::printf("# tandem %s, %d ranks, float32: call checks on and %s, %d rounds\n",
+                args.op.c_str(), world.size(), args.both_checked ? "on (control)" : "off",
+                args.compare_call_check);
     std::printf("%12s %14s %14s %8s %8s\n", "size(B)", "checked(us)", "unchecked(us)", "ratio",
                 "#wrong");
   }
@@ -211,7 +216,7 @@ void CompareCallCheck(tandem::collective::CollectiveService& service, const Args
     for (int round = 0; round < args.compare_call_check; ++round) {
       for (bool checked : {true, false}) {
         world.Barrier();
-        service.mesh().SetCallChecksForBenchmark(checked);
+        service.mesh().SetCallChecksForBenchmark(checked || args.both_checked);
         world.Barrier();
         c.Fill();
         c.Run();
