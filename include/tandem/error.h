@@ -61,7 +61,8 @@ class ProtocolError : public Error {
 /// settings) at the same point, or called their communicators in orders
 /// that cannot complete. Raised on every member; the message lists each
 /// rank's call (docs/collectives.md "Call checks"). The process's
-/// collectives are unusable afterwards.
+/// collectives are unusable afterwards, except after the framework
+/// engine's, which fails only the one tensor.
 class CallMismatch : public InvalidArgument {
  public:
   using InvalidArgument::InvalidArgument;

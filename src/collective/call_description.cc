@@ -17,11 +17,12 @@ namespace {
 
 // Limits of the decoder: a description is small, and nothing it claims is
 // allocated before it is checked against these.
-constexpr uint32_t kMaxCounts = 1u << 20;
-constexpr uint32_t kMaxName = 4096;
+constexpr uint32_t kMaxCounts = 1u << 16;
+// The framework engine names a fusion buffer after every tensor in it.
+constexpr uint32_t kMaxName = 256u << 10;
 constexpr uint32_t kMaxDims = 64;
 constexpr uint32_t kMaxNoticeText = 16384;
-constexpr uint32_t kMaxNoticeDescription = 64u << 20;
+constexpr uint32_t kMaxNoticeDescription = 1u << 20;
 
 // Everything but the shape, in wire order: what the fingerprint covers.
 void PutCore(base::ByteWriter& w, const CallDescription& d) {
@@ -187,8 +188,8 @@ CallNotice CallNotice::Decode(const std::string& meta) {
   n.communicator = r.Get<uint32_t>("communicator");
   n.sequence = r.Get<uint64_t>("sequence");
   const auto kind = r.Get<uint8_t>("kind");
-  if (kind < 1 || kind > 3) {
-    throw ProtocolError(fmt::format("collective call notice: kind {} is not 1-3", kind));
+  if (kind < 1 || kind > 5) {
+    throw ProtocolError(fmt::format("collective call notice: kind {} is not 1-5", kind));
   }
   n.kind = static_cast<NoticeKind>(kind);
   n.at = r.Get<uint64_t>("at");

@@ -92,6 +92,12 @@ enum class NoticeKind : uint8_t {
   /// The operation cannot complete; `text` says why (a member is stuck in
   /// another communicator's operation).
   kAbort = 3,
+  /// The sender waits for the receiver in operation `sequence` and asks
+  /// whether the receiver is blocked in another communicator's call.
+  kProbe = 4,
+  /// The answer: `at` is 1 when the receiver of the probe has a caller
+  /// blocked in another communicator and has not begun `sequence`, else 0.
+  kProbeReply = 5,
 };
 
 /// kCallNotice's metadata.

@@ -52,6 +52,11 @@ std::string AllReduceAlgorithmName(AllReduceAlgorithm a) {
 void CollectiveHandle::Wait() const {
   if (!state_) throw InvalidArgument("waiting on an empty CollectiveHandle");
   std::unique_lock lock(state_->mu);
+  if (!state_->done && state_->waiting != nullptr) {
+    state_->waiting->fetch_add(1);
+    state_->cv.wait(lock, [&] { return state_->done; });
+    state_->waiting->fetch_sub(1);
+  }
   state_->cv.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
 }
@@ -305,7 +310,9 @@ Prepared PrepareAllGatherV(CommunicatorImpl& impl, const TensorView& in, const T
   if (src != own && Overlap(in, out)) {
     throw InvalidArgument(what + ": input overlaps output other than at this rank's block");
   }
-  collective::CallDescription call = Call(collective::CallKind::kAllGather, in, o, impl);
+  // The gathered output: what every rank agrees on (AllGatherV's inputs
+  // differ by design).
+  collective::CallDescription call = Call(collective::CallKind::kAllGather, out, o, impl);
   // AllGatherV's inputs differ by design: the gathered count is what all
   // agree on. AllGather's counts are all its count: only AllGatherV's are
   // shown.

@@ -21,12 +21,12 @@ CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int>
       settings_(std::move(settings)),
       log_(log),
       ops_(ops),
-      queued_(queued) {
+      queued_(queued),
+      call_state_(mesh.RegisterCommunicator(id, members_)) {
   if (rank_ >= size()) {
     throw InvalidArgument(
         fmt::format("worker {} is not a member of the group it creates", mesh.rank()));
   }
-  mesh_.RegisterCommunicator(id_, members_);
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -42,6 +42,7 @@ CommunicatorImpl::~CommunicatorImpl() {
 CollectiveHandle CommunicatorImpl::Submit(std::string what, CallDescription call,
                                           std::chrono::milliseconds timeout, Body body) {
   auto state = std::make_shared<OpState>();
+  state->waiting = &call_state_->user_waits;
   {
     std::lock_guard lock(mu_);
     queue_.push_back(Task{std::move(what), std::move(call),
@@ -69,8 +70,11 @@ void CommunicatorImpl::Run(std::string what, CallDescription call,
     }
     busy_ = true;
   }
+  // The caller is blocked in this communicator (the crossed-order check).
+  call_state_->user_waits.fetch_add(1);
   std::exception_ptr error =
       Execute(what, call, timeout.count() > 0 ? timeout : settings_.timeout, body);
+  call_state_->user_waits.fetch_sub(1);
   {
     std::lock_guard lock(mu_);
     busy_ = false;

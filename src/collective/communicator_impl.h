@@ -2,6 +2,7 @@
 // mesh, its queue of operations and the thread that runs them in order.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -31,6 +32,9 @@ struct OpState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  /// Counts the callers blocked in Wait (the communicator's call state's
+  /// user_waits, for the crossed-order check); null: not counted.
+  std::atomic<int>* waiting = nullptr;
 };
 
 /// Settings every communicator of a process shares (docs/collectives.md,
@@ -127,8 +131,9 @@ class CommunicatorImpl {
   bool stopping_ = false;   // guarded by mu_
   bool busy_ = false;       // guarded by mu_: an operation is running
 
-  uint64_t sequence_ = 0;           // the thread holding busy_
-  std::vector<std::byte> scratch_;  // the thread holding busy_
+  PeerMesh::CallState* const call_state_;  // the mesh's, for user_waits
+  uint64_t sequence_ = 0;                  // the thread holding busy_
+  std::vector<std::byte> scratch_;         // the thread holding busy_
   std::thread thread_;
 };
 

@@ -49,8 +49,10 @@ void OpContext::CheckHealth() {
   // 200 ms lets the news of every lost peer arrive, so that the error names
   // the dead worker even when the first news is of a worker that exited
   // because of it.
-  if (mesh_.failure())
+  if (mesh_.failure()) {
+    mesh_.ReleaseUncopiedRefs();
     mesh_.SettledFailure(std::chrono::milliseconds(200))->Throw(what_ + " failed: ");
+  }
 }
 
 void OpContext::ThrowMismatch() {
@@ -131,6 +133,10 @@ void OpContext::Finish() {
     if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) ThrowMismatch();
     std::unique_lock lock(sends_->mu);
     if (in_time && !sends_->error) {
+      lock.unlock();
+      // The last word: news of a mismatch that comes after this fails the
+      // mesh (the next operation raises) instead of this one.
+      if (call_state_ != nullptr && !PeerMesh::CompleteCall(call_state_)) ThrowMismatch();
       finished_ = true;
       return;
     }

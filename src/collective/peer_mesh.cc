@@ -563,6 +563,7 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
     }
   }
   const auto started = Clock::now();
+  std::vector<std::pair<int, CallNotice>> crossing_notices;
   const uint32_t communicator = pieces.empty() ? 0 : pieces.front().key.communicator;
   const uint64_t sequence = pieces.empty() ? 0 : pieces.front().key.sequence;
   for (;;) {
@@ -589,12 +590,11 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       if (failure_) return {WaitResult::kFailed, 0};
       look_for_crossing = !pieces.empty() && Clock::now() - started >= kCrossWait;
       if (look_for_crossing) {
-        std::vector<std::pair<int, CallNotice>> notices;
-        if (CrossedOrderLocked(pieces, notices)) {
-          lock.unlock();
-          SendNotices(notices);
-          return {WaitResult::kMismatch, 0};
-        }
+        const bool crossed = CrossedOrderLocked(pieces, crossing_notices).has_value();
+        lock.unlock();
+        SendNotices(crossing_notices);  // the probes, or the aborts
+        crossing_notices.clear();
+        if (crossed) return {WaitResult::kMismatch, 0};
       }
     }
     if (last_look) return {WaitResult::kTimedOut, 0};
@@ -1041,11 +1041,13 @@ void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
   ReleaseUncopiedRefs();
 }
 
-void PeerMesh::RegisterCommunicator(uint32_t communicator, const std::vector<int>& members) {
+PeerMesh::CallState* PeerMesh::RegisterCommunicator(uint32_t communicator,
+                                                    const std::vector<int>& members) {
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.members = members;
   if (!st.begun) st.idle_since.store(Clock::now().time_since_epoch().count());
+  return &st;
 }
 
 bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
@@ -1055,39 +1057,60 @@ bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
     CallState& st = it->second;
     if (st.mismatch == key.sequence) return false;
     if (key.call == st.fingerprint) return true;
-    if (st.active) {
-      log_.V1(
-          "collective piece from {} for operation {} of communicator {} carries call {:#x}, "
-          "this rank's is {:#x}",
-          Describe(peer), key.sequence, key.communicator, key.call, st.fingerprint);
-      MarkMismatchLocked(st, key.sequence);
-      return false;
-    }
-    FailCompletedLocked(key.communicator, st,
-                        fmt::format("{} sent a piece with another call", Describe(peer)));
+    log_.V1(
+        "collective piece from {} for operation {} of communicator {} carries call {:#x}, "
+        "this rank's is {:#x}",
+        Describe(peer), key.sequence, key.communicator, key.call, st.fingerprint);
+    MarkMismatchLocked(key.communicator, st, key.sequence,
+                       fmt::format("{} sent a piece with another call", Describe(peer)));
     return false;
   }
   if (it == calls_.end() || !it->second.begun || key.sequence > it->second.sequence) {
     const bool known = std::any_of(early_.begin(), early_.end(), [&](const EarlyPiece& e) {
       return e.communicator == key.communicator && e.sequence == key.sequence && e.peer == peer;
     });
+    if (!known && early_.size() >= kMaxEarlyOperations) {
+      const std::string text = fmt::format(
+          "{} sent pieces of more than {} operations this worker has not begun (communicator {}, "
+          "operation {})",
+          Describe(peer), kMaxEarlyOperations, key.communicator, key.sequence);
+      log_.Error("{}", text);
+      FailLocked(FailureKind::kProtocol, text);
+      Bell().Ring();
+      cv_.notify_all();
+      return false;
+    }
     if (!known) early_.push_back({key.communicator, key.sequence, peer, key.call, Clock::now()});
   }
   return true;
 }
 
-void PeerMesh::FailCompletedLocked(uint32_t communicator, const CallState& st,
+void PeerMesh::FailCompletedLocked(uint32_t communicator, const CallState& st, uint64_t sequence,
                                    const std::string& why) {
-  const std::string text =
-      fmt::format("{} of operation {} of communicator {}, which this rank had completed as {}", why,
-                  st.sequence, CommunicatorName(communicator, st.members),
-                  CallDescription::Decode(st.description).Summary());
+  std::string text =
+      fmt::format("{}: operation {} of communicator {}, which this rank had completed", why,
+                  sequence, CommunicatorName(communicator, st.members));
+  if (sequence == st.sequence) {
+    text += " as " + CallDescription::Decode(st.description).Summary();
+  }
   log_.Error("{}", text);
   FailLocked(FailureKind::kMismatch, text);
   Bell().Ring();
+  cv_.notify_all();
 }
 
-void PeerMesh::MarkMismatchLocked(CallState& st, uint64_t sequence, std::string abort_text) {
+void PeerMesh::MarkMismatchLocked(uint32_t communicator, CallState& st, uint64_t sequence,
+                                  const std::string& why, std::string abort_text) {
+  if (st.begun && sequence <= st.sequence) {
+    uint8_t running = CallState::kRunning;
+    const bool current = sequence == st.sequence &&
+                         (st.status.compare_exchange_strong(running, CallState::kMismatched) ||
+                          running == CallState::kMismatched);
+    if (!current) {
+      FailCompletedLocked(communicator, st, sequence, why);
+      return;
+    }
+  }
   if (!st.mismatch) {
     st.mismatch = sequence;
     st.mismatch_at = Clock::now();
@@ -1103,8 +1126,10 @@ std::pair<PeerMesh::CallState*, bool> PeerMesh::BeginCall(uint32_t communicator,
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.begun = true;
-  st.active = true;
+  st.status.store(CallState::kRunning);
   st.sequence = sequence;
+  st.probed.clear();
+  st.blocked_peers.clear();
   st.fingerprint = sealed.fingerprint;
   st.description = std::move(sealed.encoding);
   if (!early_.empty()) {
@@ -1117,17 +1142,26 @@ std::pair<PeerMesh::CallState*, bool> PeerMesh::BeginCall(uint32_t communicator,
             "early collective piece from {} for operation {} of communicator {} carries "
             "call {:#x}, this rank's is {:#x}",
             Describe(e.peer), sequence, communicator, e.call, st.fingerprint);
-        MarkMismatchLocked(st, sequence);
+        MarkMismatchLocked(communicator, st, sequence,
+                           fmt::format("{} sent a piece with another call", Describe(e.peer)));
       }
       return true;
     });
   }
+  if (st.mismatch == sequence) st.status.store(CallState::kMismatched);
   return {&st, st.mismatch != sequence};
 }
 
 void PeerMesh::EndCall(CallState* state) {
   state->idle_since.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-  state->active.store(false, std::memory_order_release);
+  uint8_t running = CallState::kRunning;
+  state->status.compare_exchange_strong(running, CallState::kIdle);
+}
+
+bool PeerMesh::CompleteCall(CallState* state) {
+  uint8_t running = CallState::kRunning;
+  return state->status.compare_exchange_strong(running, CallState::kIdle) ||
+         running == CallState::kIdle;
 }
 
 bool PeerMesh::CallMismatched(uint32_t communicator, uint64_t sequence) const {
@@ -1194,6 +1228,13 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
   const uint32_t communicator = pieces.front().key.communicator;
   const uint64_t sequence = pieces.front().key.sequence;
   const auto now = Clock::now();
+  CallState& mine = calls_[communicator];
+  if (mine.sequence != sequence || !mine.begun) return std::nullopt;
+  // Only a caller blocked here makes a crossing a deadlock: a caller that
+  // goes on may still make the other communicator's call.
+  int blocked_here = 0;
+  for (const auto& [id, st] : calls_) blocked_here += st.user_waits.load();
+  if (blocked_here == 0) return std::nullopt;
   for (const SlotKey& piece : pieces) {
     auto slot = slots_.find(piece);
     if (slot != slots_.end() && slot->second.state != Slot::State::kPosted) continue;
@@ -1206,23 +1247,33 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
       auto st = calls_.find(other);
       const bool idle =
           st == calls_.end() ||
-          (!st->second.active &&
+          (st->second.status.load() != CallState::kRunning &&
            now - Clock::time_point(Clock::duration(st->second.idle_since.load())) >= kCrossWait &&
            (!st->second.begun || st->second.sequence < other_sequence));
       if (!idle) continue;
-      CallState& mine = calls_[communicator];
+      auto blocked = mine.blocked_peers.find(piece.peer);
+      if (blocked == mine.blocked_peers.end() || blocked->second != sequence) {
+        // Is the peer's caller blocked too? Ask (again after kCrossWait).
+        auto asked = mine.probed.find(piece.peer);
+        if (asked == mine.probed.end() || now - asked->second >= kCrossWait) {
+          mine.probed[piece.peer] = now;
+          out.emplace_back(piece.peer,
+                           CallNotice{communicator, sequence, NoticeKind::kProbe, 0, {}, {}});
+        }
+        continue;
+      }
       const std::vector<int> other_members =
           st == calls_.end() ? std::vector<int>{} : st->second.members;
-      const std::string other_name = CommunicatorName(other, other_members);
       const std::string text = fmt::format(
-          "{} at operation {} of communicator {} waits for {}, which is in operation {} of "
-          "communicator {} (its pieces arrived {} ms ago); worker rank {} has not called that "
+          "{} at operation {} of communicator {} waits for {}, which is blocked in operation {} "
+          "of communicator {} (its pieces arrived {} ms ago); worker rank {} has not called that "
           "operation: the ranks call their communicators in different orders",
           CallDescription::Decode(mine.description).Summary(), sequence,
           CommunicatorName(communicator, mine.members), Describe(piece.peer), other_sequence,
-          other_name, std::chrono::duration_cast<std::chrono::milliseconds>(now - early.at).count(),
+          CommunicatorName(other, other_members),
+          std::chrono::duration_cast<std::chrono::milliseconds>(now - early.at).count(),
           self_rank_);
-      MarkMismatchLocked(mine, sequence, text);
+      MarkMismatchLocked(communicator, mine, sequence, text, text);
       mine.notified = true;
       for (int m : mine.members) {
         if (m != self_rank_) {
@@ -1254,18 +1305,41 @@ void PeerMesh::OnCallNotice(net::ConnectionId id, const net::Message& m) {
       throw ProtocolError("a collective call notice on a connection that sent no hello");
     }
     const int peer = link->second.rank;
-    CallState& st = calls_[n.communicator];
-    std::string abort_text;
-    if (n.kind == NoticeKind::kAbort) {
-      abort_text = fmt::format("{} reports: {}", Describe(peer), n.text);
+    if (!calls_.count(n.communicator) && calls_.size() >= kMaxCommunicators) {
+      log_.Warn(
+          "a call notice from {} about communicator {} is ignored: this process knows {} "
+          "communicators already",
+          Describe(peer), n.communicator, calls_.size());
+      return;
     }
-    if (!st.mismatch) {
-      if (st.begun && st.sequence == n.sequence && !st.active) {
-        FailCompletedLocked(n.communicator, st,
-                            fmt::format("{} reports a mismatch", Describe(peer)));
-      } else if (!st.begun || st.sequence <= n.sequence) {
-        const bool reached = st.begun && st.sequence == n.sequence;
-        MarkMismatchLocked(st, n.sequence, std::move(abort_text));
+    CallState& st = calls_[n.communicator];
+    if (n.kind == NoticeKind::kProbe) {
+      // Blocked: a caller of this process waits in another communicator,
+      // and this process does not run the asker's operation.
+      int blocked_elsewhere = 0;
+      for (const auto& [other, state] : calls_) {
+        if (other != n.communicator) blocked_elsewhere += state.user_waits.load();
+      }
+      const bool running =
+          st.begun && st.sequence >= n.sequence && st.status.load() == CallState::kRunning;
+      replies.emplace_back(peer, CallNotice{n.communicator,
+                                            n.sequence,
+                                            NoticeKind::kProbeReply,
+                                            blocked_elsewhere > 0 && !running ? 1u : 0u,
+                                            {},
+                                            {}});
+    } else if (n.kind == NoticeKind::kProbeReply) {
+      if (n.at == 1 && st.begun && st.sequence == n.sequence) st.blocked_peers[peer] = n.sequence;
+    } else {
+      std::string abort_text;
+      if (n.kind == NoticeKind::kAbort) {
+        abort_text = fmt::format("{} reports: {}", Describe(peer), n.text);
+      }
+      if (!st.mismatch) {
+        const bool reached = st.begun && st.sequence >= n.sequence;
+        MarkMismatchLocked(n.communicator, st, n.sequence,
+                           fmt::format("{} reports a mismatch", Describe(peer)),
+                           std::move(abort_text));
         if (!reached && !st.told_not_reached) {
           // Not there yet: say where this rank is, so the error can name it.
           st.told_not_reached = true;
@@ -1279,13 +1353,13 @@ void PeerMesh::OnCallNotice(net::ConnectionId id, const net::Message& m) {
             if (member != self_rank_) replies.emplace_back(member, reply);
           }
         }
+      } else if (st.mismatch == n.sequence && !abort_text.empty() && st.abort_text.empty()) {
+        st.abort_text = std::move(abort_text);
       }
-    } else if (st.mismatch == n.sequence && !abort_text.empty() && st.abort_text.empty()) {
-      st.abort_text = std::move(abort_text);
-    }
-    if (st.mismatch == n.sequence) {
-      auto [it, inserted] = st.notices.try_emplace(peer, n);
-      if (!inserted && n.kind == NoticeKind::kDescription) it->second = n;
+      if (st.mismatch == n.sequence) {
+        auto [it, inserted] = st.notices.try_emplace(peer, n);
+        if (!inserted && n.kind == NoticeKind::kDescription) it->second = n;
+      }
     }
   }
   SendNotices(replies);

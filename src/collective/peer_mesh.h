@@ -216,6 +216,11 @@ class PeerMesh final : public net::TransportHandler {
   /// arrive (so that an error can name every lost peer), or nothing.
   std::optional<MeshFailure> SettledFailure(std::chrono::milliseconds settle) const;
 
+  /// After a failure: answers every piece sent by reference that was not
+  /// copied (it never will be), so that its sender lets go of the memory.
+  /// Any thread; a no-op while the mesh is healthy.
+  void ReleaseUncopiedRefs();
+
   /// Closes every mesh connection (a last resort after a failure, when sends
   /// do not complete): sends in flight fail and no more payload lands in
   /// posted buffers once OnDisconnected ran.
@@ -227,6 +232,13 @@ class PeerMesh final : public net::TransportHandler {
   /// How long a wait lasts before it looks for a crossed order of
   /// operations between communicators.
   static constexpr std::chrono::milliseconds kCrossWait{400};
+  /// Call notices about more communicators than this (a broken peer's) are
+  /// ignored, so that they cannot grow the call states without bound.
+  static constexpr size_t kMaxCommunicators = 1 << 16;
+  /// Pieces of more operations than this that this worker has not begun
+  /// (per communicator, operation and sender) are a broken peer's: the
+  /// mesh fails rather than keep them.
+  static constexpr size_t kMaxEarlyOperations = 1 << 16;
 
   /// Turns the call checks off or on again, for a benchmark that measures
   /// their cost only: every member must switch alike, between operations
@@ -237,8 +249,10 @@ class PeerMesh final : public net::TransportHandler {
 
   /// Makes communicator `communicator` over `members` (worker ranks, in
   /// group-rank order) known, so that notices about it reach its members.
-  /// Any thread; once per communicator.
-  void RegisterCommunicator(uint32_t communicator, const std::vector<int>& members);
+  /// Any thread; once per communicator. Returns its call state, whose
+  /// `user_waits` the communicator counts (see CallState).
+  struct CallState;
+  CallState* RegisterCommunicator(uint32_t communicator, const std::vector<int>& members);
   /// This process begins operation `sequence` of `communicator` as the
   /// call `sealed` (CallDescription::Seal): pieces of it that arrived
   /// earlier are checked now, later ones as they arrive. Called by the
@@ -246,12 +260,15 @@ class PeerMesh final : public net::TransportHandler {
   /// when the operation is already known to be mismatched.
   /// Returns the communicator's call state for EndCall, and false when the
   /// operation is already known to be mismatched.
-  struct CallState;
   std::pair<CallState*, bool> BeginCall(uint32_t communicator, uint64_t sequence,
                                         CallDescription::Sealed sealed);
   /// The operation begun last on the communicator of `state` (BeginCall's)
   /// ended, either way. Takes no lock: it runs once per operation.
   static void EndCall(CallState* state);
+  /// The operation of `state` completed: false when it was found
+  /// mismatched first (the caller throws). From then on, news of a
+  /// mismatch of it fails the mesh instead. Takes no lock.
+  static bool CompleteCall(CallState* state);
   /// True once operation `sequence` of `communicator` is known to be
   /// mismatched (by a piece, a member's notice, or a crossed order). Takes
   /// no lock while no mismatch is known in this process.
@@ -297,17 +314,24 @@ class PeerMesh final : public net::TransportHandler {
     bool acked = false;  // outgoing links: the peer's kHelloAck arrived
   };
   // What this process knows of one communicator's calls (call checks).
-  // Guarded by mu_, but for `active` and `idle_since`, which EndCall
-  // writes without it. (Declared public, for BeginCall's callers to hold.)
+  // Guarded by mu_, but for the atomics, which the operation's thread and
+  // the blocking callers write without it. (Public, for them to hold.)
  public:
   struct CallState {
-    std::vector<int> members;         // worker ranks; empty until registered
-    bool begun = false;               // an operation was begun
-    std::atomic<bool> active{false};  // ... and has not ended
-    uint64_t sequence = 0;            // the latest begun
-    uint64_t fingerprint = 0;         // its fingerprint and encoded description
+    static constexpr uint8_t kIdle = 0, kRunning = 1, kMismatched = 2;
+    std::vector<int> members;  // worker ranks; empty until registered
+    bool begun = false;        // an operation was begun
+    // The latest operation: kRunning from BeginCall until it completes
+    // (CompleteCall, EndCall: kIdle) or is found mismatched first
+    // (kMismatched); a compare-and-swap decides which came first.
+    std::atomic<uint8_t> status{kIdle};
+    uint64_t sequence = 0;     // the latest begun
+    uint64_t fingerprint = 0;  // its fingerprint and encoded description
     std::string description;
     std::atomic<std::chrono::steady_clock::rep> idle_since{0};  // steady_clock ticks
+    // User threads blocked in a call of this communicator (a blocking
+    // operation, or a handle's Wait): for the crossed-order check.
+    std::atomic<int> user_waits{0};
     // The mismatched operation, once known, and when it was learnt.
     std::optional<uint64_t> mismatch;
     std::chrono::steady_clock::time_point mismatch_at{};
@@ -315,6 +339,11 @@ class PeerMesh final : public net::TransportHandler {
     bool told_not_reached = false;      // ... or that it had not reached it
     std::map<int, CallNotice> notices;  // by worker rank, for `mismatch`
     std::string abort_text;             // why it cannot complete, if told
+    // Crossed-order check (for the operation at `sequence`): when each
+    // awaited peer was last asked whether it is blocked elsewhere, and the
+    // peers that said so (peer -> the sequence asked about).
+    std::map<int, std::chrono::steady_clock::time_point> probed;
+    std::map<int, uint64_t> blocked_peers;
   };
 
  private:
@@ -339,9 +368,13 @@ class PeerMesh final : public net::TransportHandler {
   bool AdmitLocked(int peer, const MessageKey& key);
   // An operation this process completed turned out mismatched (`why`):
   // nothing can be undone, so the mesh fails and no later operation runs.
-  void FailCompletedLocked(uint32_t communicator, const CallState& st, const std::string& why);
-  // Marks operation `sequence` of `st` mismatched and wakes every wait.
-  void MarkMismatchLocked(CallState& st, uint64_t sequence, std::string abort_text = {});
+  void FailCompletedLocked(uint32_t communicator, const CallState& st, uint64_t sequence,
+                           const std::string& why);
+  // Marks operation `sequence` of `st` (communicator `communicator`)
+  // mismatched and wakes every wait; if this process already completed it,
+  // fails the mesh instead (FailCompletedLocked, with `why`).
+  void MarkMismatchLocked(uint32_t communicator, CallState& st, uint64_t sequence,
+                          const std::string& why, std::string abort_text = {});
   // A wait on `pieces` that has lasted kCrossWait: the crossed order of
   // operations it found, if any, after marking the operation and queueing
   // the notices to send (requires mu_).
@@ -381,9 +414,6 @@ class PeerMesh final : public net::TransportHandler {
   std::optional<bool> AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // mu_
   void SendAck(net::ConnectionId id, bool reads_you);
   void SendRefDone(int peer, net::ConnectionId id, const MessageKey& key);
-  // After a failure: answers every piece sent by reference that was not
-  // copied (it never will be), so that its sender lets go of the memory.
-  void ReleaseUncopiedRefs();
   // This process's probe (pid 0 without same-host copy).
   CopyProbe OwnProbe() const;
   // True when `probe` names a process whose cookie this process can read.

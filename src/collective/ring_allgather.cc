@@ -30,7 +30,11 @@ namespace tandem::collective {
 
 namespace {
 int Mod(int a, int n) { return ((a % n) + n) % n; }
-size_t Segments(size_t count, size_t seg) { return (count + seg - 1) / seg; }
+// An empty block still travels, as one empty piece: every rank's result
+// then depends on every rank's, so the call checks reach them all
+// (docs/collectives.md "Call checks"), and AllGatherV with empty blocks
+// synchronises like any other.
+size_t Segments(size_t count, size_t seg) { return std::max<size_t>((count + seg - 1) / seg, 1); }
 
 template <typename Fn>
 void ForEachSegment(size_t count, size_t seg, Fn&& fn) {

@@ -18,12 +18,14 @@
 // A zero-byte broadcast still sends one empty segment, so it synchronises
 // like any other.
 //
-// Call check: the root receives nothing of the data, so every other rank
-// also sends it one empty piece (Tag(kBroadcast, 1, 0)) as it starts, and
-// the root waits for them after its own sends: the root learns every
-// rank's call (docs/collectives.md "Call checks"), and every other rank
-// checks its parent's, whose data it uses. The pieces travel while the
-// data does, so the root's time grows by at most one small message.
+// Call check: data flows only down the tree, so a rank would otherwise
+// depend on its ancestors alone. As it starts, every other rank sends the
+// root one empty piece (Tag(kBroadcast, 1, 0)) and the root sends every
+// other rank one (Tag(kBroadcast, 2, 0)); the root sends no data before it
+// has them all. Every rank's data then depends on every rank's call, and
+// ranks that disagree about the root still exchange a piece, whose
+// fingerprint tells them (docs/collectives.md "Call checks"). It costs one
+// small message of latency before the data moves.
 #include <algorithm>
 
 #include "collective/algorithms.h"
@@ -56,25 +58,32 @@ void TreeBroadcast(OpContext& ctx, std::span<std::byte> data, int root, size_t s
     if (v + d < n) children.push_back(real(v + d));
   }
   const uint64_t check = Tag(phase::kBroadcast, 1, 0);
+  const uint64_t from_root = Tag(phase::kBroadcast, 2, 0);
   const bool checked = ctx.checked();
   if (parent >= 0) {
-    if (checked) ctx.Send(root, check, {});
+    if (checked) {
+      ctx.Post(root, from_root, {});
+      ctx.Send(root, check, {});
+    }
     for (size_t j = 0; j < segments; ++j)
       ctx.Post(real(parent), Tag(phase::kBroadcast, 0, j), piece(j));
   } else if (checked) {
     for (int r = 0; r < n; ++r) {
-      if (r != root) ctx.Post(r, check, {});
+      if (r == root) continue;
+      ctx.Post(r, check, {});
+      ctx.Send(r, from_root, {});
     }
-  }
-  for (size_t j = 0; j < segments; ++j) {
-    if (parent >= 0) ctx.Wait(real(parent), Tag(phase::kBroadcast, 0, j));
-    for (int child : children) ctx.Send(child, Tag(phase::kBroadcast, 0, j), piece(j));
   }
   if (parent < 0 && checked) {
     for (int r = 0; r < n; ++r) {
       if (r != root) ctx.Wait(r, check);
     }
   }
+  for (size_t j = 0; j < segments; ++j) {
+    if (parent >= 0) ctx.Wait(real(parent), Tag(phase::kBroadcast, 0, j));
+    for (int child : children) ctx.Send(child, Tag(phase::kBroadcast, 0, j), piece(j));
+  }
+  if (parent >= 0 && checked) ctx.Wait(root, from_root);
   ctx.Finish();
 }
 

@@ -200,6 +200,9 @@ void CallSeeds(SeedWriter& w) {
                 collective::CallNotice{0, 5, collective::NoticeKind::kNotReached, 4, b.Encode(), {}}
                     .Encode());
   w.WritePicked(
+      t, "notice_probe_reply", 7,
+      collective::CallNotice{3, 12, collective::NoticeKind::kProbeReply, 1, {}, {}}.Encode());
+  w.WritePicked(
       t, "notice_abort", 5,
       collective::CallNotice{
           0, 9, collective::NoticeKind::kAbort, 0, {}, "allreduce 'x' waits for worker rank 2"}

@@ -8,6 +8,7 @@
 
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "collective/call_description.h"
 #include "collective_job.h"
@@ -119,7 +120,25 @@ std::vector<Case> Cases() {
        },
        [](int n) {
          return std::vector<std::string>{"allgather 'features': mismatched shape",
-                                         "rank 0 float32 [2, 3]", Others(n) + " float32 [2, 4]"};
+                                         fmt::format("rank 0 float32 [{}, 3]", 2 * n),
+                                         fmt::format("{} float32 [{}, 4]", Others(n), 2 * n)};
+       }},
+      {"allgatherv_empty_block",
+       // Rank 0 gathers counts {3, 0, ...} (its own block empty on the
+       // others), the others counts {3, 1, ...}: rank 1 contributes nothing
+       // in rank 0's view, so only the check pieces of empty blocks reach it.
+       [](int rank, int n, CollectiveService& s) {
+         std::vector<int64_t> counts(static_cast<size_t>(n), rank == 0 ? 0 : 1);
+         counts[0] = 3;
+         int64_t total = 0;
+         for (int64_t c : counts) total += c;
+         Buffer in(DType::kF32, counts[static_cast<size_t>(rank)]), out(DType::kF32, total);
+         s.World().AllGatherV(in.view(), out.view(), counts, {"v", std::chrono::seconds(20)});
+       },
+       [](int n) {
+         return std::vector<std::string>{
+             "allgather 'v': mismatched shape and counts", "rank 0 float32 [3] counts [3, 0",
+             fmt::format("{} float32 [{}] counts [3, 1", Others(n), 2 + n)};
        }},
       {"alltoall_block",
        [](int rank, int n, CollectiveService& s) {
@@ -161,7 +180,10 @@ std::vector<Case> Cases() {
 class CallCheck : public ::testing::TestWithParam<std::tuple<size_t, int, bool>> {};
 
 TEST_P(CallCheck, EveryRankRaisesNamingEachRanksCall) {
-  const auto [index, n, same_host] = GetParam();
+  // Not a structured binding: clang 14 cannot capture those in lambdas.
+  const size_t index = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam());
+  const bool same_host = std::get<2>(GetParam());
   const Case c = Cases()[index];
   CollectiveJob job(n, TestSettings(std::chrono::seconds(20), 1, 64 << 10, same_host));
   std::vector<double> seconds(static_cast<size_t>(n));
@@ -249,6 +271,35 @@ TEST_P(CrossedGroups, AMemberInAnotherCommunicatorIsReportedOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Workers, CrossedGroups, ::testing::Values(3, 4));
+
+// Not a crossing: worker 1 queues an allreduce over Y, computes for a
+// second (its caller is not blocked), then allreduces over X; worker 0
+// allreduces over X, then over Y. Each communicator sees the same order on
+// both, so both succeed, although worker 0 waits in X for a second while
+// worker 1's Y pieces wait for it.
+TEST(CrossedGroups, AnAsynchronousCallerThatGoesOnIsNotACrossing) {
+  CollectiveJob job(2);
+  job.RunOk([&](int rank, CollectiveService& s) {
+    auto x = s.NewGroup({0, 1});
+    auto y = s.NewGroup({0, 1});
+    s.World().Barrier();
+    Buffer bx(DType::kF32, 8), by(DType::kF32, 8);
+    for (int64_t k = 0; k < 8; ++k) bx.Set(k, rank + 1), by.Set(k, 10 * (rank + 1));
+    if (rank == 1) {
+      CollectiveHandle h = y->AllReduceAsync(by.view(), by.view(), Timed());
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      x->AllReduce(bx.view(), bx.view(), Timed());
+      h.Wait();
+    } else {
+      x->AllReduce(bx.view(), bx.view(), Timed());
+      y->AllReduce(by.view(), by.view(), Timed());
+    }
+    for (int64_t k = 0; k < 8; ++k) {
+      ASSERT_EQ(bx.Get(k), 3.0);
+      ASSERT_EQ(by.Get(k), 30.0);
+    }
+  });
+}
 
 // Ranks that agree are not slowed or refused by the checks: many calls of
 // every kind, names and dtypes varying per call but alike across ranks.
