@@ -3,16 +3,13 @@
 // "Checkpoints"): where it is in training and, when the workers run the
 // optimizer, its weights and SGD state. Layout: u32 magic "FMRS", u16
 // version 1, i64 steps done, i32 epoch, i64 next step within the epoch, u64
-// length and the LibTorch archive of the local state (empty when the
-// servers run the optimizer); little-endian.
+// length and the LibTorch archive of the local state (local_state.h; empty
+// when the servers run the optimizer); little-endian. The per-epoch
+// checkpoint file (epoch_checkpoint_file.h) carries the same bytes.
 #pragma once
-
-#include <torch/optim/sgd.h>
-#include <torch/types.h>
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace fashion_mnist {
 
@@ -27,17 +24,8 @@ struct ResumeState {
 /// The bytes of `s`. Thread: any. Never throws.
 std::string EncodeResumeState(const ResumeState& s);
 /// Parses EncodeResumeState's bytes. Thread: any. Throws tandem::IoError
-/// naming what is wrong (the store verified the file's checksum, so this
+/// naming what is wrong (the file's checksum was verified before, so this
 /// means another program's bytes).
 ResumeState DecodeResumeState(const std::string& bytes);
-
-/// `weights` and, when given, `sgd` as one LibTorch archive. Thread: the
-/// training thread. Throws tandem::IoError.
-std::string SaveLocalState(const std::vector<torch::Tensor>& weights, torch::optim::SGD* sgd);
-/// Restores what SaveLocalState saved into `weights` (same shapes) and
-/// `sgd`. Thread: the training thread. Throws tandem::IoError naming a
-/// parameter whose shape differs.
-void LoadLocalState(const std::string& bytes, const std::vector<torch::Tensor>& weights,
-                    torch::optim::SGD* sgd);
 
 }  // namespace fashion_mnist

@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 
 #include "checkpoint.h"
 #include "cnn_model.h"
+#include "epoch_checkpoint_file.h"
+#include "kv/checkpoint_directory.h"
+#include "local_state.h"
 #include "progress_line.h"
 #include "resume_state.h"
 #include "tandem/error.h"
@@ -74,16 +76,22 @@ int64_t CountCorrect(CnnModel& model, const torch::Tensor& pixels, const torch::
   return correct;
 }
 
+// Raw float32 for other programs to compare (no checksum: its readers take
+// the bytes as they are), written atomically like every file the example
+// writes: a reader never sees half of it, and a failed write leaves nothing.
 void DumpWeights(const std::string& path, const std::vector<torch::Tensor>& weights) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  std::string bytes;
   int64_t count = 0;
   for (const torch::Tensor& w : weights) {
     const torch::Tensor c = w.detach().contiguous();
-    out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.nbytes()));
+    bytes.append(static_cast<const char*>(c.data_ptr()), c.nbytes());
     count += c.numel();
   }
-  out.flush();
-  if (!out) throw tandem::IoError(fmt::format("--dump-weights: cannot write {}", path));
+  try {
+    tandem::kv::WriteFileDurably(path, bytes);
+  } catch (const tandem::IoError& e) {
+    throw tandem::IoError(fmt::format("--dump-weights: {}", e.what()));
+  }
   fmt::print("weights: {} float32 values in {} tensors written to {}\n", count, weights.size(),
              path);
 }
@@ -120,10 +128,27 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
       throw tandem::IoError(
           fmt::format("--checkpoint-dir {}: cannot create: {}", o.checkpoint_dir, ec.message()));
     }
+    // Worker 0 writes the epoch checkpoint; what a killed save left goes.
+    if (leader) {
+      for (const std::string& stale : RemoveStaleCheckpointTemporaries(o.checkpoint_dir)) {
+        fmt::print("removed {}, left by an interrupted save\n", stale);
+      }
+    }
   }
   int start_epoch = 0;
+  int64_t resumed_steps = 0;
   if (o.resume) {
-    start_epoch = LoadCheckpoint(o.checkpoint_dir, weights, sgd.get());
+    const ResumeState saved =
+        LoadCheckpoint(o.checkpoint_dir, exchange.num_workers(), weights, sgd.get());
+    start_epoch = saved.epoch;
+    resumed_steps = saved.steps_done;
+    if (resumed_steps != static_cast<int64_t>(start_epoch) * plan.steps_per_epoch()) {
+      throw tandem::InvalidArgument(fmt::format(
+          "checkpoint file {}: {} epochs in {} steps, but this job makes {} steps per epoch "
+          "(resume with the batch size, --train-limit and workers that wrote it)",
+          EpochCheckpointPath(o.checkpoint_dir), start_epoch, resumed_steps,
+          plan.steps_per_epoch()));
+    }
     if (leader) {
       fmt::print("resuming from {} after epoch {}\n", o.checkpoint_dir, start_epoch);
     }
@@ -135,7 +160,7 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
     exchange.ShareInitialWeights(weight_views);
   }
   if (o.resume) exchange.LoadOptimizerStates(KvOptimizerStatesPath(o.checkpoint_dir));
-  int64_t step_count = static_cast<int64_t>(start_epoch) * plan.steps_per_epoch();
+  int64_t step_count = resumed_steps;
   int64_t start_step = 0;  // within start_epoch
   if (o.restart_count > 0 && !o.checkpoint_dir.empty() && exchange.has_store_checkpoints()) {
     // A restarted job (tandem launch --max-restarts): the newest consistent
@@ -244,7 +269,10 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
     const double epoch_seconds = Seconds(epoch_start, Clock::now());
     if (o.checkpoint_dir.size() > 0 && !stopped) {
       exchange.SaveOptimizerStates(KvOptimizerStatesPath(o.checkpoint_dir));
-      if (leader) SaveCheckpoint(o.checkpoint_dir, epoch + 1, weights, sgd.get());
+      if (leader) {
+        SaveCheckpoint(o.checkpoint_dir, epoch + 1, step_count, exchange.num_workers(), weights,
+                       sgd.get());
+      }
     }
     if (leader) {
       const int64_t correct = CountCorrect(model, test_pixels, test_labels);

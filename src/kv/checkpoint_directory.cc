@@ -110,26 +110,27 @@ void WriteFileDurably(const std::string& path, std::string_view bytes) {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) Fail("open", tmp);
+  // A failed write removes the temporary file before throwing, so that a
+  // full disk is left no fuller (docs/checkpoints.md, "Directory").
+  const auto fail = [&tmp](std::string_view call, const std::string& target, int open_fd) {
+    const int saved = errno;
+    if (open_fd >= 0) ::close(open_fd);
+    ::unlink(tmp.c_str());
+    errno = saved;
+    Fail(call, target);
+  };
   size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const int saved = errno;
-      ::close(fd);
-      errno = saved;
-      Fail("write", tmp);
+      fail("write", tmp, fd);
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0) {
-    const int saved = errno;
-    ::close(fd);
-    errno = saved;
-    Fail("fsync", tmp);
-  }
-  if (::close(fd) != 0) Fail("close", tmp);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) Fail(fmt::format("rename {} to", tmp), path);
+  if (::fsync(fd) != 0) fail("fsync", tmp, fd);
+  if (::close(fd) != 0) fail("close", tmp, -1);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) fail(fmt::format("rename {} to", tmp), path, -1);
   FsyncPath(parent.string(), O_RDONLY | O_DIRECTORY);
 }
 

@@ -26,7 +26,9 @@ inline constexpr const char* kManifestName = "MANIFEST";
 
 /// Writes `bytes` to `path` atomically and durably (temporary file, fsync,
 /// rename, fsync of the directory), creating the directories above it.
-/// Any thread. Throws IoError naming the path and the failed call.
+/// The temporary file is "<path>.tmp"; a failure removes it before the
+/// error propagates. Any thread. Throws IoError naming the path and the
+/// failed call.
 void WriteFileDurably(const std::string& path, std::string_view bytes);
 
 /// The whole file. Any thread. Throws IoError "checkpoint file <path>:

@@ -1,8 +1,10 @@
 """The main job (examples/fashion_mnist, docs/training.md) through `tandem
 launch` on loopback: a reduced training run converges; data-parallel
 training with W workers on batch B gives the weights of one worker on batch
-W*B (the equivalence the parameter server and the collectives promise); and
-a run resumed from a checkpoint ends with the weights of an uninterrupted one.
+W*B (the equivalence the parameter server and the collectives promise); a
+run resumed from a checkpoint ends with the weights of an uninterrupted one;
+and a damaged checkpoint or a failed save is refused, naming the file, with
+no temporary file left behind.
 
 Skipped with a reason when the trainer was not built (no LibTorch) or
 Debian's dataset-fashion-mnist is not installed."""
@@ -128,14 +130,15 @@ def test_resume_continues_where_the_checkpoint_left_off(launch, trainer, tmp_pat
     checkpoint = tmp_path / "checkpoint"
     first = run(launch, trainer, 2, mode,
                 common + ["--epochs", "1", "--checkpoint-dir", str(checkpoint)])
-    assert (checkpoint / "epoch").read_text() == "1\n", first.output
+    assert sorted(p.name for p in checkpoint.glob("*.tmp")) == [], first.output
+    first_checkpoint = (checkpoint / "weights.ckpt").read_bytes()
     resumed = tmp_path / "resumed.bin"
     second = run(launch, trainer, 2, mode,
                  common + ["--epochs", "2", "--checkpoint-dir", str(checkpoint), "--resume",
                            "--dump-weights", str(resumed)])
     assert "resuming from" in second.output and "after epoch 1" in second.output, second.output
     assert "epoch 1/2 done" not in second.output, second.output
-    assert (checkpoint / "epoch").read_text() == "2\n"
+    assert (checkpoint / "weights.ckpt").read_bytes() != first_checkpoint
     # The same data order, weights and optimizer states: the same arithmetic.
     np.testing.assert_array_equal(np.fromfile(resumed, dtype="<f4"),
                                   np.fromfile(straight, dtype="<f4"))
@@ -147,6 +150,85 @@ def test_resume_without_a_checkpoint_names_the_directory(launch, trainer, tmp_pa
                            "--resume", "--train-limit", "640"], timeout=60)
     assert result.returncode != 0
     assert f"no complete checkpoint in {empty}" in result.output, result.output
+    # docs/deploy.md: an unusable input is permanent.
+    assert re.search(r"worker 0 \(pid \d+\) exited with status 78", result.output), result.output
+
+
+def worker_statuses(output: str) -> dict[int, int]:
+    """Each worker's exit status, as the launcher reports it."""
+    return {int(m.group(1)): int(m.group(2))
+            for m in re.finditer(r"\[launcher\] worker (\d+) \(pid \d+\) exited with status (\d+)",
+                                 output)}
+
+
+# The per-epoch checkpoint file (docs/training.md, "Checkpoints"): a
+# store worker-state envelope, 32 header bytes, the body, a CRC32C.
+def flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+SMALL = ["--train-limit", "640", "--test-limit", "100", "--batch-size", "32", "--seed", "3"]
+
+
+@pytest.fixture
+def one_epoch_checkpoint(launch, trainer, tmp_path) -> Path:
+    """A checkpoint directory after one epoch of 2 workers (10 steps)."""
+    checkpoint = tmp_path / "checkpoint"
+    run(launch, trainer, 2, "worker_sgd", SMALL + ["--epochs", "1", "--checkpoint-dir",
+                                                   str(checkpoint)])
+    return checkpoint
+
+
+@pytest.mark.parametrize("where", ["header", "weights", "checksum"])
+def test_flipped_byte_in_the_checkpoint_is_refused_naming_the_file(
+        launch, trainer, one_epoch_checkpoint, where):
+    path = one_epoch_checkpoint / "weights.ckpt"
+    size = path.stat().st_size
+    recorded = int.from_bytes(path.read_bytes()[-4:], "little")
+    flip(path, {"header": 8, "weights": size // 2, "checksum": size - 1}[where])
+    # The flipped checksum byte is the CRC's top byte; elsewhere the recorded
+    # CRC stands and the computed one differs.
+    stored = recorded ^ (1 << 24) if where == "checksum" else recorded
+    result = launch(2, 1, [trainer, "--quiet", "--threads", "1", "--kvstore", "dist_sync",
+                           "--optimizer-on-workers", "--epochs", "2", "--checkpoint-dir",
+                           str(one_epoch_checkpoint), "--resume"] + SMALL, timeout=60)
+    # Permanent (docs/deploy.md): a damaged file fails the same way every time.
+    assert result.returncode != 0, result.job.describe()
+    assert worker_statuses(result.output) == {0: 78, 1: 78}, result.output
+    refusal = re.escape(f"checkpoint file {path}: checksum mismatch (stored {stored:#010x}, "
+                        "computed ") + "(0x[0-9a-f]{8})" + re.escape(
+                            "): corrupt; --resume cannot continue from it")
+    computed = set()
+    for worker in (0, 1):
+        m = re.search(rf"\[worker {worker}\] fashion_mnist_train: {refusal}", result.output)
+        assert m, result.output
+        computed.add(int(m.group(1), 16))
+    assert len(computed) == 1 and computed != {stored}, result.output
+    if where == "checksum":
+        assert computed == {recorded}, result.output
+    assert "resuming from" not in result.output, result.output
+
+
+def test_failed_save_leaves_no_temporary_file(launch, trainer, tmp_path):
+    """The checkpoint's name is taken by a directory, so the rename of a
+    complete temporary file fails: the save's error names the file and the
+    temporary file is gone. A stale temporary file of a killed save is
+    removed when the next run starts."""
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "weights.ckpt" / "occupied").mkdir(parents=True)
+    (checkpoint / "weights.ckpt.tmp").write_bytes(b"left by a killed save")
+    result = launch(2, 1, [trainer, "--quiet", "--threads", "1", "--kvstore", "dist_sync",
+                           "--epochs", "1", "--checkpoint-dir", str(checkpoint)] + SMALL,
+                    timeout=60)
+    assert result.returncode != 0, result.job.describe()
+    assert f"removed {checkpoint / 'weights.ckpt.tmp'}, left by an interrupted save" in \
+        result.output, result.output
+    assert (f"rename {checkpoint / 'weights.ckpt.tmp'} to {checkpoint / 'weights.ckpt'}: "
+            "Is a directory") in result.output, result.output
+    assert sorted(p.name for p in checkpoint.iterdir()) == \
+        ["kv-optimizer.server0", "weights.ckpt"], result.output
 
 
 def test_unequal_shards_keep_the_global_mean(launch, trainer, tmp_path):
