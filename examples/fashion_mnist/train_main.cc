@@ -15,6 +15,7 @@
 #include "kv_gradient_exchange.h"
 #include "learning_rate.h"
 #include "tandem/collective.h"
+#include "tandem/error.h"
 #include "tandem/kvstore.h"
 #include "train_options.h"
 #include "trainer.h"
@@ -72,6 +73,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "fashion_mnist_train: {}\n", e.what());
-    return 1;
+    // 200 for a lost peer, so that `tandem launch --max-restarts` and the
+    // operators restart the job (docs/deploy.md).
+    return tandem::ExitCodeFor(e);
   }
 }

@@ -75,4 +75,13 @@ class IoError : public Error {
   using Error::Error;
 };
 
+/// The exit code a process should end with when `error` ended it, as
+/// tandem's own processes do (docs/deploy.md, "Exit codes and restarts"):
+/// 200 PeerLost, 201 Timeout, 202 IoError (retryable: `tandem launch
+/// --max-restarts` and Kubernetes restart the job), 76 ProtocolError, 77
+/// AuthFailed, 78 ConfigError and InvalidArgument, 1 anything else
+/// (permanent). A training program's `catch` returns it from main(). Any
+/// thread; never throws.
+int ExitCodeFor(const std::exception& error) noexcept;
+
 }  // namespace tandem

@@ -21,12 +21,18 @@ from tandem.collective import (Handle, allgather, allgather_async, allreduce, al
                                barrier, broadcast, broadcast_, broadcast_async_, engine, init,
                                is_initialized, new_group, rank, reduce_scatter,
                                reduce_scatter_async, shutdown, size)
+from tandem import _exit
+from tandem._exit import exit_code_for
+
+# After kvstore and collective: its atexit handler must run before theirs.
+_exit.install()
 
 __all__ = [
     "AuthFailed", "CallMismatch", "ConfigError", "Error", "InvalidArgument", "IoError", "PeerLost",
     "ProtocolError", "Timeout", "kvstore", "Handle", "allgather", "allgather_async",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
-    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine", "init",
+    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine",
+    "exit_code_for", "init",
     "is_initialized", "new_group", "rank", "reduce_scatter", "reduce_scatter_async", "shutdown",
     "size",
 ]

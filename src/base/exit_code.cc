@@ -27,3 +27,9 @@ std::span<const int> PermanentExitCodes() noexcept {
 }
 
 }  // namespace tandem::base
+
+namespace tandem {
+
+int ExitCodeFor(const std::exception& error) noexcept { return base::ExitCodeFor(error); }
+
+}  // namespace tandem

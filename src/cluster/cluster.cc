@@ -166,7 +166,7 @@ struct Cluster::Impl {
       m.port = transport->Listen({bind_host, 0}).port;
     }
     membership = std::make_unique<cluster::Membership>(m, *transport, log, clock);
-    membership->AddFailureListener([this](const std::string&) {
+    membership->AddFailureListener([this](const std::string&, const std::exception_ptr&) {
       job_failed = true;
       // A node stops resending to peers that no longer answer, so that its
       // blocked calls return and it exits now (docs/protocol-resend.md,
@@ -281,9 +281,10 @@ struct Cluster::Impl {
     }
     if (timeline) {
       base::Timeline* tl = timeline.get();
-      membership->AddFailureListener([tl, this](const std::string& text) {
-        tl->Instant("cluster", "job failed: " + text, clock.Now());
-      });
+      membership->AddFailureListener(
+          [tl, this](const std::string& text, const std::exception_ptr&) {
+            tl->Instant("cluster", "job failed: " + text, clock.Now());
+          });
     }
   }
 

@@ -85,8 +85,8 @@ RegisterRequest RegisterRequest::Decode(const std::string& meta) {
   q.hostname = r.GetString("hostname", kMaxHostBytes);
   r.ExpectEnd();
   if (q.requested_rank < -1) {
-    throw ProtocolError(fmt::format("register request: requested rank {} is negative",
-                                    q.requested_rank));
+    throw ProtocolError(
+        fmt::format("register request: requested rank {} is negative", q.requested_rank));
   }
   if (q.host.empty()) throw ProtocolError("register request: empty host");
   return q;
@@ -110,9 +110,9 @@ NodeTable NodeTable::Decode(const std::string& meta) {
   auto count = r.Get<int32_t>("count");
   if (t.num_servers < 0 || t.num_workers < 1 || count < 0 || count > kMaxNodes ||
       int64_t{count} != int64_t{t.num_servers} + t.num_workers + 1) {
-    throw ProtocolError(fmt::format(
-        "node table: inconsistent counts ({} servers, {} workers, {} nodes listed)", t.num_servers,
-        t.num_workers, count));
+    throw ProtocolError(
+        fmt::format("node table: inconsistent counts ({} servers, {} workers, {} nodes listed)",
+                    t.num_servers, t.num_workers, count));
   }
   std::vector<int> next_rank(3, 0);
   for (int32_t i = 0; i < count; ++i) {
@@ -130,8 +130,9 @@ NodeTable NodeTable::Decode(const std::string& meta) {
     t.nodes.push_back(std::move(n));
   }
   if (next_rank[1] != t.num_servers || next_rank[2] != t.num_workers) {
-    throw ProtocolError(fmt::format("node table: lists {} servers and {} workers, header says {} and {}",
-                                    next_rank[1], next_rank[2], t.num_servers, t.num_workers));
+    throw ProtocolError(
+        fmt::format("node table: lists {} servers and {} workers, header says {} and {}",
+                    next_rank[1], next_rank[2], t.num_servers, t.num_workers));
   }
   r.ExpectEnd();
   return t;
@@ -190,6 +191,75 @@ NodeLostNotice NodeLostNotice::Decode(const std::string& meta) {
   base::ByteReader r(meta, "node-lost notice");
   NodeLostNotice n;
   n.node = GetNode(r, "node-lost notice");
+  n.reason = r.GetString("reason", kMaxTextBytes);
+  r.ExpectEnd();
+  return n;
+}
+
+StopKind StopKindOf(const std::exception& error) noexcept {
+  if (dynamic_cast<const InvalidArgument*>(&error)) return StopKind::kInvalidArgument;
+  if (dynamic_cast<const ConfigError*>(&error)) return StopKind::kConfigError;
+  if (dynamic_cast<const IoError*>(&error)) return StopKind::kIoError;
+  if (dynamic_cast<const ProtocolError*>(&error)) return StopKind::kProtocolError;
+  return StopKind::kError;
+}
+
+void ThrowStopKind(StopKind kind, const std::string& text) {
+  switch (kind) {
+    case StopKind::kInvalidArgument:
+      throw InvalidArgument(text);
+    case StopKind::kConfigError:
+      throw ConfigError(text);
+    case StopKind::kIoError:
+      throw IoError(text);
+    case StopKind::kProtocolError:
+      throw ProtocolError(text);
+    case StopKind::kError:
+      break;
+  }
+  throw Error(text);
+}
+
+namespace {
+
+StopKind DecodeStopKind(uint8_t raw, const char* what) {
+  if (raw > static_cast<uint8_t>(StopKind::kLast)) {
+    throw ProtocolError(fmt::format("{}: unknown error kind {}", what, raw));
+  }
+  return static_cast<StopKind>(raw);
+}
+
+}  // namespace
+
+std::string JobStopRequest::Encode() const {
+  base::ByteWriter w;
+  w.Put<uint8_t>(static_cast<uint8_t>(kind));
+  w.PutString(reason.size() > kMaxTextBytes ? reason.substr(0, kMaxTextBytes) : reason);
+  return w.Take();
+}
+
+JobStopRequest JobStopRequest::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "job stop request");
+  JobStopRequest q;
+  q.kind = DecodeStopKind(r.Get<uint8_t>("kind"), "job stop request");
+  q.reason = r.GetString("reason", kMaxTextBytes);
+  r.ExpectEnd();
+  return q;
+}
+
+std::string JobStoppedNotice::Encode() const {
+  base::ByteWriter w;
+  PutNode(w, node);
+  w.Put<uint8_t>(static_cast<uint8_t>(kind));
+  w.PutString(reason.size() > kMaxTextBytes ? reason.substr(0, kMaxTextBytes) : reason);
+  return w.Take();
+}
+
+JobStoppedNotice JobStoppedNotice::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "job-stopped notice");
+  JobStoppedNotice n;
+  n.node = GetNode(r, "job-stopped notice");
+  n.kind = DecodeStopKind(r.Get<uint8_t>("kind"), "job-stopped notice");
   n.reason = r.GetString("reason", kMaxTextBytes);
   r.ExpectEnd();
   return n;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,8 @@ inline constexpr uint16_t kRegister = net::msgtype::kClusterFirst + 0;
 inline constexpr uint16_t kBarrier = net::msgtype::kClusterFirst + 1;
 inline constexpr uint16_t kHeartbeat = net::msgtype::kClusterFirst + 2;
 inline constexpr uint16_t kLeave = net::msgtype::kClusterFirst + 3;
-inline constexpr uint16_t kSchedulerBoundLast = kLeave;
+inline constexpr uint16_t kStopJob = net::msgtype::kClusterFirst + 4;
+inline constexpr uint16_t kSchedulerBoundLast = kStopJob;
 // scheduler -> node
 inline constexpr uint16_t kNodeTable = net::msgtype::kClusterFirst + 16;
 inline constexpr uint16_t kRejected = net::msgtype::kClusterFirst + 17;
@@ -28,8 +30,9 @@ inline constexpr uint16_t kBarrierFailed = net::msgtype::kClusterFirst + 19;
 inline constexpr uint16_t kHeartbeatAck = net::msgtype::kClusterFirst + 20;
 inline constexpr uint16_t kNodeLost = net::msgtype::kClusterFirst + 21;
 inline constexpr uint16_t kStartTimedOut = net::msgtype::kClusterFirst + 22;
+inline constexpr uint16_t kJobStopped = net::msgtype::kClusterFirst + 23;
 inline constexpr uint16_t kNodeBoundFirst = kNodeTable;
-inline constexpr uint16_t kNodeBoundLast = kStartTimedOut;
+inline constexpr uint16_t kNodeBoundLast = kJobStopped;
 }  // namespace msg
 
 /// Sent by a node when it first connects to the scheduler.
@@ -89,6 +92,46 @@ struct NodeLostNotice {
 
   std::string Encode() const;
   static NodeLostNotice Decode(const std::string& meta);
+};
+
+/// Which of tandem's errors stopped a job (JobStopRequest): every node
+/// throws that kind, so every process exits with the same code
+/// (docs/deploy.md, "Exit codes and restarts").
+enum class StopKind : uint8_t {
+  kError = 0,            ///< tandem::Error
+  kInvalidArgument = 1,  ///< tandem::InvalidArgument (a file that does not load, a refused value)
+  kConfigError = 2,      ///< tandem::ConfigError
+  kIoError = 3,          ///< tandem::IoError (a write that failed)
+  kProtocolError = 4,    ///< tandem::ProtocolError
+  kLast = kProtocolError,
+};
+
+/// The kind for an exception (most derived tandem class first; kError for
+/// anything else). Never throws.
+StopKind StopKindOf(const std::exception& error) noexcept;
+
+/// Throws the exception of `kind` with `text`.
+[[noreturn]] void ThrowStopKind(StopKind kind, const std::string& text);
+
+/// A node -> scheduler request to stop the whole job (kStopJob): a server
+/// failed in a way that leaves the job unable to go on as its workers asked
+/// (docs/protocol-cluster.md, "Stopping the job").
+struct JobStopRequest {
+  StopKind kind = StopKind::kError;
+  std::string reason;
+
+  std::string Encode() const;
+  static JobStopRequest Decode(const std::string& meta);
+};
+
+/// Tells every other node that `node` stopped the job, and why (kJobStopped).
+struct JobStoppedNotice {
+  NodeInfo node;
+  StopKind kind = StopKind::kError;
+  std::string reason;
+
+  std::string Encode() const;
+  static JobStoppedNotice Decode(const std::string& meta);
 };
 
 /// Metadata that is just a human-readable text (kRejected, kBarrierFailed).

@@ -1,5 +1,6 @@
 #include "cluster/membership.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -99,22 +100,22 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         NodeTable t = NodeTable::Decode(msg.meta);
         int me = msg.header.recipient;
         if (me < 0 || me >= static_cast<int>(t.nodes.size())) {
-          throw ProtocolError(fmt::format("node table addressed to node {} of {}", me,
-                                          t.nodes.size()));
+          throw ProtocolError(
+              fmt::format("node table addressed to node {} of {}", me, t.nodes.size()));
         }
         const NodeInfo& n = t.nodes[static_cast<size_t>(me)];
         if (n.role != options_.role || n.host != options_.host || n.port != options_.port) {
           throw ProtocolError(fmt::format("node table entry {} is {}, but this node is {} at {}:{}",
-                                          me, n.ToString(), RoleName(options_.role),
-                                          options_.host, options_.port));
+                                          me, n.ToString(), RoleName(options_.role), options_.host,
+                                          options_.port));
         }
         self_id_ = me;
         table_ = std::move(t);
         break;
       }
       case msg::kRejected:
-        Fail(FailureKind::kRejected,
-             fmt::format("the scheduler rejected this node: {}", DecodeText(msg.meta, "rejection")));
+        Fail(FailureKind::kRejected, fmt::format("the scheduler rejected this node: {}",
+                                                 DecodeText(msg.meta, "rejection")));
         break;
       case msg::kStartTimedOut:
         Fail(FailureKind::kTimeout, DecodeText(msg.meta, "start failure"));
@@ -123,8 +124,8 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
       case msg::kBarrierFailed: {
         auto it = barrier_waits_.find(msg.header.request_id);
         if (it == barrier_waits_.end()) {
-          throw ProtocolError(fmt::format("barrier answer for unknown request {}",
-                                          msg.header.request_id));
+          throw ProtocolError(
+              fmt::format("barrier answer for unknown request {}", msg.header.request_id));
         }
         it->second.done = true;
         if (msg.header.type == msg::kBarrierFailed) {
@@ -136,6 +137,13 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
       }
       case msg::kHeartbeatAck:
         break;
+      case msg::kJobStopped: {
+        JobStoppedNotice notice = JobStoppedNotice::Decode(msg.meta);
+        Fail(FailureKind::kStopped,
+             fmt::format("{} stopped the job: {}", notice.node.ToString(), notice.reason),
+             notice.kind);
+        break;
+      }
       case msg::kNodeLost: {
         NodeLostNotice notice = NodeLostNotice::Decode(msg.meta);
         Fail(FailureKind::kPeerLost,
@@ -146,9 +154,8 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         throw ProtocolError(fmt::format("unexpected message type {}", msg.header.type));
     }
   } catch (const ProtocolError& e) {
-    Fail(FailureKind::kPeerLost,
-         fmt::format("the scheduler at {} broke the protocol: {}", options_.scheduler.ToString(),
-                     e.what()));
+    Fail(FailureKind::kPeerLost, fmt::format("the scheduler at {} broke the protocol: {}",
+                                             options_.scheduler.ToString(), e.what()));
   }
   lock.unlock();
   cv_.notify_all();
@@ -167,17 +174,45 @@ void Membership::OnDisconnected(net::ConnectionId id, const std::string& reason)
   cv_.notify_all();
 }
 
-void Membership::Fail(FailureKind kind, std::string text) {
+void Membership::Fail(FailureKind kind, std::string text, StopKind stop_kind) {
   if (failure_) return;
   log_.Error("{}", text);
   failure_.emplace(kind, std::move(text));
-  for (const auto& listener : failure_listeners_) listener(failure_->second);
+  stop_kind_ = stop_kind;
+  if (failure_listeners_.empty()) return;
+  const std::exception_ptr error = FailureError();
+  for (const auto& listener : failure_listeners_) listener(failure_->second, error);
 }
 
 void Membership::AddFailureListener(FailureListener listener) {
   std::lock_guard lock(mu_);
-  if (failure_) listener(failure_->second);
+  if (failure_) listener(failure_->second, FailureError());
   failure_listeners_.push_back(std::move(listener));
+}
+
+void Membership::StopJob(const std::exception& cause) {
+  JobStopRequest request{StopKindOf(cause), cause.what()};
+  {
+    std::lock_guard lock(mu_);
+    if (failure_ || !connected_) return;
+  }
+  log_.Error("stopping the job: {}", request.reason);
+  // The scheduler answers every node, this one too, with kJobStopped; this
+  // node fails then, so that it does not exit (and close the connection)
+  // before the request is on its way.
+  try {
+    Send(msg::kStopJob, request.Encode());
+  } catch (const std::exception& e) {
+    log_.Error("could not ask the scheduler to stop the job: {}", e.what());
+  }
+}
+
+std::exception_ptr Membership::FailureError() const {
+  try {
+    ThrowFailure();
+  } catch (...) {
+    return std::current_exception();
+  }
 }
 
 void Membership::ThrowFailure() const {
@@ -189,6 +224,8 @@ void Membership::ThrowFailure() const {
       throw ConfigError(text);
     case FailureKind::kTimeout:
       throw Timeout(text);
+    case FailureKind::kStopped:
+      ThrowStopKind(stop_kind_, text);
   }
   throw Error(text);
 }
@@ -200,9 +237,10 @@ void Membership::CheckHealth() const {
 
 void Membership::Barrier(int groups, bool final) {
   if (groups <= 0 || (groups & ~group::kAll) != 0) {
-    throw InvalidArgument(fmt::format("barrier group mask {} is not a combination of "
-                                      "group::kScheduler, kServers, kWorkers",
-                                      groups));
+    throw InvalidArgument(
+        fmt::format("barrier group mask {} is not a combination of "
+                    "group::kScheduler, kServers, kWorkers",
+                    groups));
   }
   if (!table_) throw InvalidArgument("Barrier() before Join()");
   if (!InGroups(self(), groups)) {
@@ -225,20 +263,29 @@ void Membership::Barrier(int groups, bool final) {
   Send(msg::kBarrier, req.Encode(), request_id);
   std::unique_lock lock(mu_);
   auto ready = [&] { return barrier_waits_[request_id].done || failure_.has_value(); };
-  if (final) {
-    // Lasts as long as the slowest node's work; heartbeats bound it instead.
-    cv_.wait(lock, ready);
-  } else {
-    // The scheduler's barrier timeout fires first and names the missing
-    // nodes; this is the backstop for a silent scheduler.
-    auto limit = options_.barrier_timeout + options_.heartbeat_timeout;
-    if (!cv_.wait_for(lock, limit, ready)) {
+  // A final barrier lasts as long as the slowest node's work (heartbeats
+  // bound it instead of a limit); for the others, the scheduler's barrier
+  // timeout fires first and names the missing nodes, and this limit is the
+  // backstop for a silent scheduler. Either way a wait that goes on says so
+  // every kWaitReportInterval.
+  const auto limit = options_.barrier_timeout + options_.heartbeat_timeout;
+  const auto since = std::chrono::system_clock::now();
+  const auto wait_start = std::chrono::steady_clock::now();
+  while (!cv_.wait_for(lock, std::min<milliseconds>(kWaitReportInterval, limit), ready)) {
+    const auto waited = duration_cast<milliseconds>(std::chrono::steady_clock::now() - wait_start);
+    if (!final && waited >= limit) {
       barrier_waits_.erase(request_id);
-      throw Timeout(fmt::format("barrier #{} over {}: no answer from the scheduler at {} within "
-                                "{:.0f} s",
-                                req.sequence, GroupsName(groups), options_.scheduler.ToString(),
-                                Seconds(limit)));
+      throw Timeout(fmt::format(
+          "barrier #{} over {}: no answer from the scheduler at {} within "
+          "{:.0f} s",
+          req.sequence, GroupsName(groups), options_.scheduler.ToString(), Seconds(limit)));
     }
+    log_.Warn(
+        "still in {}barrier #{} over {} after {:.0f} s (since {:%H:%M:%S} UTC): the "
+        "scheduler releases it when every node of the group arrived{}",
+        final ? "the final " : "", req.sequence, GroupsName(groups), Seconds(waited),
+        std::chrono::floor<std::chrono::seconds>(since),
+        final ? " (the others are still working)" : "");
   }
   BarrierWait result = barrier_waits_[request_id];
   barrier_waits_.erase(request_id);

@@ -6,13 +6,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
-#include <functional>
 
 #include "base/clock.h"
 #include "base/logger.h"
@@ -58,6 +59,9 @@ class Membership final : public net::TransportHandler {
   const NodeTable& table() const { return *table_; }
   const NodeInfo& self() const { return table_->nodes[static_cast<size_t>(self_id_)]; }
 
+  /// How often a barrier that goes on logs that it still waits.
+  static constexpr std::chrono::seconds kWaitReportInterval{30};
+
   /// See tandem::Cluster::Barrier. `final` marks Finalize()'s barrier.
   void Barrier(int groups, bool final = false);
 
@@ -74,17 +78,28 @@ class Membership final : public net::TransportHandler {
   /// Closes the connection without ceremony (a process going away).
   void Close();
 
-  /// Called once with the text of the job's failure (a lost node, the lost
-  /// scheduler, a start time-out) when it is first learnt; at once if the
-  /// failure is already known. Runs on the thread that learnt it (usually
-  /// the transport's) while Membership holds its lock: it must be quick and
-  /// must not call back into Membership. Services use it to fail their
-  /// pending operations with PeerLost instead of waiting.
-  using FailureListener = std::function<void(const std::string& text)>;
+  /// Asks the scheduler to stop the whole job because of `cause` (a server
+  /// that cannot go on as its workers asked: docs/protocol-cluster.md,
+  /// "Stopping the job"). Every node, this one included, then fails with
+  /// the exception kind of `cause` (StopKindOf) and a text naming this node
+  /// and the cause. Returns at once; does nothing after the job failed.
+  /// Any thread.
+  void StopJob(const std::exception& cause);
+
+  /// Called once with the job's failure (a lost node, the lost scheduler, a
+  /// start time-out, a stopped job) when it is first learnt; at once if the
+  /// failure is already known. `text` says what happened; `error` is the
+  /// exception every call fails with from now on (PeerLost for a lost node,
+  /// the stopping node's kind for a stopped job). Runs on the thread that
+  /// learnt it (usually the transport's) while Membership holds its lock:
+  /// it must be quick and must not call back into Membership. Services use
+  /// it to fail their pending operations instead of waiting.
+  using FailureListener =
+      std::function<void(const std::string& text, const std::exception_ptr& error)>;
   void AddFailureListener(FailureListener listener);
 
  private:
-  enum class FailureKind { kPeerLost, kRejected, kTimeout };
+  enum class FailureKind { kPeerLost, kRejected, kTimeout, kStopped };
   struct BarrierWait {
     bool done = false;
     bool timed_out = false;
@@ -93,8 +108,10 @@ class Membership final : public net::TransportHandler {
 
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
-  void Fail(FailureKind kind, std::string text);  // requires mu_
-  [[noreturn]] void ThrowFailure() const;          // requires mu_
+  // Requires mu_; `stop_kind` matters for kStopped only.
+  void Fail(FailureKind kind, std::string text, StopKind stop_kind = StopKind::kError);
+  std::exception_ptr FailureError() const;  // requires mu_ and a failure
+  [[noreturn]] void ThrowFailure() const;   // requires mu_
   void HeartbeatLoop();
   void Send(uint16_t type, std::string meta, uint64_t request_id = 0);
 
@@ -110,6 +127,7 @@ class Membership final : public net::TransportHandler {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::optional<std::pair<FailureKind, std::string>> failure_;
+  StopKind stop_kind_ = StopKind::kError;  // of a kStopped failure_
   bool connected_ = false;
   bool leaving_ = false;
   bool stopping_ = false;

@@ -105,6 +105,9 @@ void Scheduler::OnMessage(net::ConnectionId id, net::Message&& msg) {
           case msg::kHeartbeat:
             out.sends.emplace_back(id, MakeMessage(msg::kHeartbeatAck, node, {}));
             break;
+          case msg::kStopJob:
+            StopJob(node, JobStopRequest::Decode(msg.meta), out);
+            break;
           case msg::kLeave:
             if (!states_[static_cast<size_t>(node)].left) {
               states_[static_cast<size_t>(node)].left = true;
@@ -136,33 +139,38 @@ void Scheduler::HandleRegister(net::ConnectionId conn, const net::Message& msg, 
     return;
   }
   if (table_) {
-    Reject(conn, fmt::format("{} tried to join, but the job has already formed with {} servers "
-                             "and {} workers", who, options_.num_servers, options_.num_workers),
+    Reject(conn,
+           fmt::format("{} tried to join, but the job has already formed with {} servers "
+                       "and {} workers",
+                       who, options_.num_servers, options_.num_workers),
            out);
     return;
   }
   int expected = ExpectedOf(req.role, options_.num_servers, options_.num_workers);
-  int have = static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
-                                            [&](const Pending& p) { return p.request.role == req.role; }));
+  int have =
+      static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
+                                     [&](const Pending& p) { return p.request.role == req.role; }));
   if (have >= expected) {
-    Reject(conn, fmt::format("{} tried to join, but the job expects {} {}(s) and all have "
-                             "registered (check DMLC_NUM_SERVER / DMLC_NUM_WORKER)",
-                             who, expected, RoleName(req.role)),
+    Reject(conn,
+           fmt::format("{} tried to join, but the job expects {} {}(s) and all have "
+                       "registered (check DMLC_NUM_SERVER / DMLC_NUM_WORKER)",
+                       who, expected, RoleName(req.role)),
            out);
     return;
   }
   if (req.requested_rank >= 0) {
     if (req.requested_rank >= expected) {
-      Reject(conn, fmt::format("{} asked for rank {}, but the job has only {} {}(s)", who,
-                               req.requested_rank, expected, RoleName(req.role)),
+      Reject(conn,
+             fmt::format("{} asked for rank {}, but the job has only {} {}(s)", who,
+                         req.requested_rank, expected, RoleName(req.role)),
              out);
       return;
     }
     for (const auto& p : pending_) {
       if (p.request.role == req.role && p.request.requested_rank == req.requested_rank) {
-        Reject(conn, fmt::format("{} asked for rank {}, which {} at {}:{} already holds", who,
-                                 req.requested_rank, RoleName(req.role), p.request.host,
-                                 p.request.port),
+        Reject(conn,
+               fmt::format("{} asked for rank {}, which {} at {}:{} already holds", who,
+                           req.requested_rank, RoleName(req.role), p.request.host, p.request.port),
                out);
         return;
       }
@@ -227,9 +235,8 @@ void Scheduler::FormJob(Outbox& out) {
   pending_.clear();
   table_ = std::move(t);
   log_.Info("scheduler: all {} nodes registered after {:.3f} s ({} servers, {} workers)",
-            table_->nodes.size(),
-            Seconds(duration_cast<milliseconds>(now - start_)), options_.num_servers,
-            options_.num_workers);
+            table_->nodes.size(), Seconds(duration_cast<milliseconds>(now - start_)),
+            options_.num_servers, options_.num_workers);
   for (const auto& n : table_->nodes) log_.V1("scheduler: node table: {}", n.ToString());
 }
 
@@ -263,19 +270,18 @@ void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
       return final ? fmt::format("#{} (its final barrier, Finalize)", sequence)
                    : fmt::format("#{}", sequence);
     };
-    std::string text = fmt::format(
-        "barrier over {}: {} is at barrier {} but the nodes already waiting are at {}",
-        GroupsName(req.groups), who.ToString(),
-        describe(req.sequence, (req.flags & BarrierRequest::kFinal) != 0),
-        describe(b.sequence, b.final));
+    std::string text =
+        fmt::format("barrier over {}: {} is at barrier {} but the nodes already waiting are at {}",
+                    GroupsName(req.groups), who.ToString(),
+                    describe(req.sequence, (req.flags & BarrierRequest::kFinal) != 0),
+                    describe(b.sequence, b.final));
     FinishBarrier(b, msg::kBarrierFailed, /*timed_out=*/false, text, out);
     barriers_.erase(req.groups);
     return;
   }
   b.arrived.emplace(node, msg.header.request_id);
   log_.V2("scheduler: barrier #{} over {}: {} arrived ({} of {})", b.sequence,
-          GroupsName(req.groups), who.ToString(), b.arrived.size(),
-          MembersOf(req.groups).size());
+          GroupsName(req.groups), who.ToString(), b.arrived.size(), MembersOf(req.groups).size());
   if (b.arrived.size() == MembersOf(req.groups).size()) {
     log_.V1("scheduler: barrier #{} over {} complete", b.sequence, GroupsName(req.groups));
     FinishBarrier(b, msg::kBarrierDone, false, {}, out);
@@ -286,8 +292,8 @@ void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
 void Scheduler::FinishBarrier(BarrierState& b, uint16_t type, bool timed_out,
                               const std::string& text, Outbox& out) {
   for (const auto& [id, request_id] : b.arrived) {
-    std::string meta = type == msg::kBarrierFailed ? BarrierFailure{timed_out, text}.Encode()
-                                                   : std::string();
+    std::string meta =
+        type == msg::kBarrierFailed ? BarrierFailure{timed_out, text}.Encode() : std::string();
     out.sends.emplace_back(states_[static_cast<size_t>(id)].conn,
                            MakeMessage(type, id, std::move(meta), request_id,
                                        net::flags::kResponse |
@@ -297,8 +303,8 @@ void Scheduler::FinishBarrier(BarrierState& b, uint16_t type, bool timed_out,
 
 void Scheduler::Reject(net::ConnectionId conn, const std::string& reason, Outbox& out) {
   log_.Warn("scheduler: rejecting connection {}: {}", conn, reason);
-  out.sends.emplace_back(conn, MakeMessage(msg::kRejected, -1, EncodeText(reason), 0,
-                                           net::flags::kError));
+  out.sends.emplace_back(
+      conn, MakeMessage(msg::kRejected, -1, EncodeText(reason), 0, net::flags::kError));
 }
 
 void Scheduler::FailJob(const std::string& reason, Outbox& out) {
@@ -332,6 +338,24 @@ void Scheduler::DeclareLost(int node, const std::string& reason, Outbox& out) {
   FailJob(fmt::format("lost {}: {}", lost.ToString(), reason), out);
 }
 
+void Scheduler::StopJob(int node, const JobStopRequest& request, Outbox& out) {
+  const NodeInfo& origin = table_->nodes[static_cast<size_t>(node)];
+  if (failure_) {
+    log_.V1("scheduler: {} asked to stop the job after it failed: {}", origin.ToString(),
+            request.reason);
+    return;
+  }
+  // Every node, the origin too: it fails on this answer, not before, so its
+  // request is never lost to its own exit.
+  std::string meta = JobStoppedNotice{origin, request.kind, request.reason}.Encode();
+  for (size_t id = 0; id < states_.size(); ++id) {
+    if (states_[id].left) continue;
+    out.sends.emplace_back(states_[id].conn,
+                           MakeMessage(msg::kJobStopped, static_cast<int>(id), meta));
+  }
+  FailJob(fmt::format("{} stopped the job: {}", origin.ToString(), request.reason), out);
+}
+
 void Scheduler::OnDisconnected(net::ConnectionId id, const std::string& reason) {
   Outbox out;
   {
@@ -347,9 +371,10 @@ void Scheduler::OnDisconnected(net::ConnectionId id, const std::string& reason) 
       auto p = std::find_if(pending_.begin(), pending_.end(),
                             [&](const Pending& q) { return q.conn == id; });
       if (p != pending_.end()) {
-        log_.Warn("scheduler: {} at {}:{} disconnected before the job formed ({}); waiting for "
-                  "a replacement",
-                  RoleName(p->request.role), p->request.host, p->request.port, reason);
+        log_.Warn(
+            "scheduler: {} at {}:{} disconnected before the job formed ({}); waiting for "
+            "a replacement",
+            RoleName(p->request.role), p->request.host, p->request.port, reason);
         pending_.erase(p);
       }
     }
@@ -361,8 +386,9 @@ std::string Scheduler::MissingFromStart() const {
   std::vector<std::string> parts;
   for (Role role : {Role::kScheduler, Role::kServer, Role::kWorker}) {
     int expected = ExpectedOf(role, options_.num_servers, options_.num_workers);
-    int have = static_cast<int>(std::count_if(
-        pending_.begin(), pending_.end(), [&](const Pending& p) { return p.request.role == role; }));
+    int have =
+        static_cast<int>(std::count_if(pending_.begin(), pending_.end(),
+                                       [&](const Pending& p) { return p.request.role == role; }));
     if (have < expected) {
       parts.push_back(fmt::format("{} of {} {}(s)", expected - have, expected, RoleName(role)));
     }
@@ -385,12 +411,12 @@ void Scheduler::WatchdogLoop() {
     Outbox out;
     auto now = clock_.Now();
     if (!table_ && !failure_ && now - start_ > options_.start_timeout) {
-      std::string text = fmt::format(
-          "not every node registered within TANDEM_START_TIMEOUT={:.0f} s: {}",
-          Seconds(options_.start_timeout), MissingFromStart());
+      std::string text =
+          fmt::format("not every node registered within TANDEM_START_TIMEOUT={:.0f} s: {}",
+                      Seconds(options_.start_timeout), MissingFromStart());
       for (const auto& p : pending_) {
-        out.sends.emplace_back(p.conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0,
-                                                   net::flags::kError));
+        out.sends.emplace_back(
+            p.conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0, net::flags::kError));
       }
       FailJob(text, out);
     }

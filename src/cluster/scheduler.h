@@ -92,6 +92,8 @@ class Scheduler final : public net::TransportHandler {
   void HandleBarrier(int node, const net::Message& msg, Outbox& out);
   void FormJob(Outbox& out);
   void FailJob(const std::string& reason, Outbox& out);
+  // kStopJob from `node`: tells every node the job stopped, and why.
+  void StopJob(int node, const JobStopRequest& request, Outbox& out);  // requires mu_
   void DeclareLost(int node, const std::string& reason, Outbox& out);
   void Reject(net::ConnectionId conn, const std::string& reason, Outbox& out);
   void FinishBarrier(BarrierState& b, uint16_t type, bool timed_out, const std::string& text,
@@ -113,11 +115,11 @@ class Scheduler final : public net::TransportHandler {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::set<net::ConnectionId> open_connections_;
-  std::vector<Pending> pending_;              // before the job formed
-  std::optional<NodeTable> table_;            // once formed
-  std::vector<NodeState> states_;             // by node id, once formed
+  std::vector<Pending> pending_;    // before the job formed
+  std::optional<NodeTable> table_;  // once formed
+  std::vector<NodeState> states_;   // by node id, once formed
   std::map<net::ConnectionId, int> node_of_conn_;
-  std::map<int, BarrierState> barriers_;      // by group mask
+  std::map<int, BarrierState> barriers_;  // by group mask
   std::optional<std::string> failure_;
   int left_count_ = 0;
 

@@ -47,8 +47,9 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
       mesh_(settings_.mesh, services.transport, services.log, services.traffic) {
   services.dispatcher.Register(msg::kHello, msg::kLast, &mesh_);
   PeerMesh* mesh = &mesh_;
-  membership_.AddFailureListener(
-      [mesh](const std::string& text) { mesh->Fail(FailureKind::kPeerLost, text); });
+  membership_.AddFailureListener([mesh](const std::string& text, const std::exception_ptr&) {
+    mesh->Fail(FailureKind::kPeerLost, text);
+  });
 }
 
 CollectiveService::~CollectiveService() { StopWorld(); }

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 
 #include "base/byte_io.h"
 #include "base/dtype.h"
@@ -84,10 +85,20 @@ std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environ
 
 DistKVStore::~DistKVStore() {
   if (!owned_) return;
-  try {
-    owned_->cluster->Finalize();
-  } catch (const std::exception& e) {
-    client_.services().log.Error("leaving the job failed: {}", e.what());
+  if (std::uncaught_exceptions() > 0) {
+    // The program is ending on an exception: the others may be blocked in a
+    // push that needs this worker, and a final barrier would wait for them
+    // as they wait for it. Leaving without it tells them at once (they fail
+    // with PeerLost naming this worker).
+    client_.services().log.Warn(
+        "leaving the job without its final barrier: an exception ends "
+        "this program");
+  } else {
+    try {
+      owned_->cluster->Finalize();
+    } catch (const std::exception& e) {
+      client_.services().log.Error("leaving the job failed: {}", e.what());
+    }
   }
   owned_->cluster.reset();
 }

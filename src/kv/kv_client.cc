@@ -41,7 +41,8 @@ KvClient::KvClient(const cluster::NodeServices& services, Options options)
           "tandem_kv_requests_outstanding",
           "Requests of this worker queued for or awaiting a server's reply.")) {
   services_.dispatcher.Register(kvmsg::kFirst, kvmsg::kLast, this);
-  services_.membership.AddFailureListener([this](const std::string& text) { FailAll(text); });
+  services_.membership.AddFailureListener(
+      [this](const std::string&, const std::exception_ptr& error) { FailAll(error); });
 }
 
 KvClient::~KvClient() = default;
@@ -72,6 +73,7 @@ void KvClient::Start() {
 }
 
 void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<ClientRequest> requests) {
+  op->SetLogger(&services_.log);
   if (requests.empty()) {  // nothing to ask: done at once
     op->Expect(-1, 1);
     op->Event(-1);
@@ -80,7 +82,7 @@ void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<Client
   std::vector<std::pair<int, std::vector<net::OutgoingMessage>>> to_send;
   {
     std::lock_guard lock(mu_);
-    if (failure_) throw PeerLost(*failure_);
+    if (failure_) std::rethrow_exception(failure_);
     for (const auto& r : requests) {
       const ServerState& s = servers_.at(static_cast<size_t>(r.server));
       if (s.lost) throw PeerLost(*s.lost);
@@ -299,13 +301,13 @@ void KvClient::FailServer(int server, const std::string& text) {
   }
 }
 
-void KvClient::FailAll(const std::string& text) {
+void KvClient::FailAll(const std::exception_ptr& error) {
   // Runs under Membership's lock: quick, and no call back into it.
   std::vector<std::tuple<std::shared_ptr<KvOperation>, int, bool>> failed;
   std::set<net::ConnectionId> to_close;
   {
     std::lock_guard lock(mu_);
-    if (!failure_) failure_ = text;
+    if (!failure_) failure_ = error;
     for (auto it = pending_.begin(); it != pending_.end();) {
       // The transport may still hold the caller's memory of a sent request:
       // its payload not yet all written (the on_sent event is still to
@@ -334,7 +336,6 @@ void KvClient::FailAll(const std::string& text) {
   // Close only posts the closing to the transport's thread (no callback runs
   // from here), so it is safe under Membership's lock.
   for (net::ConnectionId c : to_close) services_.transport.Close(c);
-  auto error = std::make_exception_ptr(PeerLost(text));
   for (auto& [op, server, unsent] : failed) {
     if (unsent) op->Event(server, error);
     op->Event(server, error);

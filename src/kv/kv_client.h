@@ -116,7 +116,8 @@ class KvClient final : public net::TransportHandler {
   void SendAll(std::vector<net::OutgoingMessage> msgs, int server);
   void Finish(uint64_t request_id, std::exception_ptr error);
   void FailServer(int server, const std::string& text);
-  void FailAll(const std::string& text);
+  // Fails every request with the job's failure (Membership's listener).
+  void FailAll(const std::exception_ptr& error);
 
   cluster::NodeServices services_;
   const Options options_;
@@ -131,7 +132,7 @@ class KvClient final : public net::TransportHandler {
   std::vector<ServerState> servers_;               // by rank; fixed after Start
   std::unordered_map<uint64_t, Pending> pending_;  // by request id
   std::map<net::ConnectionId, int> server_of_connection_;
-  std::optional<std::string> failure_;  // the job's failure
+  std::exception_ptr failure_;  // the job's failure
   uint64_t next_request_ = 1;
   uint64_t next_seq_ = 1;
 };

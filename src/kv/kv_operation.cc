@@ -1,7 +1,10 @@
 // Completion of asynchronous store calls.
 #include "kv/kv_operation.h"
 
+#include <fmt/chrono.h>
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "tandem/error.h"
 #include "tandem/kvstore.h"
@@ -50,16 +53,43 @@ void KvOperation::Event(int server, std::exception_ptr error) {
   cv_.notify_all();
 }
 
+void KvOperation::SetLogger(const base::Logger* log) {
+  std::lock_guard lock(mu_);
+  log_ = log;
+}
+
+std::string KvOperation::OutstandingText() const {
+  std::string servers;
+  for (const auto& [server, n] : outstanding_) {
+    if (!servers.empty()) servers += ", ";
+    servers += server < 0 ? std::string("local work") : fmt::format("server {}", server);
+  }
+  return servers.empty() ? "nothing (finishing)" : servers;
+}
+
 void KvOperation::Wait(std::chrono::milliseconds timeout) const {
+  using std::chrono::steady_clock;
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return finished_; })) {
-    std::string servers;
-    for (const auto& [server, n] : outstanding_) {
-      if (!servers.empty()) servers += ", ";
-      servers += server < 0 ? std::string("local work") : fmt::format("server {}", server);
+  const auto started = steady_clock::now();
+  const auto since = std::chrono::system_clock::now();
+  const auto deadline = started + timeout;
+  // No wait goes kWaitReportInterval without a line saying what it waits
+  // for (a dist_sync round, for one, lasts until every worker pushed).
+  while (!cv_.wait_until(lock, std::min(deadline, steady_clock::now() + kWaitReportInterval),
+                         [&] { return finished_; })) {
+    const auto now = steady_clock::now();
+    if (now >= deadline) {
+      throw Timeout(fmt::format("waited {} ms for {}; still waiting for: {}", timeout.count(),
+                                what_, OutstandingText()));
     }
-    throw Timeout(fmt::format("waited {} ms for {}; still waiting for: {}", timeout.count(), what_,
-                              servers.empty() ? "nothing (finishing)" : servers));
+    if (log_ != nullptr) {
+      log_->Warn(
+          "still waiting for {} after {:.0f} s (since {:%H:%M:%S} UTC; gives up after {} s, "
+          "TANDEM_KV_TIMEOUT): waiting for {}",
+          what_, std::chrono::duration<double>(now - started).count(),
+          std::chrono::floor<std::chrono::seconds>(since),
+          std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), OutstandingText());
+    }
   }
   if (error_) std::rethrow_exception(error_);
 }

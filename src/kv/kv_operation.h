@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/logger.h"
+
 namespace tandem::kv {
 
 /// Thread-safety: any thread; internally locked. Completion callbacks run on
@@ -40,11 +42,17 @@ class KvOperation {
   void Wait(std::chrono::milliseconds timeout) const;
   void Wait() const { Wait(default_timeout_); }
   bool done() const;
+  /// Where Wait reports a wait that goes on (every kWaitReportInterval);
+  /// none by default. Any thread.
+  void SetLogger(const base::Logger* log);
+  /// How often a long Wait logs what it still waits for.
+  static constexpr std::chrono::seconds kWaitReportInterval{30};
   const std::string& what() const { return what_; }
 
  private:
   const std::string what_;
   const std::chrono::milliseconds default_timeout_;
+  std::string OutstandingText() const;  // requires mu_
   std::function<void()> on_success_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
@@ -52,6 +60,7 @@ class KvOperation {
   int total_ = 0;                            // guarded by mu_
   bool finished_ = false;                    // guarded by mu_
   std::exception_ptr error_;                 // guarded by mu_
+  const base::Logger* log_ = nullptr;        // guarded by mu_
   std::vector<std::shared_ptr<void>> keep_;  // guarded by mu_
 };
 

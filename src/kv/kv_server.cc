@@ -50,6 +50,7 @@ KvServer::KvServer(const cluster::NodeServices& services, Options options)
   context_.optimizer = &optimizer_;
   context_.pool = &pool_;
   context_.window = &window_;
+  context_.stop_job = [this](const std::exception& cause) { services_.membership.StopJob(cause); };
   context_.queued = &services_.stats.GetGauge(
       "tandem_kv_server_queued_requests",
       "Requests this server received and its shard threads have not yet taken up.");

@@ -10,6 +10,7 @@
 #include <iterator>
 #include <mutex>
 
+#include "kv/checkpoint_directory.h"
 #include "tandem/error.h"
 
 namespace tandem::kv {
@@ -49,17 +50,7 @@ void ServerOptimizer::Save(const std::string& path) const {
     }
     bytes = optimizer_->SaveStates();
   }
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw IoError(fmt::format("open {} for writing: {}", tmp, std::strerror(errno)));
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    if (!out) throw IoError(fmt::format("write {}: {}", tmp, std::strerror(errno)));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    throw IoError(fmt::format("rename {} to {}: {}", tmp, path, std::strerror(errno)));
-  }
+  WriteFileDurably(path, bytes);
 }
 
 void ServerOptimizer::Load(const std::string& path) {
@@ -70,7 +61,13 @@ void ServerOptimizer::Load(const std::string& path) {
   if (!optimizer_) {
     throw InvalidArgument("cannot load optimizer states: no optimizer is set on the servers");
   }
-  optimizer_->LoadStates(bytes);
+  try {
+    optimizer_->LoadStates(bytes);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("optimizer states file {}: {}", path, e.what()));
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(fmt::format("optimizer states file {}: {}", path, e.what()));
+  }
 }
 
 std::optional<std::pair<std::string, std::string>> ServerOptimizer::Snapshot() const {

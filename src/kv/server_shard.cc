@@ -107,18 +107,35 @@ void ServerShard::Handle(ShardItem& item) {
         break;
     }
   } catch (const InvalidArgument& e) {
+    Failed(item, ErrorKind::kInvalidArgument, e);
+  } catch (const ProtocolError& e) {
+    Failed(item, ErrorKind::kProtocol, e);
+  } catch (const std::exception& e) {
+    Failed(item, ErrorKind::kOther, e);
+  }
+}
+
+void ServerShard::Failed(const ShardItem& item, ErrorKind kind, const std::exception& e) {
+  const net::Header& h = item.msg.header;
+  // Worker 0 sends these for the whole job (MXNet's optimizer command): the
+  // other workers would go on with a store that is not what their script
+  // asked for, so the job stops (docs/protocol-ps.md, "Errors").
+  const bool job_wide = h.type == kvmsg::kSetOptimizer || h.type == kvmsg::kSaveOptimizerStates ||
+                        h.type == kvmsg::kLoadOptimizerStates;
+  if (job_wide) {
+    ctx_.log->Error("shard {}: {} from node {} failed: {}", index_, KvMessageName(h.type), h.sender,
+                    e.what());
+  } else if (kind == ErrorKind::kInvalidArgument) {
     ctx_.log->V1("shard {}: {} from node {} failed: {}", index_, KvMessageName(h.type), h.sender,
                  e.what());
-    ReplyError(item.connection, h, ErrorKind::kInvalidArgument, e.what());
-  } catch (const ProtocolError& e) {
-    ctx_.log->Warn("shard {}: {} from node {} broke the protocol: {}", index_,
-                   KvMessageName(h.type), h.sender, e.what());
-    ReplyError(item.connection, h, ErrorKind::kProtocol, e.what());
-  } catch (const std::exception& e) {
-    ctx_.log->Warn("shard {}: {} from node {} failed: {}", index_, KvMessageName(h.type), h.sender,
-                   e.what());
-    ReplyError(item.connection, h, ErrorKind::kOther, e.what());
+  } else {
+    ctx_.log->Warn("shard {}: {} from node {} {}: {}", index_, KvMessageName(h.type), h.sender,
+                   kind == ErrorKind::kProtocol ? "broke the protocol" : "failed", e.what());
   }
+  // The request to stop goes before the reply: worker 0, told first, could
+  // exit before the scheduler heard why, and the others would then blame it.
+  if (job_wide && ctx_.stop_job) ctx_.stop_job(e);
+  ReplyError(item.connection, h, kind, e.what());
 }
 
 void ServerShard::HandleInit(ShardItem& item) {

@@ -9,6 +9,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +49,9 @@ struct ShardContext {
   /// The request bytes each connection has unanswered; every reply releases
   /// its request here before it is sent. May be null.
   RequestWindow* window = nullptr;
+  /// Stops the whole job with `cause` (Membership::StopJob); called on a
+  /// shard thread when a job-wide command fails. May be empty.
+  std::function<void(const std::exception& cause)> stop_job;
 };
 
 /// A request as a shard receives it.
@@ -110,6 +115,8 @@ class ServerShard {
 
   void Loop();
   void Handle(ShardItem& item);
+  // Logs and answers a request that threw; stops the job for a job-wide one.
+  void Failed(const ShardItem& item, ErrorKind kind, const std::exception& e);
   void HandleInit(ShardItem& item);
   void HandlePush(ShardItem& item);
   void HandlePull(ShardItem& item);

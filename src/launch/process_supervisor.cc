@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sys/prctl.h>
@@ -19,6 +20,7 @@
 #include <limits>
 
 #include "base/exit_code.h"
+#include "launch/restart_policy.h"
 #include "net/unique_fd.h"
 #include "tandem/error.h"
 
@@ -85,6 +87,7 @@ struct ProcessSupervisor::Child {
         stderr_lines(prefix, err) {}
 
   std::string label;
+  std::string last_words;    // ProcessExit::last_words
   pid_t pid;                 // also the process group id
   bool exited = false;       // reaped (or given up on)
   bool group_gone = false;   // kill(-pid, 0) failed with ESRCH (or given up on)
@@ -224,8 +227,9 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   child->service = spec.service;
   child->host = spec.host;
   child->two_sigints = spec.stop_with_two_sigints;
+  Child* c = child.get();
+  child->stderr_lines.SetObserver([c](std::string_view line) { RememberLastWords(*c, line); });
   if (spec.relays_rank_exec) {
-    Child* c = child.get();
     auto observe = [c](std::string_view line) {
       std::optional<RankFailureReport> report = ParseRankFailureReport(line);
       if (!report) return;
@@ -248,10 +252,21 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
       c->relayed_seen_at = report->seen_at;
     };
     child->stdout_lines.SetObserver(observe);
-    child->stderr_lines.SetObserver(observe);
+    child->stderr_lines.SetObserver([c, observe](std::string_view line) {
+      RememberLastWords(*c, line);
+      observe(line);
+    });
   }
   children_.push_back(std::move(child));
   return children_.back()->pid;
+}
+
+void ProcessSupervisor::RememberLastWords(Child& child, std::string_view line) {
+  while (!line.empty() && (line.back() == '\n' || line.back() == '\r' || line.back() == ' ')) {
+    line.remove_suffix(1);
+  }
+  if (line.empty()) return;
+  child.last_words = std::string(line.substr(0, ProcessExit::kLastWordsBytes));
 }
 
 JobOutcome ProcessSupervisor::Run() {
@@ -315,8 +330,22 @@ JobOutcome ProcessSupervisor::Run() {
   outcome.first_failure = first_failure_;
   outcome.interrupt_signal = interrupt_signal_;
   if (first_failure_) {
-    outcome.exit_code = first_failure_->status.ShellCode();
-    Log(fmt::format("job failed: {}", first_failure_->Describe()));
+    // The cause rather than the first end seen: a survivor's PeerLost (200)
+    // can be reaped before the exit of the process whose failure it
+    // reports (AttemptCause). Then the others that failed on their own.
+    const ProcessExit cause = AttemptCause(outcome).value_or(*first_failure_);
+    outcome.exit_code = cause.status.ShellCode();
+    std::string line = "job failed: " + cause.Describe();
+    if (!cause.last_words.empty()) line += ": " + cause.last_words;
+    std::vector<std::string> others;
+    for (const ProcessExit& e : exits_) {
+      if (e.status.success() || e.torn_down || (e.pid == cause.pid && e.label == cause.label)) {
+        continue;
+      }
+      others.push_back(e.Describe());
+    }
+    if (!others.empty()) line += fmt::format("; then {}", fmt::join(others, ", "));
+    Log(line);
   } else if (interrupt_signal_ != 0) {
     outcome.exit_code = 128 + interrupt_signal_;
     Log(fmt::format("job interrupted by {}", SignalName(interrupt_signal_)));
@@ -426,6 +455,7 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   child.stdin_pipe.Reset();
   ProcessExit exit{child.label, child.pid, status, child.host,
                    phase_ == Phase::kTerminating || phase_ == Phase::kKilling};
+  exit.last_words = child.last_words;
   // A rank launcher that failed ends as the rank it relayed (the cause, with
   // the rank's status), so that what reads the exits (the restart decision,
   // AttemptCause) sees the rank's status rather than mpirun's or srun's.

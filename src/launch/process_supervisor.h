@@ -146,6 +146,11 @@ struct ProcessExit {
   /// ("worker 2 on h2 (pid 4711) killed by signal 9 (SIGKILL)"); `status`
   /// is then the rank's, label and pid the rank launcher's.
   std::string relayed;
+  /// The last line it wrote to its standard error, if any (at most
+  /// kLastWordsBytes): a tandem process's or an example's error message, a
+  /// Python traceback's last line. The launcher's final line quotes it.
+  std::string last_words;
+  static constexpr size_t kLastWordsBytes = 400;
 
   /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)", and with a host
   /// "worker 2 on h2 (pid 4711) ..." (the pid is the launcher's process,
@@ -239,6 +244,8 @@ class ProcessSupervisor {
   bool AllExited() const;
   bool Finished() const;
   void Drain(Child& child, bool to_stderr, int max_reads);
+  // Keeps `line` (of its standard error) as the child's last words.
+  static void RememberLastWords(Child& child, std::string_view line);
   void Log(const std::string& text);
   int PollTimeoutMs(TimePoint now) const;
   void KillAndReapEverything();

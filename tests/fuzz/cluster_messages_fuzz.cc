@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string meta(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 6) {
+    switch (data[0] % 8) {
       case 0: {
         NodeTable t = NodeTable::Decode(meta);
         CheckTable(t);
@@ -71,6 +71,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (DecodeText(EncodeText(text), "fuzzed text") != text) std::abort();
         break;
       }
+      case 6:
+        CheckStable(JobStopRequest::Decode(meta));
+        break;
+      case 7:
+        CheckStable(JobStoppedNotice::Decode(meta));
+        break;
     }
   } catch (const tandem::ProtocolError&) {
   }

@@ -137,6 +137,50 @@ TEST(NodeLostNotice, RoundTrips) {
   EXPECT_EQ(back.reason, "its connection closed");
 }
 
+TEST(JobStop, RequestAndNoticeRoundTripAndRejectAnUnknownKind) {
+  JobStopRequest q{StopKind::kIoError, "write of /ckpt/kv-optimizer.server1: no space left"};
+  JobStopRequest q2 = JobStopRequest::Decode(q.Encode());
+  EXPECT_EQ(q2.kind, StopKind::kIoError);
+  EXPECT_EQ(q2.reason, q.reason);
+  JobStoppedNotice n{{2, Role::kServer, 1, "127.0.0.1", 9}, StopKind::kInvalidArgument, "bad"};
+  JobStoppedNotice n2 = JobStoppedNotice::Decode(n.Encode());
+  EXPECT_EQ(n2.node.ToString(), "server 1 (node 2, 127.0.0.1:9)");
+  EXPECT_EQ(n2.kind, StopKind::kInvalidArgument);
+  EXPECT_EQ(n2.reason, "bad");
+  std::string bytes = q.Encode();
+  bytes[0] = static_cast<char>(static_cast<uint8_t>(StopKind::kLast) + 1);
+  EXPECT_THROW(JobStopRequest::Decode(bytes), ProtocolError);
+  for (size_t cut = 0; cut < n.Encode().size(); ++cut) {
+    EXPECT_THROW(JobStoppedNotice::Decode(n.Encode().substr(0, cut)), ProtocolError) << cut;
+  }
+}
+
+// Each kind comes back as the exception it names, so every node of a
+// stopped job exits with the stopping node's code.
+TEST(JobStop, KindsMapToTheirExceptions) {
+  const std::vector<std::pair<std::exception_ptr, StopKind>> cases = {
+      {std::make_exception_ptr(InvalidArgument("a")), StopKind::kInvalidArgument},
+      {std::make_exception_ptr(CallMismatch("a")), StopKind::kInvalidArgument},
+      {std::make_exception_ptr(ConfigError("a")), StopKind::kConfigError},
+      {std::make_exception_ptr(IoError("a")), StopKind::kIoError},
+      {std::make_exception_ptr(ProtocolError("a")), StopKind::kProtocolError},
+      {std::make_exception_ptr(Error("a")), StopKind::kError},
+      {std::make_exception_ptr(std::runtime_error("a")), StopKind::kError},
+  };
+  for (const auto& [error, kind] : cases) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      EXPECT_EQ(StopKindOf(e), kind) << e.what();
+    }
+  }
+  EXPECT_THROW(ThrowStopKind(StopKind::kInvalidArgument, "x"), InvalidArgument);
+  EXPECT_THROW(ThrowStopKind(StopKind::kConfigError, "x"), ConfigError);
+  EXPECT_THROW(ThrowStopKind(StopKind::kIoError, "x"), IoError);
+  EXPECT_THROW(ThrowStopKind(StopKind::kProtocolError, "x"), ProtocolError);
+  EXPECT_THROW(ThrowStopKind(StopKind::kError, "x"), Error);
+}
+
 struct GroupCase {
   int mask;
   std::string name;
@@ -153,14 +197,14 @@ TEST_P(GroupTest, MembershipAndName) {
   EXPECT_EQ(InGroups({2, Role::kWorker, 0, "h", 1}, c.mask), c.worker);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Masks, GroupTest,
-    ::testing::Values(GroupCase{1, "scheduler", true, false, false},
-                      GroupCase{2, "servers", false, true, false},
-                      GroupCase{4, "workers", false, false, true},
-                      GroupCase{6, "servers+workers", false, true, true},
-                      GroupCase{5, "scheduler+workers", true, false, true},
-                      GroupCase{7, "scheduler+servers+workers", true, true, true}));
+INSTANTIATE_TEST_SUITE_P(Masks, GroupTest,
+                         ::testing::Values(GroupCase{1, "scheduler", true, false, false},
+                                           GroupCase{2, "servers", false, true, false},
+                                           GroupCase{4, "workers", false, false, true},
+                                           GroupCase{6, "servers+workers", false, true, true},
+                                           GroupCase{5, "scheduler+workers", true, false, true},
+                                           GroupCase{7, "scheduler+servers+workers", true, true,
+                                                     true}));
 
 }  // namespace
 }  // namespace tandem::cluster

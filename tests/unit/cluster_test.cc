@@ -63,8 +63,11 @@ TEST_P(ClusterFormation, BarriersOverEveryGroupMask) {
   auto [servers, workers] = GetParam();
   TestJob job(servers, workers);
   job.AddAll();
-  const int masks[] = {group::kAll, group::kWorkers, group::kServers | group::kWorkers,
-                       group::kScheduler | group::kWorkers, group::kScheduler,
+  const int masks[] = {group::kAll,
+                       group::kWorkers,
+                       group::kServers | group::kWorkers,
+                       group::kScheduler | group::kWorkers,
+                       group::kScheduler,
                        group::kScheduler | group::kServers};
   std::atomic<int> passed{0};
   auto errors = job.RunAll([&](Membership& m) {
@@ -170,10 +173,11 @@ TEST(Cluster, FailureListenersHearTheLostNodeOnce) {
   std::vector<std::atomic<int>> calls(3);
   std::vector<std::string> texts(3);
   for (size_t i = 0; i < 3; ++i) {
-    job.node(i).services().membership.AddFailureListener([&, i](const std::string& text) {
-      calls[i]++;
-      texts[i] = text;
-    });
+    job.node(i).services().membership.AddFailureListener(
+        [&, i](const std::string& text, const std::exception_ptr&) {
+          calls[i]++;
+          texts[i] = text;
+        });
   }
   auto errors = job.RunAll([](Membership& m) {
     m.Barrier(group::kAll);
@@ -197,8 +201,45 @@ TEST(Cluster, FailureListenersHearTheLostNodeOnce) {
   // A listener added after the failure hears it at once.
   size_t survivor = job.node(0).membership->self().rank == 2 ? 1 : 0;
   std::string late;
-  job.node(survivor).membership->AddFailureListener([&](const std::string& t) { late = t; });
+  job.node(survivor).membership->AddFailureListener(
+      [&](const std::string& t, const std::exception_ptr&) { late = t; });
   EXPECT_NE(late.find("lost worker 2"), std::string::npos) << late;
+}
+
+// A server that cannot go on stops the job: every node, the server too,
+// fails with the server's error kind and text, not with a lost peer.
+TEST(Cluster, AStoppedJobFailsEveryNodeWithTheStoppingNodesError) {
+  TestJob job(1, 2);
+  job.AddAll();
+  auto errors = job.RunAll([](Membership& m) {
+    m.Barrier(group::kAll);
+    if (m.self().role == Role::kServer) {
+      m.StopJob(InvalidArgument("optimizer states file /ckpt/kv-optimizer.server0: damaged"));
+      // Its own failure arrives with the scheduler's answer, as everyone's.
+      for (int i = 0; i < 500; ++i) {
+        m.CheckHealth();
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      return;
+    }
+    m.Barrier(group::kAll);  // the server never arrives
+  });
+  ASSERT_EQ(errors.size(), 4U);  // the scheduler's own node too
+  for (const auto& e : errors) {
+    ASSERT_NE(e, nullptr);
+    EXPECT_TRUE(Is<InvalidArgument>(e)) << What(e);
+    EXPECT_NE(What(e).find("server 0 (node 1"), std::string::npos) << What(e);
+    EXPECT_NE(What(e).find("stopped the job: optimizer states file "
+                           "/ckpt/kv-optimizer.server0: damaged"),
+              std::string::npos)
+        << What(e);
+  }
+  auto failure = job.scheduler().scheduler->failure();
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_NE(failure->find("kv-optimizer.server0"), std::string::npos) << *failure;
+  // A node asking after the failure changes nothing.
+  job.node(0).membership->StopJob(IoError("a later error"));
+  EXPECT_EQ(job.scheduler().scheduler->failure(), failure);
 }
 
 TEST(Cluster, ASilentNodeIsDeclaredLostAfterTheHeartbeatTimeout) {

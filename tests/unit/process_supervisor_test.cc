@@ -304,7 +304,39 @@ TEST(ProcessSupervisorTest, ExitCodeIsTheFirstFailure) {
       << err.Text();
   EXPECT_EQ(LineIndex(lines, "SIGTERM"), -1) << err.Text();
   ASSERT_FALSE(lines.empty());
-  EXPECT_EQ(lines.back(), "[launcher] job failed: " + who + " exited with status 3");
+  // The cause first, then the other process that failed on its own.
+  EXPECT_EQ(lines.back(),
+            "[launcher] job failed: " + who + " exited with status 3; then " + other->Describe());
+}
+
+// A survivor's PeerLost (200) reaped before the failure it reports is not
+// the cause: the final line and the exit code are the cause's, with the last
+// line it wrote to its standard error.
+TEST(ProcessSupervisorTest, TheFinalLineNamesTheCauseAndItsLastWordsBeforeALostPeer) {
+  MemoryFile out, err;
+  JobOutcome outcome;
+  pid_t survivor = 0;
+  pid_t cause = 0;
+  {
+    ProcessSupervisor supervisor(Options(out, err));
+    survivor = supervisor.Start(
+        Shell("server 0", "echo 'tandem server: error: lost worker 1' >&2; exit 200"));
+    // Ends once server 0 was reaped (kill -0 succeeds on a zombie).
+    cause = supervisor.Start(
+        Shell("worker 1", "while kill -0 " + std::to_string(survivor) +
+                              " 2>/dev/null; do sleep 0.02; done; echo 'train: checkpoint file /x: "
+                              "damaged' >&2; echo >&2; exit 78"));
+    outcome = supervisor.Run();
+  }
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_EQ(outcome.first_failure->label, "server 0");  // seen first
+  EXPECT_EQ(outcome.exit_code, 78);                     // but the cause's code
+  auto lines = err.Lines();
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(), "[launcher] job failed: worker 1 (pid " + std::to_string(cause) +
+                              ") exited with status 78: train: checkpoint file /x: damaged; "
+                              "then server 0 (pid " +
+                              std::to_string(survivor) + ") exited with status 200");
 }
 
 TEST(ProcessSupervisorTest, DeathBySignalGives128PlusTheSignal) {
