@@ -27,6 +27,8 @@ Config Config::FromEnvironment(const Environment& env) {
   c.job_id = env.GetString("TANDEM_JOB_ID", c.job_id);
   c.connect_timeout = env.GetSeconds("TANDEM_CONNECT_TIMEOUT", c.connect_timeout);
   c.handshake_timeout = env.GetSeconds("TANDEM_HANDSHAKE_TIMEOUT", c.handshake_timeout);
+  c.max_unauthenticated =
+      env.GetInt("TANDEM_MAX_UNAUTHENTICATED", c.max_unauthenticated, 1, int64_t{1} << 24);
   c.start_timeout = env.GetSeconds("TANDEM_START_TIMEOUT", c.start_timeout);
   c.barrier_timeout = env.GetSeconds("TANDEM_BARRIER_TIMEOUT", c.barrier_timeout);
   c.max_meta_bytes = static_cast<uint32_t>(

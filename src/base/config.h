@@ -36,6 +36,8 @@ struct Config {
   /// TANDEM_HANDSHAKE_TIMEOUT (seconds): how long a new connection may take to
   /// authenticate before it is dropped.
   std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  /// TANDEM_MAX_UNAUTHENTICATED (net::TransportOptions::max_unauthenticated).
+  int64_t max_unauthenticated = 1024;
   /// TANDEM_START_TIMEOUT (seconds): how long the scheduler waits for every
   /// expected node to register, and a node for the node table.
   std::chrono::milliseconds start_timeout{std::chrono::seconds(300)};

@@ -49,6 +49,7 @@ struct Cluster::Impl {
   // Owns the real transport; counts traffic (docs/metrics.md).
   std::unique_ptr<net::MeteredTransport> transport;
   net::ReliableTransport* reliable = nullptr;  // inside `transport` with PS_RESEND=1
+  net::TcpTransport* tcp = nullptr;            // inside `transport`, unless in-process
   std::unique_ptr<cluster::Scheduler> scheduler;
   std::unique_ptr<cluster::Membership> membership;
   bool finalized = false;
@@ -93,6 +94,7 @@ struct Cluster::Impl {
     topts.limits.max_meta_bytes = config.max_meta_bytes;
     topts.limits.max_payload_bytes = config.max_payload_bytes;
     topts.handshake_timeout = config.handshake_timeout;
+    topts.max_unauthenticated = static_cast<size_t>(config.max_unauthenticated);
     // TANDEM_TLS=1: the files are checked here, so a bad one stops this
     // process with its name rather than failing connections elsewhere.
     if (config.tls)
@@ -102,7 +104,9 @@ struct Cluster::Impl {
     // and TANDEM_TCP_RTO_MIN_MS the floor of the retransmission time-out.
     net::TcpTuning tuning = net::TcpTuning::FromEnvironment(env);
     auto make_tcp = [&](net::TransportHandler* handler) -> std::unique_ptr<net::Transport> {
-      return std::make_unique<net::TcpTransport>(topts, handler, log, tuning);
+      auto t = std::make_unique<net::TcpTransport>(topts, handler, log, tuning);
+      tcp = t.get();
+      return t;
     };
     StartObservability();
     meter = std::make_unique<net::TrafficMeter>(stats, [this](int id) { return RoleLabel(id); });
@@ -257,6 +261,20 @@ struct Cluster::Impl {
                         {{"peer_role", role}, {"peer_rank", std::to_string(rank)}})
               .Set(silence.count() / 1e3);
         }
+      });
+    }
+    if (tcp) {
+      net::TcpTransport* t = tcp;
+      auto& now = stats.GetGauge("tandem_unauthenticated_connections",
+                                 "Accepted connections that have not finished the handshake.");
+      auto& dropped = stats.GetCounter(
+          "tandem_unauthenticated_dropped_total",
+          "Connections dropped before they authenticated: refused, timed out, or the oldest "
+          "past TANDEM_MAX_UNAUTHENTICATED.");
+      stats.AddRefresher([t, &now, &dropped] {
+        const net::UnauthenticatedStats st = t->Unauthenticated();
+        now.Set(static_cast<double>(st.now));
+        if (st.dropped > dropped.value()) dropped.Add(st.dropped - dropped.value());
       });
     }
     if (reliable) {

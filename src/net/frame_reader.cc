@@ -43,6 +43,11 @@ std::span<std::byte> FrameReader::WritableSpan() {
   // span below is never empty, and in kMeta/kPayload a direct read never
   // skips staged bytes.
   direct_ = false;
+  if (staging_wanted_ > staging_.size()) {
+    // Only [0, end_) is staged here (at most a partial header, at the front):
+    // resizing keeps it.
+    staging_.resize(staging_wanted_);
+  }
   std::span<std::byte> span;
   if (state_ == State::kMeta) {
     auto rest = MetaRest();

@@ -22,6 +22,7 @@
 // DecodeHeader checked the lengths against the current limits.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -72,6 +73,16 @@ class FrameReader {
   /// against. May be called from inside FrameSink::OnFrame.
   void SetLimits(const WireLimits& limits) { limits_ = limits; }
 
+  /// Makes the staging buffer `bytes` long (never shorter than it is) from
+  /// the next WritableSpan() on: a connection starts with a buffer sized for
+  /// the handshake, so that a peer that never authenticates costs little
+  /// memory, and grows it once authenticated. May be called from inside
+  /// FrameSink::OnFrame.
+  void GrowStaging(size_t bytes) { staging_wanted_ = std::max(staging_wanted_, bytes); }
+
+  /// The staging buffer's current size in bytes.
+  size_t staging_bytes() const { return staging_.size(); }
+
   /// Where the next bytes from the stream should be written; never empty.
   /// The span stays valid until the next Commit().
   std::span<std::byte> WritableSpan();
@@ -109,8 +120,9 @@ class FrameReader {
   WireLimits limits_;
   FrameSink* sink_;
   std::vector<std::byte> staging_;
-  size_t begin_ = 0;  // first unparsed staged byte
-  size_t end_ = 0;    // one past the last staged byte
+  size_t staging_wanted_ = 0;  // GrowStaging's size, applied by WritableSpan
+  size_t begin_ = 0;           // first unparsed staged byte
+  size_t end_ = 0;             // one past the last staged byte
   State state_ = State::kHeader;
   Message current_;
   size_t meta_filled_ = 0;

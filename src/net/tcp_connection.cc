@@ -18,8 +18,13 @@ namespace {
 constexpr size_t kMaxIov = 128;
 // Reads per readiness event before yielding to other connections.
 constexpr int kMaxReadsPerEvent = 8;
-// The frame reader's staging buffer; spans larger than this are direct reads.
+// The frame reader's staging buffer once authenticated; spans larger than
+// this are direct reads.
 constexpr size_t kStagingBytes = 256 * 1024;
+// Until then: the handshake's frames (a header and at most 512 bytes of
+// metadata) fit, and a peer that never authenticates costs this, not
+// kStagingBytes (docs/protocol-handshake.md, "Resources").
+constexpr size_t kHandshakeStagingBytes = 1024;
 // While at least kLowWaterFrom bytes of a payload are outstanding, the
 // socket reports readable only once min(rest, kLowWaterMax) bytes are there
 // (SO_RCVLOWAT): fewer wake-ups and reads per large message, which measured
@@ -59,7 +64,7 @@ TcpConnection::TcpConnection(ConnectionId id, UniqueFd fd, PeerInfo peer, std::s
 TcpConnection::~TcpConnection() = default;
 
 void TcpConnection::Start() {
-  reader_ = std::make_unique<FrameReader>(HandshakeLimits(), this, kStagingBytes);
+  reader_ = std::make_unique<FrameReader>(HandshakeLimits(), this, kHandshakeStagingBytes);
   HandshakeCredentials creds{ctx_.options->job_id, ctx_.options->secret};
   if (role_ == Role::kClient) {
     client_handshake_.emplace(creds);
@@ -741,6 +746,7 @@ void TcpConnection::Establish() {
   stage_ = Stage::kEstablished;
   ctx_.loop->Cancel(handshake_timer_);
   reader_->SetLimits(ctx_.options->limits);
+  reader_->GrowStaging(kStagingBytes);
   client_handshake_.reset();
   server_handshake_.reset();
   established_.store(true, std::memory_order_release);
@@ -751,8 +757,7 @@ void TcpConnection::OnHandshakeTimeout() {
   if (closed_ || established()) return;
   std::string reason = fmt::format("{} did not complete authentication within {} ms", peer_name_,
                                    ctx_.options->handshake_timeout.count());
-  if (role_ == Role::kServer)
-    ctx_.logger->Warn("dropped connection from {}: {}", peer_name_, reason);
+  if (role_ == Role::kServer) ctx_.owner->OnRefused(*this, reason);
   Close(reason, std::make_exception_ptr(Timeout(reason)));
 }
 
@@ -773,7 +778,9 @@ void TcpConnection::Fail(std::exception_ptr error) {
   }
   // A client's failed handshake reaches the caller of Connect(); everything
   // else would go unnoticed without a warning.
-  if (role_ == Role::kServer || established()) {
+  if (role_ == Role::kServer && !established()) {
+    ctx_.owner->OnRefused(*this, reason);
+  } else if (established()) {
     ctx_.logger->Warn("dropped connection {} with {}: {}", id_, peer_name_, reason);
   }
   Close(reason, typed);

@@ -54,8 +54,8 @@
 #include "net/event_loop.h"
 #include "net/frame_reader.h"
 #include "net/hmac_handshake.h"
-#include "net/tls_session.h"
 #include "net/send_queue_bound.h"
+#include "net/tls_session.h"
 #include "net/transport.h"
 #include "net/unique_fd.h"
 
@@ -75,6 +75,10 @@ class TcpConnectionOwner {
   /// ProtocolError, Timeout, PeerLost, Error), for a Connect() waiting on a
   /// connection that never got established.
   virtual void OnClosed(TcpConnection& c, const std::string& reason, std::exception_ptr error) = 0;
+  /// An accepted connection is dropped before it authenticated (a refused
+  /// handshake, a time-out): the owner logs it, rate-limited, since a
+  /// hostile peer can make any number of them. OnClosed follows.
+  virtual void OnRefused(TcpConnection& c, const std::string& reason) = 0;
 };
 
 /// Thread-safety: the read side, the handshake and the life cycle belong to

@@ -1,6 +1,9 @@
 #include "net/tcp_transport.h"
 
 #include <fmt/format.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -18,6 +21,13 @@ namespace {
 constexpr int kMaxAcceptsPerEvent = 64;
 // How long accepting pauses when the process is out of descriptors.
 constexpr std::chrono::milliseconds kAcceptPause{100};
+// Refusals of unauthenticated peers: this many are logged one by one per
+// interval, the rest summed up in one line at its end.
+constexpr int kRefusalsLogged = 5;
+constexpr std::chrono::seconds kRefusalLogInterval{10};
+// Unauthenticated connections closed before the heap is trimmed (once none
+// is left).
+constexpr uint64_t kTrimAfterClosed = 256;
 
 }  // namespace
 
@@ -131,7 +141,7 @@ void TcpTransport::OnAcceptable(Listener* listener) {
     try {
       ConfigureSocket(fd);
     } catch (const IoError& e) {
-      logger_.Warn("dropped connection from {}: {}", peer.address.ToString(), e.what());
+      LogRefusal(fmt::format("dropped connection from {}: {}", peer.address.ToString(), e.what()));
       continue;
     }
     std::string name = peer.address.ToString();
@@ -156,10 +166,66 @@ std::shared_ptr<TcpConnection> TcpTransport::Adopt(
   } catch (const std::exception& e) {
     std::string reason =
         fmt::format("cannot start the connection with {}: {}", c->peer_name(), e.what());
-    if (role == TcpConnection::Role::kServer) logger_.Warn("dropped connection: {}", reason);
+    if (role == TcpConnection::Role::kServer) LogRefusal("dropped connection: " + reason);
     c->Close(reason, std::current_exception());
+    return c;
+  }
+  if (role == TcpConnection::Role::kServer && !c->established()) {
+    unauthenticated_.emplace(id, c);
+    unauthenticated_now_.store(unauthenticated_.size(), std::memory_order_relaxed);
+    if (unauthenticated_.size() > options_.max_unauthenticated) {
+      // The oldest goes: a flood of idle connections cannot hold more than
+      // the bound's memory, and a real peer authenticates within moments.
+      std::shared_ptr<TcpConnection> oldest = unauthenticated_.begin()->second.lock();
+      if (oldest) {
+        std::string why = fmt::format(
+            "{} did not authenticate before {} newer connections arrived "
+            "(TANDEM_MAX_UNAUTHENTICATED={})",
+            oldest->peer_name(), options_.max_unauthenticated, options_.max_unauthenticated);
+        OnRefused(*oldest, why);
+        oldest->Close(why, std::make_exception_ptr(Timeout(why)));
+      } else {
+        unauthenticated_.erase(unauthenticated_.begin());
+      }
+    }
   }
   return c;
+}
+
+void TcpTransport::OnRefused(TcpConnection& c, const std::string& reason) {
+  LogRefusal(fmt::format("dropped connection {} from {}: {}", c.id(), c.peer_name(), reason));
+}
+
+void TcpTransport::LogRefusal(const std::string& text) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - refusal_window_start_ >= kRefusalLogInterval) {
+    refusal_window_start_ = now;
+    refusals_in_window_ = 0;
+  }
+  if (++refusals_in_window_ <= kRefusalsLogged) {
+    logger_.Warn("{}", text);
+    return;
+  }
+  ++refusals_unlogged_;
+  last_unlogged_refusal_ = text;
+  if (refusal_summary_armed_) return;
+  refusal_summary_armed_ = true;
+  loop_->RunAfter(kRefusalLogInterval, [this] {
+    refusal_summary_armed_ = false;
+    if (refusals_unlogged_ == 0) return;
+    logger_.Warn(
+        "{} more connections dropped before they authenticated in the last {} s; the "
+        "last: {}",
+        refusals_unlogged_,
+        std::chrono::duration_cast<std::chrono::seconds>(kRefusalLogInterval).count(),
+        last_unlogged_refusal_);
+    refusals_unlogged_ = 0;
+  });
+}
+
+UnauthenticatedStats TcpTransport::Unauthenticated() const {
+  return {unauthenticated_now_.load(std::memory_order_relaxed),
+          unauthenticated_dropped_.load(std::memory_order_relaxed)};
 }
 
 bool TcpTransport::SleepUnlessShutdown(std::chrono::steady_clock::duration d) {
@@ -256,6 +322,9 @@ ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::millisec
 }
 
 void TcpTransport::OnEstablished(TcpConnection& c) {
+  if (unauthenticated_.erase(c.id()) > 0) {
+    unauthenticated_now_.store(unauthenticated_.size(), std::memory_order_relaxed);
+  }
   if (c.peer().inbound) {
     logger_.V1("accepted connection {} from {}", c.id(), c.peer_name());
   } else {
@@ -275,6 +344,19 @@ void TcpTransport::OnEstablished(TcpConnection& c) {
 }
 
 void TcpTransport::OnClosed(TcpConnection& c, const std::string& reason, std::exception_ptr error) {
+  if (unauthenticated_.erase(c.id()) > 0) {
+    unauthenticated_now_.store(unauthenticated_.size(), std::memory_order_relaxed);
+    unauthenticated_dropped_.fetch_add(1, std::memory_order_relaxed);
+#ifdef __GLIBC__
+    // After a flood is gone, give its memory back: the freed connections
+    // are small heap blocks that malloc would otherwise keep.
+    ++closed_since_trim_;
+    if (unauthenticated_.empty() && closed_since_trim_ >= kTrimAfterClosed) {
+      closed_since_trim_ = 0;
+      ::malloc_trim(0);
+    }
+#endif
+  }
   if (c.established()) {
     logger_.V1("connection {} with {} closed: {}", c.id(), c.peer_name(), reason);
     try {

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +58,12 @@ struct TcpTuning {
 /// Thread-safety: every public method may be called from any thread (see
 /// Transport for the exceptions). The connection table is guarded by mu_;
 /// listeners and Connect() waiters belong to the loop thread.
+/// Connections accepted and not yet authenticated (TcpTransport::Unauthenticated).
+struct UnauthenticatedStats {
+  size_t now = 0;        ///< open now
+  uint64_t dropped = 0;  ///< closed before authenticating, since the start
+};
+
 class TcpTransport final : public Transport, private TcpConnectionOwner {
  public:
   /// Starts the transport's loop thread. `handler` and `logger` are
@@ -107,6 +114,11 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   /// callback (throws InvalidArgument there).
   void Shutdown() override;
 
+  /// Accepted connections awaiting authentication, and how many were
+  /// dropped before authenticating (refused, timed out, or the oldest past
+  /// TransportOptions::max_unauthenticated). Any thread.
+  UnauthenticatedStats Unauthenticated() const;
+
  private:
   struct Listener {
     UniqueFd fd;
@@ -117,8 +129,11 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   // TcpConnectionOwner, on the loop thread.
   void OnEstablished(TcpConnection& c) override;
   void OnClosed(TcpConnection& c, const std::string& reason, std::exception_ptr error) override;
+  void OnRefused(TcpConnection& c, const std::string& reason) override;
 
   void OnAcceptable(Listener* listener);
+  // Logs the refusal of an unauthenticated peer, rate-limited (loop thread).
+  void LogRefusal(const std::string& text);
   // Creates and starts a connection on the loop thread; returns it. A
   // `waiter` learns the outcome of the handshake (Connect() waits on it).
   std::shared_ptr<TcpConnection> Adopt(
@@ -150,6 +165,19 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   std::vector<std::shared_ptr<Listener>> listeners_;
   std::unordered_map<ConnectionId, std::shared_ptr<std::promise<DeferredError>>> connect_waiters_;
   bool closed_everything_ = false;
+  // Accepted, not yet authenticated, by id: the smallest is the oldest.
+  std::map<ConnectionId, std::weak_ptr<TcpConnection>> unauthenticated_;
+  // Refusals of unauthenticated peers are logged one by one up to
+  // kRefusalsLogged per kRefusalLogInterval, then summed up in one line.
+  std::chrono::steady_clock::time_point refusal_window_start_{};
+  int refusals_in_window_ = 0;
+  uint64_t refusals_unlogged_ = 0;
+  std::string last_unlogged_refusal_;
+  bool refusal_summary_armed_ = false;
+  uint64_t closed_since_trim_ = 0;  // unauthenticated closes since malloc_trim
+
+  std::atomic<size_t> unauthenticated_now_{0};
+  std::atomic<uint64_t> unauthenticated_dropped_{0};
 
   std::atomic<bool> rto_min_refused_{false};  // warned once that the kernel refused it
   std::mutex shutdown_mu_;                    // serialises Shutdown()

@@ -63,6 +63,10 @@ struct TransportOptions {
   std::string secret;             ///< HMAC key of the handshake
   WireLimits limits;              ///< what we accept from a peer
   std::chrono::milliseconds handshake_timeout{10000};
+  /// TANDEM_MAX_UNAUTHENTICATED: accepted connections that have not
+  /// finished the handshake yet, at most; past it the oldest is dropped
+  /// (docs/protocol-handshake.md, "Resources"). At least 1.
+  size_t max_unauthenticated = 1024;
   /// TANDEM_TLS=1: every TCP connection runs TLS 1.3 with mutual certificate
   /// checks first, and the HMAC handshake inside it (docs/transport.md,
   /// "TLS"). Null: plaintext. Must agree on both ends. The in-process

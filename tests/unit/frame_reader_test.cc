@@ -479,6 +479,26 @@ TEST(FrameReaderTest, LooserLimitsSetFromOnFrameLetTheNextFrameThrough) {
   ExpectFrames(sink, frames, Post::kNever);
 }
 
+// A connection's pattern: a staging buffer sized for the handshake, grown
+// from OnFrame once authenticated, with the next frames possibly already in
+// the same read; every frame still decodes intact.
+TEST(FrameReaderTest, StagingGrownFromOnFrameKeepsEveryFrameIntact) {
+  std::vector<FrameSpec> frames = {Spec(1, 8, 0)};
+  for (const FrameSpec& f : MixedFrames()) frames.push_back(f);
+  frames.push_back(Spec(9, 5, 300000));
+  RecordingSink sink;
+  FrameReader reader(Roomy(), &sink, 1024);
+  EXPECT_EQ(reader.staging_bytes(), 1024u);
+  sink.on_frame = [&](const Message&) { reader.GrowStaging(256 * 1024); };
+  auto stream = Stream(frames);
+  Feed(reader, stream, [] { return size_t{700}; });
+  ExpectFrames(sink, frames, Post::kNever);
+  EXPECT_EQ(reader.staging_bytes(), 256u * 1024);
+  reader.GrowStaging(1024);  // never shrinks
+  reader.WritableSpan();
+  EXPECT_EQ(reader.staging_bytes(), 256u * 1024);
+}
+
 TEST(FrameReaderTest, SinkExceptionsPropagateOutOfCommit) {
   RecordingSink sink;
   FrameReader reader(Roomy(), &sink);

@@ -756,6 +756,36 @@ class TcpMisbehaviourTest : public ::testing::TestWithParam<Kind> {
   Endpoint bound_;
 };
 
+// Past TransportOptions::max_unauthenticated, the oldest connection that has
+// not authenticated is dropped (and counted); the newer ones and a real
+// client are served.
+TEST_P(TcpMisbehaviourTest, TheOldestUnauthenticatedConnectionsGoPastTheBound) {
+  TransportOptions o = Options();
+  o.handshake_timeout = 30s;
+  o.max_unauthenticated = 3;
+  server_ = net_->Make(&server_rec_, o);
+  bound_ = server_->Listen(net_->Address());
+  auto* tcp = dynamic_cast<TcpTransport*>(server_.get());
+  ASSERT_NE(tcp, nullptr);
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 6; ++i) {
+    idle.push_back(RawConnect());
+    std::this_thread::sleep_for(20ms);  // accepted in this order
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(ServerHangsUp(idle[i].get())) << "connection " << i;
+  for (int i = 3; i < 6; ++i) {
+    char byte;
+    EXPECT_EQ(::recv(idle[i].get(), &byte, 1, MSG_DONTWAIT), -1) << "connection " << i;
+    EXPECT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << "connection " << i;
+  }
+  UnauthenticatedStats st = tcp->Unauthenticated();
+  EXPECT_EQ(st.now, 3u);
+  EXPECT_EQ(st.dropped, 3u);
+  // A real client's connection pushes out one more idle one, and is served.
+  ExpectGoodClientStillServed();
+  EXPECT_EQ(tcp->Unauthenticated().dropped, 4u);
+}
+
 TEST_P(TcpMisbehaviourTest, GarbageBytesAreDroppedWithAWarning) {
   UniqueFd fd = RawConnect();
   std::string garbage = "GET / HTTP/1.1\r\nHost: tandem\r\n\r\n" + std::string(100, '\x7f');
