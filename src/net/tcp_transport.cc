@@ -193,7 +193,8 @@ std::shared_ptr<TcpConnection> TcpTransport::Adopt(
 }
 
 void TcpTransport::OnRefused(TcpConnection& c, const std::string& reason) {
-  LogRefusal(fmt::format("dropped connection {} from {}: {}", c.id(), c.peer_name(), reason));
+  LogRefusal(
+      fmt::format("dropped connection from {} (connection {}): {}", c.peer_name(), c.id(), reason));
 }
 
 void TcpTransport::LogRefusal(const std::string& text) {
