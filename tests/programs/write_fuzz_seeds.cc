@@ -114,6 +114,17 @@ void ClusterSeeds(SeedWriter& w) {
 
   w.WritePicked(t, "text_rejected", 5,
                 cluster::EncodeText("rank 3 of role worker is taken by node 5"));
+
+  cluster::JobStopRequest stop;
+  stop.kind = cluster::StopKind::kInvalidArgument;
+  stop.reason = "optimizer states file /ck/kv-optimizer.server0: checksum mismatch";
+  w.WritePicked(t, "job_stop_invalid_argument", 6, stop.Encode());
+
+  cluster::JobStoppedNotice stopped;
+  stopped.node = Node(1, Role::kServer, 0, "127.0.0.1", 41001);
+  stopped.kind = cluster::StopKind::kIoError;
+  stopped.reason = "write /ck/kv-optimizer.server0.tmp: No space left on device";
+  w.WritePicked(t, "job_stopped_io_error", 7, stopped.Encode());
 }
 
 void CollectiveSeeds(SeedWriter& w) {
