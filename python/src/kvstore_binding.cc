@@ -23,9 +23,11 @@ KVKey ToKey(py::handle key) {
     throw InvalidArgument("key: a bool; keys are int or str");
   }
   if (py::isinstance<py::int_>(key)) {
-    const long long k = key.cast<long long>();
-    if (k < 0 || k > std::numeric_limits<int>::max()) {
-      throw InvalidArgument("key " + std::to_string(k) + " is outside 0.." +
+    // Any Python int, however large (2**63 does not fit a long long).
+    int overflow = 0;
+    const long long k = PyLong_AsLongLongAndOverflow(key.ptr(), &overflow);
+    if (overflow != 0 || k < 0 || k > std::numeric_limits<int>::max()) {
+      throw InvalidArgument("key " + py::str(key).cast<std::string>() + " is outside 0.." +
                             std::to_string(std::numeric_limits<int>::max()));
     }
     return KVKey(static_cast<int>(k));

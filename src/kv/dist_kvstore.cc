@@ -15,6 +15,7 @@
 #include "cluster/startup_environment.h"
 #include "kv/checkpoint_directory.h"
 #include "kv/device_sum.h"
+#include "kv/optimizer/optimizer.h"
 #include "tandem/error.h"
 
 namespace tandem::kv {
@@ -413,6 +414,14 @@ void DistKVStore::SetOptimizer(const std::string& name, const KVParams& params) 
   OptimizerCommand cmd;
   cmd.name = name;
   cmd.params.assign(params.begin(), params.end());
+  // Every worker checks the parameters before anything is sent, with the
+  // servers' own code: a refusal reaches every worker that asked, and no
+  // server sees a value it would refuse.
+  try {
+    Optimizer::Create(name, OptimizerParams(cmd.params.begin(), cmd.params.end()));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("set_optimizer: {}", e.what()));
+  }
   WorkerZeroThenBarrier([&] {
     Broadcast(kvmsg::kSetOptimizer, cmd.Encode(), fmt::format("set-optimizer {}", name));
   });

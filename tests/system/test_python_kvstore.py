@@ -34,8 +34,16 @@ def test_optimizer_on_the_servers_and_saved_states(launch, tandem_bin_dir, tmp_p
                     ["--kind", kind, "--scenario", "optimizer", "--dir", str(tmp_path)],
                     launcher_env=python_env(tandem_bin_dir), timeout=120)
     assert result.returncode == 0, result.job.describe()
-    # 5 checks of the optimizer states, 2 of the store checkpoint (round 5).
-    assert check_ok(result.output, "kvstore_worker", 2, kind) == 7
+    # 5 refused optimizer values and 3 refused keys, on every worker; 5 checks
+    # of the optimizer states, 2 of the store checkpoint (round 5).
+    assert check_ok(result.output, "kvstore_worker", 2, kind) == 15
+    for rank in (0, 1):
+        assert (f"[worker {rank}] kvstore_worker: error set_optimizer {{'momentum': 5}}: "
+                "InvalidArgument: set_optimizer: optimizer 'sgd': parameter 'momentum' is 5, "
+                "must be in [0, 1)") in result.output, result.output
+        assert (f"[worker {rank}] kvstore_worker: error key 9223372036854775808: "
+                "InvalidArgument: key 9223372036854775808 is outside 0..2147483647"
+                ) in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["states.server0", "states.server1",
                                                           "store"]
     assert sorted(p.name for p in (tmp_path / "store" / "round-5").iterdir()) == [

@@ -23,7 +23,7 @@ namespace {
 class AdaGradOptimizer final : public OptimizerBase {
  public:
   explicit AdaGradOptimizer(OptimizerParamReader& params) : OptimizerBase("adagrad", params, 0.01) {
-    eps_ = params.GetDouble("eps", 1e-7);
+    eps_ = params.GetDoubleIn("eps", 1e-7, OptimizerParamReader::kNonNegative);
   }
 
   size_t NumStates() const override { return 1; }

@@ -20,14 +20,10 @@ namespace {
 class AdamOptimizer final : public OptimizerBase {
  public:
   explicit AdamOptimizer(OptimizerParamReader& params) : OptimizerBase("adam", params, 0.001) {
-    beta1_ = params.GetDouble("beta1", 0.9);
-    beta2_ = params.GetDouble("beta2", 0.999);
-    epsilon_ = params.GetDouble("epsilon", 1e-8);
+    beta1_ = params.GetDoubleIn("beta1", 0.9, OptimizerParamReader::kFraction);
+    beta2_ = params.GetDoubleIn("beta2", 0.999, OptimizerParamReader::kFraction);
+    epsilon_ = params.GetDoubleIn("epsilon", 1e-8, OptimizerParamReader::kNonNegative);
     lazy_update_ = params.GetBool("lazy_update", true);
-    if (beta1_ < 0 || beta1_ >= 1)
-      params.Fail("beta1", fmt::format("is {}, must be in [0, 1)", beta1_));
-    if (beta2_ < 0 || beta2_ >= 1)
-      params.Fail("beta2", fmt::format("is {}, must be in [0, 1)", beta2_));
   }
 
   size_t NumStates() const override { return 2; }

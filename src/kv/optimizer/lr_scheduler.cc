@@ -11,6 +11,10 @@
 namespace tandem::kv {
 namespace {
 
+// A schedule's factor multiplies the rate at each step: it may keep it (1)
+// but never raise it or zero it.
+const OptimizerParamReader::Range kFactorRange{0, 1, true, false};
+
 constexpr std::string_view kPrefix = "lr_scheduler.";
 
 std::string P(std::string_view name) { return std::string(kPrefix) + std::string(name); }
@@ -161,9 +165,9 @@ std::unique_ptr<LrScheduler> LrScheduler::Create(OptimizerParamReader& params,
   if (name == "none" || name.empty()) return nullptr;
 
   Warmup w;
-  w.final_lr = params.GetDouble(P("base_lr"), 0.01);
+  w.final_lr = params.GetDoubleIn(P("base_lr"), 0.01, OptimizerParamReader::kNonNegative);
   w.steps = params.GetInt(P("warmup_steps"), 0);
-  w.begin_lr = params.GetDouble(P("warmup_begin_lr"), 0);
+  w.begin_lr = params.GetDoubleIn(P("warmup_begin_lr"), 0, OptimizerParamReader::kNonNegative);
   const std::string mode = params.GetString(P("warmup_mode"), "linear");
   if (w.begin_lr > w.final_lr) {
     params.Fail(P("warmup_begin_lr"),
@@ -178,24 +182,24 @@ std::unique_ptr<LrScheduler> LrScheduler::Create(OptimizerParamReader& params,
   std::unique_ptr<LrScheduler> out;
   if (name == "factor") {
     const int64_t step = params.GetInt(P("step"), 0);
-    const double factor = params.GetDouble(P("factor"), 1.0);
-    const double stop = params.GetDouble(P("stop_factor_lr"), 1e-8);
+    const double factor = params.GetDoubleIn(P("factor"), 1.0, kFactorRange);
+    const double stop =
+        params.GetDoubleIn(P("stop_factor_lr"), 1e-8, OptimizerParamReader::kNonNegative);
     if (step < 1) params.Fail(P("step"), fmt::format("is {}, must be >= 1", step));
-    if (factor > 1.0) params.Fail(P("factor"), fmt::format("is {}, must be <= 1", factor));
     out = std::make_unique<FactorScheduler>(w, step, factor, stop);
   } else if (name == "multifactor") {
     std::vector<int64_t> steps = params.GetIntList(P("step"));
-    const double factor = params.GetDouble(P("factor"), 1.0);
+    const double factor = params.GetDoubleIn(P("factor"), 1.0, kFactorRange);
     for (size_t i = 0; i < steps.size(); ++i) {
       if (steps[i] < 1)
         params.Fail(P("step"), fmt::format("has {}, every step must be >= 1", steps[i]));
       if (i > 0 && steps[i] <= steps[i - 1]) params.Fail(P("step"), "must be strictly increasing");
     }
-    if (factor > 1.0) params.Fail(P("factor"), fmt::format("is {}, must be <= 1", factor));
     out = std::make_unique<MultiFactorScheduler>(w, std::move(steps), factor);
   } else if (name == "poly" || name == "cosine") {
     const int64_t max_update = params.GetInt(P("max_update"), 0);
-    const double final_lr = params.GetDouble(P("final_lr"), 0);
+    const double final_lr =
+        params.GetDoubleIn(P("final_lr"), 0, OptimizerParamReader::kNonNegative);
     if (max_update < 1)
       params.Fail(P("max_update"), fmt::format("is {}, must be >= 1", max_update));
     if (max_update <= w.steps) {

@@ -25,8 +25,7 @@ namespace {
 class NagOptimizer final : public OptimizerBase {
  public:
   explicit NagOptimizer(OptimizerParamReader& params) : OptimizerBase("nag", params, 0.01) {
-    momentum_ = params.GetDouble("momentum", 0.0);
-    if (momentum_ < 0) params.Fail("momentum", fmt::format("is {}, must be >= 0", momentum_));
+    momentum_ = params.GetDoubleIn("momentum", 0.0, OptimizerParamReader::kFraction);
   }
 
   size_t NumStates() const override { return momentum_ != 0 ? 1 : 0; }

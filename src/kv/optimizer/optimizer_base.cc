@@ -55,9 +55,11 @@ void NarrowToHalves(const float* __restrict in, base::Half* __restrict out, size
 OptimizerBase::OptimizerBase(std::string name, OptimizerParamReader& params,
                              double default_learning_rate)
     : name_(std::move(name)), num_update_(0) {
-  common_.learning_rate = params.GetDouble("learning_rate", default_learning_rate);
-  common_.wd = params.GetDouble("wd", 0.0);
-  common_.rescale_grad = params.GetDouble("rescale_grad", 1.0);
+  using Reader = OptimizerParamReader;
+  common_.learning_rate =
+      params.GetDoubleIn("learning_rate", default_learning_rate, Reader::kNonNegative);
+  common_.wd = params.GetDoubleIn("wd", 0.0, Reader::kNonNegative);
+  common_.rescale_grad = params.GetDoubleIn("rescale_grad", 1.0, Reader::kPositive);
   common_.clip_gradient = params.GetOptionalDouble("clip_gradient");
   common_.multi_precision = params.GetBool("multi_precision", false);
   common_.begin_num_update = params.GetInt("begin_num_update", 0);

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <limits>
 
 #include "tandem/error.h"
 
@@ -61,11 +62,37 @@ std::optional<double> OptimizerParamReader::GetOptionalDouble(std::string_view n
   if (t.empty() || ec != std::errc() || end != t.data() + t.size() || !std::isfinite(value)) {
     Fail(name, fmt::format("is '{}', expected a finite number", *text));
   }
+  if (std::fabs(value) > std::numeric_limits<float>::max()) {
+    Fail(name, fmt::format("is {}, beyond float32's range (the update kernels compute in float32)",
+                           value));
+  }
   return value;
 }
 
 double OptimizerParamReader::GetDouble(std::string_view name, double fallback) {
   return GetOptionalDouble(name).value_or(fallback);
+}
+
+const OptimizerParamReader::Range OptimizerParamReader::kNonNegative{
+    0, std::numeric_limits<float>::max(), false, false};
+const OptimizerParamReader::Range OptimizerParamReader::kPositive{
+    0, std::numeric_limits<float>::max(), true, false};
+const OptimizerParamReader::Range OptimizerParamReader::kFraction{0, 1, false, true};
+
+std::string OptimizerParamReader::Range::ToString() const {
+  return fmt::format("{}{}, {}{}", lo_open ? "(" : "[", static_cast<float>(lo),
+                     static_cast<float>(hi), hi_open ? ")" : "]");
+}
+
+double OptimizerParamReader::GetDoubleIn(std::string_view name, double fallback,
+                                         const Range& range) {
+  const double value = GetDouble(name, fallback);
+  const bool above_lo = range.lo_open ? value > range.lo : value >= range.lo;
+  const bool below_hi = range.hi_open ? value < range.hi : value <= range.hi;
+  if (!above_lo || !below_hi) {
+    Fail(name, fmt::format("is {}, must be in {}", value, range.ToString()));
+  }
+  return value;
 }
 
 int64_t OptimizerParamReader::GetInt(std::string_view name, int64_t fallback) {

@@ -28,10 +28,32 @@ class OptimizerParamReader {
   /// `params` must outlive the reader; `optimizer` names it in errors.
   OptimizerParamReader(const OptimizerParams& params, std::string optimizer);
 
+  /// Where a number must lie: between lo and hi, each end open or closed.
+  struct Range {
+    double lo;
+    double hi;
+    bool lo_open;
+    bool hi_open;
+    /// "[0, 1)", "(0, 3.4e+38]".
+    std::string ToString() const;
+  };
+  /// The ranges of MXNet's hyper-parameters (docs/optimizers.md, "Ranges"):
+  /// rates, decays, epsilons >= 0; the gradient scale > 0; momenta and
+  /// decay rates of moving averages in [0, 1). Every end is within float32,
+  /// which the kernels compute in.
+  static const Range kNonNegative;
+  static const Range kPositive;
+  static const Range kFraction;
+
   /// The value of `name` as a double, or `fallback` when absent. Throws
   /// InvalidArgument naming the parameter and the text when it does not
-  /// parse or is not finite.
+  /// parse, is not finite or lies beyond float32's range.
   double GetDouble(std::string_view name, double fallback);
+
+  /// As GetDouble, and throws InvalidArgument "<optimizer>: parameter
+  /// '<name>' is <value>, must be in <range>" when the value (given or the
+  /// fallback) lies outside `range`.
+  double GetDoubleIn(std::string_view name, double fallback, const Range& range);
 
   /// The value of `name` as a double, or nullopt when absent (MXNet's
   /// `None`). Throws as GetDouble.

@@ -22,9 +22,9 @@ class RmsPropOptimizer final : public OptimizerBase {
  public:
   explicit RmsPropOptimizer(OptimizerParamReader& params)
       : OptimizerBase("rmsprop", params, 0.001) {
-    gamma1_ = params.GetDouble("gamma1", 0.9);
-    gamma2_ = params.GetDouble("gamma2", 0.9);
-    epsilon_ = params.GetDouble("epsilon", 1e-8);
+    gamma1_ = params.GetDoubleIn("gamma1", 0.9, OptimizerParamReader::kFraction);
+    gamma2_ = params.GetDoubleIn("gamma2", 0.9, OptimizerParamReader::kFraction);
+    epsilon_ = params.GetDoubleIn("epsilon", 1e-8, OptimizerParamReader::kNonNegative);
     centered_ = params.GetBool("centered", false);
     clip_weights_ = params.GetOptionalDouble("clip_weights");
   }

@@ -18,9 +18,8 @@ namespace {
 class SgdOptimizer final : public OptimizerBase {
  public:
   explicit SgdOptimizer(OptimizerParamReader& params) : OptimizerBase("sgd", params, 0.01) {
-    momentum_ = params.GetDouble("momentum", 0.0);
+    momentum_ = params.GetDoubleIn("momentum", 0.0, OptimizerParamReader::kFraction);
     lazy_update_ = params.GetBool("lazy_update", true);
-    if (momentum_ < 0) params.Fail("momentum", fmt::format("is {}, must be >= 0", momentum_));
   }
 
   size_t NumStates() const override { return momentum_ != 0 ? 1 : 0; }

@@ -132,6 +132,19 @@ def sgd_momentum(w: float, g: float, steps: int, lr=0.5, momentum=0.5):
 def optimizer(kv, c: Checker, directory: str) -> None:
     rank, n = kv.rank, kv.num_workers
     tri = n * (n + 1) // 2
+    # Values that cannot train are refused on every worker before anything is
+    # sent; the servers never see them, and the valid call below still works.
+    for bad, needle in (({"momentum": 5}, "parameter 'momentum' is 5, must be in [0, 1)"),
+                        ({"learning_rate": -1}, "parameter 'learning_rate' is -1, must be in"),
+                        ({"learning_rate": 1e39}, "beyond float32's range"),
+                        ({"wd": -1}, "parameter 'wd' is -1"),
+                        ({"rescale_grad": 0}, "parameter 'rescale_grad' is 0, must be in (0,")):
+        c.raises(f"set_optimizer {bad}", tandem.InvalidArgument, needle,
+                 lambda bad=bad: kv.set_optimizer("sgd", **{
+                     "learning_rate": 0.5, **bad}))
+    for key in (2**63, -1, 2**31):
+        c.raises(f"key {key}", tandem.InvalidArgument, f"key {key} is outside 0..2147483647",
+                 lambda key=key: kv.init(key, np.zeros(2, dtype=np.float32)))
     kv.set_optimizer("sgd", learning_rate=0.5, momentum=0.5)
     i12 = np.arange(12)
     w = c.tensor(i12.astype(np.float32))

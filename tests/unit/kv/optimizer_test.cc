@@ -497,6 +497,64 @@ TEST(OptimizerErrors, UnknownOptimizerAndBadValues) {
             std::string::npos);
 }
 
+// Values that cannot train are refused with the optimizer, the parameter,
+// the value and the valid range (docs/optimizers.md, "Ranges").
+struct OutOfRange {
+  std::string optimizer;
+  std::string param;
+  std::string value;
+  std::string message;  // the whole error
+};
+
+void PrintTo(const OutOfRange& c, std::ostream* os) {
+  *os << c.optimizer << " " << c.param << "=" << c.value;
+}
+
+class OptimizerRanges : public ::testing::TestWithParam<OutOfRange> {};
+
+TEST_P(OptimizerRanges, RefuseTheValueNamingTheRange) {
+  const OutOfRange& c = GetParam();
+  EXPECT_EQ(ErrorOf([&] { Optimizer::Create(c.optimizer, {{c.param, c.value}}); }), c.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, OptimizerRanges,
+    ::testing::Values(
+        OutOfRange{"sgd", "learning_rate", "-1",
+                   "optimizer 'sgd': parameter 'learning_rate' is -1, must be in [0, "
+                   "3.4028235e+38]"},
+        OutOfRange{"sgd", "learning_rate", "1e39",
+                   "optimizer 'sgd': parameter 'learning_rate' is 1e+39, beyond float32's range "
+                   "(the update kernels compute in float32)"},
+        OutOfRange{"sgd", "momentum", "5",
+                   "optimizer 'sgd': parameter 'momentum' is 5, must be in [0, 1)"},
+        OutOfRange{"nag", "momentum", "1",
+                   "optimizer 'nag': parameter 'momentum' is 1, must be in [0, 1)"},
+        OutOfRange{"sgd", "wd", "-1",
+                   "optimizer 'sgd': parameter 'wd' is -1, must be in [0, 3.4028235e+38]"},
+        OutOfRange{"adam", "rescale_grad", "0",
+                   "optimizer 'adam': parameter 'rescale_grad' is 0, must be in (0, "
+                   "3.4028235e+38]"},
+        OutOfRange{"adam", "epsilon", "-1e-8",
+                   "optimizer 'adam': parameter 'epsilon' is -1e-08, must be in [0, "
+                   "3.4028235e+38]"},
+        OutOfRange{"adagrad", "eps", "-1",
+                   "optimizer 'adagrad': parameter 'eps' is -1, must be in [0, 3.4028235e+38]"},
+        OutOfRange{"rmsprop", "gamma1", "1.5",
+                   "optimizer 'rmsprop': parameter 'gamma1' is 1.5, must be in [0, 1)"},
+        OutOfRange{"rmsprop", "gamma2", "-0.5",
+                   "optimizer 'rmsprop': parameter 'gamma2' is -0.5, must be in [0, 1)"}),
+    [](const auto& info) {
+      return info.param.optimizer + "_" + info.param.param + "_" + std::to_string(info.index);
+    });
+
+TEST(OptimizerRanges, TheEndsOfEachRangeAreAccepted) {
+  EXPECT_NO_THROW(Optimizer::Create("sgd", {{"momentum", "0"}, {"learning_rate", "0"}}));
+  EXPECT_NO_THROW(Optimizer::Create("sgd", {{"momentum", "0.999"}, {"wd", "0"}}));
+  EXPECT_NO_THROW(Optimizer::Create("adam", {{"epsilon", "0"}, {"rescale_grad", "1e-30"}}));
+  EXPECT_NO_THROW(Optimizer::Create("sgd", {{"clip_gradient", "-1"}}));  // MXNet: no clipping
+}
+
 TEST(OptimizerErrors, NamesAreCaseInsensitiveLikeMxnet) {
   EXPECT_EQ(Optimizer::Create("SGD", {})->name(), "sgd");
   EXPECT_EQ(Optimizer::Create("RMSProp", {})->name(), "rmsprop");
