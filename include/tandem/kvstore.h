@@ -190,8 +190,13 @@ class KVStore {
   /// stores run it on this process; distributed stores send it from worker 0
   /// to every server (then the workers meet in a barrier), so every worker
   /// must call it. Without it a store keeps the sum of each round's pushes
-  /// (update_on_kvstore=false: pull the sums and update locally). Throws
-  /// InvalidArgument (unknown optimizer or parameter), PeerLost, Timeout.
+  /// (update_on_kvstore=false: pull the sums and update locally). Every
+  /// store checks the parameters against their ranges (docs/optimizers.md,
+  /// "Ranges") before anything is sent, so each worker that passes a value
+  /// that cannot train throws, and no server sees it. Throws
+  /// InvalidArgument (unknown optimizer or parameter, a value outside its
+  /// range: "set_optimizer: optimizer 'sgd': parameter 'momentum' is 5,
+  /// must be in [0, 1)"), PeerLost, Timeout.
   virtual void SetOptimizer(const std::string& name, const KVParams& params) = 0;
 
   /// MXNet's gradient compression: {"type": "2bit"|"1bit"|"none",

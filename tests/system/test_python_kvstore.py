@@ -75,6 +75,12 @@ assert a.ctypes.data == before and a.tolist() == [3.0] * 6
 shared = torch.zeros(6); view = shared.numpy()
 kv.pull("w", out=shared)
 assert view.tolist() == [3.0] * 6                            # same memory as the tensor
+try:
+    kv.set_optimizer("sgd", learning_rate=0.5, momentum=5)
+except tandem.InvalidArgument as e:
+    assert "optimizer 'sgd': parameter 'momentum' is 5, must be in [0, 1)" in str(e), e
+else:
+    raise AssertionError("momentum=5 taken")
 kv.set_optimizer("sgd", learning_rate=0.5)
 kv.push("w", np.ones(6, np.float32))
 kv.pull("w", out=a)
@@ -96,7 +102,8 @@ print("local ok")
 """
 
 
-def test_local_store_in_one_process_zero_copy_and_errors(tandem_bin_dir):
+def run_alone(tandem_bin_dir, script: str) -> subprocess.CompletedProcess:
+    """Runs `script` in one Python process outside any job; it must succeed."""
     env = python_env(tandem_bin_dir)
     import os
     full = dict(os.environ)
@@ -104,8 +111,54 @@ def test_local_store_in_one_process_zero_copy_and_errors(tandem_bin_dir):
         if k.startswith("DMLC_") or k.startswith("TANDEM_"):
             del full[k]
     full.update(env)
-    out = subprocess.run([PYTHON, "-c", LOCAL], env=full, capture_output=True, text=True,
+    out = subprocess.run([PYTHON, "-c", script], env=full, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def test_local_store_in_one_process_zero_copy_and_errors(tandem_bin_dir):
+    out = run_alone(tandem_bin_dir, LOCAL)
     assert "local ok" in out.stdout
     assert "dist outside a job: " in out.stdout
+
+
+# Every call that takes a key, with the key alone and first in a list; KEY is
+# replaced by the key under test. A bad key fails before anything happens.
+KEY_RANGE = r"""
+import numpy as np, tandem
+kv = tandem.kvstore.create("local")
+kv.init(0, np.zeros((2, 3), np.float32))
+a, rows = np.zeros((2, 3), np.float32), np.zeros((1, 3), np.float32)
+calls = {
+    "init": lambda k: kv.init(k, a), "push": lambda k: kv.push(k, a),
+    "pull": lambda k: kv.pull(k, out=a), "pushpull": lambda k: kv.pushpull(k, a, out=a),
+    "push_async": lambda k: kv.push_async(k, a),
+    "row_sparse_pull": lambda k: kv.row_sparse_pull(k, out=rows, row_ids=[1]),
+    "row_sparse_push": lambda k: kv.row_sparse_push(k, rows, [1]),
+    "init list": lambda k: kv.init([k, 1], [a, a]),
+    "push list": lambda k: kv.push([k, 0], [a, a]),
+    "pull list": lambda k: kv.pull([k, 0], out=[a, a]),
+    "pushpull list": lambda k: kv.pushpull([k, 0], [a, a], out=[a, a]),
+    "row_sparse_pull list": lambda k: kv.row_sparse_pull([k, 0], out=[rows, rows],
+                                                         row_ids=[[1], [1]]),
+}
+for name, call in calls.items():
+    try:
+        call(KEY)
+    except tandem.InvalidArgument as e:
+        assert str(e) == f"key {KEY} is outside 0..2147483647", (name, str(e))
+    else:
+        raise AssertionError(f"{name}: key {KEY} taken")
+# Nothing happened: key 0 is still zero and takes a push.
+kv.push(0, np.ones((2, 3), np.float32))
+kv.pull(0, out=a)
+assert a.tolist() == [[1.0] * 3] * 2, a
+print("keys refused", len(calls))
+"""
+
+
+@pytest.mark.parametrize("key", ["2**63", "-1", "2**31", "-2**64", "2**200"])
+def test_keys_outside_the_range_raise_invalid_argument(tandem_bin_dir, key):
+    out = run_alone(tandem_bin_dir, KEY_RANGE.replace("KEY", f"({key})"))
+    assert "keys refused 12" in out.stdout, out.stdout

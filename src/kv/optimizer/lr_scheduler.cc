@@ -207,7 +207,8 @@ std::unique_ptr<LrScheduler> LrScheduler::Create(OptimizerParamReader& params,
                                                max_update, w.steps));
     }
     if (name == "poly") {
-      const double power = params.GetDouble(P("pwr"), 2);
+      // A negative power raises the rate towards infinity as the schedule ends.
+      const double power = params.GetDoubleIn(P("pwr"), 2, OptimizerParamReader::kNonNegative);
       out = std::make_unique<PolyScheduler>(w, w.final_lr, max_update, power, final_lr);
     } else {
       out = std::make_unique<CosineScheduler>(w, w.final_lr, max_update, final_lr);

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
+#include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 #include "kv/kv_messages.h"
 #include "kv/local_kvstore.h"
+#include "kv/optimizer/optimizer.h"
 #include "kv_job.h"
 #include "typed_values.h"
 
@@ -216,6 +220,48 @@ TEST(DistSync, OptimizerRunsOncePerRound) {
     kv.LoadOptimizerStates(::testing::TempDir() + "/kv_states_" + std::to_string(::getpid()));
   });
   ExpectNoErrors(errors);
+}
+
+// A value that cannot train is refused on every worker before anything is
+// sent (docs/optimizers.md, "Ranges"): each worker throws, the servers make
+// only the valid optimizer that follows, and its round is exact.
+TEST(DistSync, EveryWorkerRefusesAnOptimizerValueBeforeSending) {
+  auto made = std::make_shared<std::atomic<int>>(0);
+  KvJobOptions o;
+  o.servers = 2;
+  o.workers = 3;
+  o.optimizer_factory = [made](const std::string& name, const kv::OptimizerParams& p) {
+    ++*made;
+    return kv::Optimizer::Create(name, p);
+  };
+  KvJob job(o);
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    Tensor w(DType::kF32, {8}, [](size_t i) { return double(i); });
+    kv.Init(1, w.view());
+    for (const auto& [param, value, range] :
+         std::vector<std::tuple<std::string, std::string, std::string>>{
+             {"momentum", "5", "must be in [0, 1)"},
+             {"learning_rate", "-1", "must be in [0, 3.4028235e+38]"},
+             {"rescale_grad", "0", "must be in (0, 3.4028235e+38]"}}) {
+      try {
+        KVParams params{{"learning_rate", "0.5"}};
+        params[param] = value;
+        kv.SetOptimizer("sgd", params);
+        ADD_FAILURE() << "rank " << rank << " accepted " << param << "=" << value;
+      } catch (const InvalidArgument& e) {
+        EXPECT_EQ(std::string(e.what()), "set_optimizer: optimizer 'sgd': parameter '" + param +
+                                             "' is " + value + ", " + range);
+      }
+    }
+    kv.SetOptimizer("sgd", {{"learning_rate", "0.25"}});
+    Tensor g(DType::kF32, {8}, [&](size_t) { return double(rank + 1); });
+    kv.Push(1, g.view());
+    kv.Pull(1, w.view());
+    // w -= 0.25 * (1 + 2 + 3).
+    for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(w.at(i), double(i) - 1.5) << i;
+  });
+  ExpectNoErrors(errors);
+  EXPECT_EQ(made->load(), 2);  // the valid optimizer, once per server
 }
 
 // Every bad input fails that call only; the value is unchanged and the next

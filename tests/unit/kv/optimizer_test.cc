@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -498,12 +499,14 @@ TEST(OptimizerErrors, UnknownOptimizerAndBadValues) {
 }
 
 // Values that cannot train are refused with the optimizer, the parameter,
-// the value and the valid range (docs/optimizers.md, "Ranges").
+// the value and the valid range (docs/optimizers.md, "Ranges"): one row per
+// ranged parameter, with the other parameters it needs to be read at all.
 struct OutOfRange {
   std::string optimizer;
   std::string param;
   std::string value;
-  std::string message;  // the whole error
+  std::string message;      // the whole error
+  OptimizerParams context;  // e.g. the schedule a schedule parameter belongs to
 };
 
 void PrintTo(const OutOfRange& c, std::ostream* os) {
@@ -514,38 +517,74 @@ class OptimizerRanges : public ::testing::TestWithParam<OutOfRange> {};
 
 TEST_P(OptimizerRanges, RefuseTheValueNamingTheRange) {
   const OutOfRange& c = GetParam();
-  EXPECT_EQ(ErrorOf([&] { Optimizer::Create(c.optimizer, {{c.param, c.value}}); }), c.message);
+  OptimizerParams params = c.context;
+  params[c.param] = c.value;
+  EXPECT_EQ(ErrorOf([&] { Optimizer::Create(c.optimizer, params); }), c.message);
+}
+
+const OptimizerParams kFactorSchedule{{"lr_scheduler", "factor"}, {"lr_scheduler.step", "2"}};
+const OptimizerParams kPolySchedule{{"lr_scheduler", "poly"}, {"lr_scheduler.max_update", "10"}};
+constexpr const char* kNonNegative = "must be in [0, 3.4028235e+38]";
+
+// "optimizer '<optimizer>': parameter '<param>' <what>".
+std::string Refusal(const std::string& optimizer, const std::string& param,
+                    const std::string& what) {
+  return "optimizer '" + optimizer + "': parameter '" + param + "' " + what;
+}
+
+OutOfRange Row(std::string optimizer, std::string param, std::string value, std::string what,
+               OptimizerParams context = {}) {
+  std::string message = Refusal(optimizer, param, what);
+  return OutOfRange{std::move(optimizer), std::move(param), std::move(value), std::move(message),
+                    std::move(context)};
 }
 
 INSTANTIATE_TEST_SUITE_P(
     All, OptimizerRanges,
     ::testing::Values(
-        OutOfRange{"sgd", "learning_rate", "-1",
-                   "optimizer 'sgd': parameter 'learning_rate' is -1, must be in [0, "
-                   "3.4028235e+38]"},
-        OutOfRange{"sgd", "learning_rate", "1e39",
-                   "optimizer 'sgd': parameter 'learning_rate' is 1e+39, beyond float32's range "
-                   "(the update kernels compute in float32)"},
-        OutOfRange{"sgd", "momentum", "5",
-                   "optimizer 'sgd': parameter 'momentum' is 5, must be in [0, 1)"},
-        OutOfRange{"nag", "momentum", "1",
-                   "optimizer 'nag': parameter 'momentum' is 1, must be in [0, 1)"},
-        OutOfRange{"sgd", "wd", "-1",
-                   "optimizer 'sgd': parameter 'wd' is -1, must be in [0, 3.4028235e+38]"},
-        OutOfRange{"adam", "rescale_grad", "0",
-                   "optimizer 'adam': parameter 'rescale_grad' is 0, must be in (0, "
-                   "3.4028235e+38]"},
-        OutOfRange{"adam", "epsilon", "-1e-8",
-                   "optimizer 'adam': parameter 'epsilon' is -1e-08, must be in [0, "
-                   "3.4028235e+38]"},
-        OutOfRange{"adagrad", "eps", "-1",
-                   "optimizer 'adagrad': parameter 'eps' is -1, must be in [0, 3.4028235e+38]"},
-        OutOfRange{"rmsprop", "gamma1", "1.5",
-                   "optimizer 'rmsprop': parameter 'gamma1' is 1.5, must be in [0, 1)"},
-        OutOfRange{"rmsprop", "gamma2", "-0.5",
-                   "optimizer 'rmsprop': parameter 'gamma2' is -0.5, must be in [0, 1)"}),
-    [](const auto& info) {
-      return info.param.optimizer + "_" + info.param.param + "_" + std::to_string(info.index);
+        Row("sgd", "learning_rate", "-1", std::string("is -1, ") + kNonNegative),
+        Row("sgd", "learning_rate", "1e39",
+            "is 1e+39, beyond float32's range (the update kernels compute in float32)"),
+        Row("sgd", "learning_rate", "inf", "is 'inf', expected a finite number"),
+        Row("adam", "learning_rate", "nan", "is 'nan', expected a finite number"),
+        Row("sgd", "momentum", "5", "is 5, must be in [0, 1)"),
+        Row("sgd", "momentum", "-0.1", "is -0.1, must be in [0, 1)"),
+        Row("nag", "momentum", "1", "is 1, must be in [0, 1)"),
+        Row("sgd", "wd", "-1", std::string("is -1, ") + kNonNegative),
+        Row("rmsprop", "wd", "1e39",
+            "is 1e+39, beyond float32's range (the update kernels compute in float32)"),
+        Row("sgd", "rescale_grad", "0", "is 0, must be in (0, 3.4028235e+38]"),
+        Row("adam", "rescale_grad", "-0.5", "is -0.5, must be in (0, 3.4028235e+38]"),
+        Row("sgd", "clip_gradient", "inf", "is 'inf', expected a finite number"),
+        Row("rmsprop", "clip_weights", "-inf", "is '-inf', expected a finite number"),
+        Row("adam", "beta1", "1", "is 1, must be in [0, 1)"),
+        Row("adam", "beta2", "-0.1", "is -0.1, must be in [0, 1)"),
+        Row("adam", "epsilon", "-1e-8", std::string("is -1e-08, ") + kNonNegative),
+        Row("adagrad", "eps", "-1", std::string("is -1, ") + kNonNegative),
+        Row("rmsprop", "gamma1", "1.5", "is 1.5, must be in [0, 1)"),
+        Row("rmsprop", "gamma2", "-0.5", "is -0.5, must be in [0, 1)"),
+        Row("rmsprop", "epsilon", "-1", std::string("is -1, ") + kNonNegative),
+        Row("sgd", "lr_scheduler.factor", "0", "is 0, must be in (0, 1]", kFactorSchedule),
+        Row("sgd", "lr_scheduler.factor", "1.5", "is 1.5, must be in (0, 1]", kFactorSchedule),
+        Row("sgd", "lr_scheduler.step", "0", "is 0, must be >= 1", {{"lr_scheduler", "factor"}}),
+        Row("sgd", "lr_scheduler.stop_factor_lr", "-1", std::string("is -1, ") + kNonNegative,
+            kFactorSchedule),
+        Row("nag", "lr_scheduler.base_lr", "-0.1", std::string("is -0.1, ") + kNonNegative,
+            kFactorSchedule),
+        Row("sgd", "lr_scheduler.warmup_steps", "-1", "is -1, must be >= 0", kFactorSchedule),
+        Row("adam", "lr_scheduler.factor", "2", "is 2, must be in (0, 1]",
+            {{"lr_scheduler", "multifactor"}, {"lr_scheduler.step", "3,6"}}),
+        Row("sgd", "lr_scheduler.pwr", "-1", std::string("is -1, ") + kNonNegative, kPolySchedule),
+        Row("sgd", "lr_scheduler.final_lr", "-1", std::string("is -1, ") + kNonNegative,
+            kPolySchedule),
+        Row("sgd", "lr_scheduler.max_update", "0", "is 0, must be >= 1",
+            {{"lr_scheduler", "cosine"}}),
+        Row("sgd", "begin_num_update", "-1", "is -1, must be in [0, 2^62]")),
+    [](const ::testing::TestParamInfo<OutOfRange>& row) {
+      std::string name =
+          row.param.optimizer + "_" + row.param.param + "_" + std::to_string(row.index);
+      std::replace(name.begin(), name.end(), '.', '_');
+      return name;
     });
 
 TEST(OptimizerRanges, TheEndsOfEachRangeAreAccepted) {
@@ -553,6 +592,13 @@ TEST(OptimizerRanges, TheEndsOfEachRangeAreAccepted) {
   EXPECT_NO_THROW(Optimizer::Create("sgd", {{"momentum", "0.999"}, {"wd", "0"}}));
   EXPECT_NO_THROW(Optimizer::Create("adam", {{"epsilon", "0"}, {"rescale_grad", "1e-30"}}));
   EXPECT_NO_THROW(Optimizer::Create("sgd", {{"clip_gradient", "-1"}}));  // MXNet: no clipping
+  EXPECT_NO_THROW(Optimizer::Create("sgd", {{"rescale_grad", "3.4e38"}, {"wd", "3.4e38"}}));
+  EXPECT_NO_THROW(Optimizer::Create(
+      "sgd",
+      {{"lr_scheduler", "factor"}, {"lr_scheduler.step", "1"}, {"lr_scheduler.factor", "1"}}));
+  EXPECT_NO_THROW(Optimizer::Create(
+      "sgd",
+      {{"lr_scheduler", "poly"}, {"lr_scheduler.max_update", "5"}, {"lr_scheduler.pwr", "0"}}));
 }
 
 TEST(OptimizerErrors, NamesAreCaseInsensitiveLikeMxnet) {
