@@ -3,11 +3,15 @@
 #include <fmt/format.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+#include <string_view>
 
+#include "cli/k8s_json_scan.h"
 #include "tandem/error.h"
 
 namespace tandem::cli::k8s {
@@ -16,6 +20,55 @@ namespace {
 using nlohmann::json;
 
 const char* TypeName(const json& v) { return v.type_name(); }
+
+// A value as an error message shows it: a scalar as JSON with its type
+// ("\"4\" (string)"), an array or object by its size only, so that a
+// message never walks a value of unbounded depth.
+std::string Shown(const json& v) {
+  if (v.is_array()) {
+    return v.empty() ? "an empty array" : fmt::format("an array of {} element(s)", v.size());
+  }
+  if (v.is_object()) {
+    return v.empty() ? "an empty object" : fmt::format("an object of {} member(s)", v.size());
+  }
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) {
+    return "a number beyond a double's range";
+  }
+  return fmt::format("{} ({})", v.dump(-1, ' ', false, json::error_handler_t::replace),
+                     TypeName(v));
+}
+
+// A field that holds a count or a port, and its range (docs/deploy.md, "The
+// job description", states these). The text reader names the range when such
+// a field holds a number too large for JSON.
+struct WholeNumberField {
+  std::string_view path;
+  int64_t min;
+  int64_t max;
+};
+
+constexpr WholeNumberField kWholeNumberFields[] = {
+    {"workers", 1, 1 << 16},     {"processes_per_node", 1, 4096},    {"servers", 1, 1 << 16},
+    {"port", 1, 65535},          {"metrics_port", 0, 65535},         {"backoff_limit", 0, 1000},
+    {"resources.gpus", 0, 1024}, {"server_resources.gpus", 0, 1024},
+};
+
+// The range of the whole-number field at `path`; nullptr for any other path.
+const WholeNumberField* FindWholeNumberField(std::string_view path) {
+  for (const auto& f : kWholeNumberFields) {
+    if (f.path == path) return &f;
+  }
+  return nullptr;
+}
+
+// The entry of kWholeNumberFields for `path`, which must be one of them.
+const WholeNumberField& WholeNumber(std::string_view path) {
+  const WholeNumberField* f = FindWholeNumberField(path);
+  if (f == nullptr) {
+    throw std::logic_error(fmt::format("{} is not in kWholeNumberFields", path));
+  }
+  return *f;
+}
 
 // Rejects members of `object` (named `where` in messages) not in `known`.
 void CheckKnownFields(const json& object, const std::string& where,
@@ -35,24 +88,30 @@ std::string GetString(const json& object, const std::string& field, const std::s
   auto it = object.find(field);
   if (it == object.end() || it->is_null()) return fallback;
   if (!it->is_string()) {
-    throw InvalidArgument(
-        fmt::format("{} must be a string, got {} ({})", where, it->dump(), TypeName(*it)));
+    throw InvalidArgument(fmt::format("{} must be a string, got {}", where, Shown(*it)));
   }
   return it->get<std::string>();
 }
 
-int64_t GetInt(const json& object, const std::string& field, int64_t fallback, int64_t min,
-               int64_t max, const std::string& where) {
+// The whole number `object[field]` in range.min..range.max; `fallback` when
+// absent or null. Fractions (2.5, also 2.0), numbers beyond int64 and other
+// types are refused with the range in the message.
+int64_t GetInt(const json& object, const std::string& field, int64_t fallback,
+               const WholeNumberField& range) {
   auto it = object.find(field);
   if (it == object.end() || it->is_null()) return fallback;
-  if (!it->is_number_integer()) {
-    throw InvalidArgument(
-        fmt::format("{} must be a whole number, got {} ({})", where, it->dump(), TypeName(*it)));
+  bool in_range = false;
+  if (it->is_number_unsigned()) {
+    const uint64_t u = it->get<uint64_t>();
+    in_range = u <= static_cast<uint64_t>(range.max) && static_cast<int64_t>(u) >= range.min;
+  } else if (it->is_number_integer()) {
+    in_range = it->get<int64_t>() >= range.min && it->get<int64_t>() <= range.max;
   }
-  int64_t v = it->get<int64_t>();
-  if (v < min) throw InvalidArgument(fmt::format("{} must be >= {}, got {}", where, min, v));
-  if (v > max) throw InvalidArgument(fmt::format("{} must be <= {}, got {}", where, max, v));
-  return v;
+  if (!in_range) {
+    throw InvalidArgument(fmt::format("{} must be a whole number in {}..{}, got {}", range.path,
+                                      range.min, range.max, Shown(*it)));
+  }
+  return it->get<int64_t>();
 }
 
 bool GetBool(const json& object, const std::string& field, bool fallback,
@@ -60,8 +119,7 @@ bool GetBool(const json& object, const std::string& field, bool fallback,
   auto it = object.find(field);
   if (it == object.end() || it->is_null()) return fallback;
   if (!it->is_boolean()) {
-    throw InvalidArgument(
-        fmt::format("{} must be true or false, got {} ({})", where, it->dump(), TypeName(*it)));
+    throw InvalidArgument(fmt::format("{} must be true or false, got {}", where, Shown(*it)));
   }
   return it->get<bool>();
 }
@@ -71,8 +129,7 @@ const json& GetObject(const json& object, const std::string& field, const std::s
   auto it = object.find(field);
   if (it == object.end() || it->is_null()) return kEmpty;
   if (!it->is_object()) {
-    throw InvalidArgument(
-        fmt::format("{} must be an object, got {} ({})", where, it->dump(), TypeName(*it)));
+    throw InvalidArgument(fmt::format("{} must be an object, got {}", where, Shown(*it)));
   }
   return *it;
 }
@@ -124,7 +181,7 @@ Resources ParseResources(const json& object, const std::string& where, const Res
   CheckQuantity(r.cpu, where + ".cpu");
   r.memory = GetString(object, "memory", fallback.memory, where + ".memory");
   CheckQuantity(r.memory, where + ".memory");
-  r.gpus = static_cast<int>(GetInt(object, "gpus", fallback.gpus, 0, 1024, where + ".gpus"));
+  r.gpus = static_cast<int>(GetInt(object, "gpus", fallback.gpus, WholeNumber(where + ".gpus")));
   return r;
 }
 
@@ -132,8 +189,8 @@ std::map<std::string, std::string> ParseStringMap(const json& object, const std:
   std::map<std::string, std::string> out;
   for (const auto& [key, value] : object.items()) {
     if (!value.is_string()) {
-      throw InvalidArgument(fmt::format("{}.{} must be a string, got {} ({})", where, key,
-                                        value.dump(), TypeName(value)));
+      throw InvalidArgument(
+          fmt::format("{}.{} must be a string, got {}", where, key, Shown(value)));
     }
     out[key] = value.get<std::string>();
   }
@@ -215,13 +272,12 @@ JobDescription ParseJobDescription(const json& doc) {
   }
   if (!command->is_array() || command->empty()) {
     throw InvalidArgument(
-        fmt::format("command must be a non-empty array of strings, got {}", command->dump()));
+        fmt::format("command must be a non-empty array of strings, got {}", Shown(*command)));
   }
   for (size_t i = 0; i < command->size(); ++i) {
     const auto& arg = (*command)[i];
     if (!arg.is_string()) {
-      throw InvalidArgument(
-          fmt::format("command[{}] must be a string, got {} ({})", i, arg.dump(), TypeName(arg)));
+      throw InvalidArgument(fmt::format("command[{}] must be a string, got {}", i, Shown(arg)));
     }
     d.command.push_back(arg.get<std::string>());
   }
@@ -236,13 +292,14 @@ JobDescription ParseJobDescription(const json& doc) {
     throw InvalidArgument(
         fmt::format("strategy must be 'parameter-server' or 'collectives', got '{}'", strategy));
   }
-  d.workers = static_cast<int>(GetInt(doc, "workers", 1, 1, 1 << 16, "workers"));
+  d.workers = static_cast<int>(GetInt(doc, "workers", 1, WholeNumber("workers")));
   d.processes_per_node =
-      static_cast<int>(GetInt(doc, "processes_per_node", 1, 1, 4096, "processes_per_node"));
+      static_cast<int>(GetInt(doc, "processes_per_node", 1, WholeNumber("processes_per_node")));
   if (d.strategy == Strategy::kParameterServer) {
-    d.servers = static_cast<int>(GetInt(doc, "servers", 1, 1, 1 << 16, "servers"));
+    d.servers = static_cast<int>(GetInt(doc, "servers", 1, WholeNumber("servers")));
   } else {
-    d.servers = static_cast<int>(GetInt(doc, "servers", 0, 0, 1 << 16, "servers"));
+    const WholeNumberField any_count{"servers", 0, WholeNumber("servers").max};
+    d.servers = static_cast<int>(GetInt(doc, "servers", 0, any_count));
     if (d.servers != 0) {
       throw InvalidArgument(fmt::format(
           "servers must be 0 for strategy 'collectives' (servers belong to a parameter server), "
@@ -258,7 +315,7 @@ JobDescription ParseJobDescription(const json& doc) {
         "servers), got true");
   }
   int default_port = d.strategy == Strategy::kParameterServer ? 9091 : 29500;
-  d.port = static_cast<int>(GetInt(doc, "port", default_port, 1, 65535, "port"));
+  d.port = static_cast<int>(GetInt(doc, "port", default_port, WholeNumber("port")));
 
   d.worker_resources = ParseResources(GetObject(doc, "resources", "resources"), "resources", {});
   Resources server_fallback = d.worker_resources;
@@ -299,7 +356,7 @@ JobDescription ParseJobDescription(const json& doc) {
                     d.checkpoint_mount_path));
   }
 
-  d.metrics_port = static_cast<int>(GetInt(doc, "metrics_port", 0, 0, 65535, "metrics_port"));
+  d.metrics_port = static_cast<int>(GetInt(doc, "metrics_port", 0, WholeNumber("metrics_port")));
   if (d.metrics_port != 0 && d.metrics_port == d.port) {
     throw InvalidArgument(fmt::format(
         "metrics_port must differ from port (the rendezvous port), got {} for both", d.port));
@@ -316,7 +373,7 @@ JobDescription ParseJobDescription(const json& doc) {
     throw InvalidArgument(fmt::format(
         "restart_policy must be 'ExitCode', 'OnFailure' or 'Never', got '{}'", restart));
   }
-  d.backoff_limit = static_cast<int>(GetInt(doc, "backoff_limit", 3, 0, 1000, "backoff_limit"));
+  d.backoff_limit = static_cast<int>(GetInt(doc, "backoff_limit", 3, WholeNumber("backoff_limit")));
 
   const json& secret = GetObject(doc, "secret", "secret");
   CheckKnownFields(secret, "secret", {"name", "key", "generate"});
@@ -366,6 +423,48 @@ JobDescription ParseJobDescription(const json& doc) {
   return d;
 }
 
+JobDescription ParseJobDescriptionText(std::string_view text, const std::string& source) {
+  const JsonScanFinding found = ScanJsonText(text, kMaxJobDescriptionDepth);
+  const std::string at =
+      fmt::format("at byte {} (line {}, column {})", found.byte, found.line, found.column);
+  if (found.kind == JsonScanFinding::Kind::kTooDeep) {
+    throw InvalidArgument(fmt::format("{}: {} nests deeper than {} levels of arrays and objects {}",
+                                      source, found.path.empty() ? "the top level" : found.path,
+                                      kMaxJobDescriptionDepth, at));
+  }
+  if (found.kind == JsonScanFinding::Kind::kNumberOverflow) {
+    const WholeNumberField* range = FindWholeNumberField(found.path);
+    if (range != nullptr) {
+      throw InvalidArgument(fmt::format(
+          "{}: {} must be a whole number in {}..{}, got {} (beyond a double's range) {}", source,
+          range->path, range->min, range->max, found.token, at));
+    }
+    throw InvalidArgument(fmt::format("{}: {} holds {}, a number beyond a double's range {}",
+                                      source, found.path.empty() ? "the top level" : found.path,
+                                      found.token, at));
+  }
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // Past nlohmann's "[json.exception.parse_error.101] " comes its own
+    // "parse error at line L, column C: " and what it expected there.
+    std::string why = e.what();
+    const size_t prefix = why.find("] ");
+    if (prefix != std::string::npos) why = why.substr(prefix + 2);
+    const std::string near = JsonPathAt(text, e.byte);
+    throw InvalidArgument(fmt::format("{}: not valid JSON at byte {}{}: {}", source, e.byte,
+                                      near.empty() ? "" : " (in " + near + ")", why));
+  } catch (const json::exception& e) {
+    throw InvalidArgument(fmt::format("{}: not valid JSON: {}", source, e.what()));
+  }
+  try {
+    return ParseJobDescription(doc);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(fmt::format("{}: {}", source, e.what()));
+  }
+}
+
 JobDescription LoadJobDescription(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -374,17 +473,7 @@ JobDescription LoadJobDescription(const std::string& path) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  json doc;
-  try {
-    doc = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    throw InvalidArgument(fmt::format("{} is not valid JSON: {}", path, e.what()));
-  }
-  try {
-    return ParseJobDescription(doc);
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(fmt::format("{}: {}", path, e.what()));
-  }
+  return ParseJobDescriptionText(text.str(), path);
 }
 
 }  // namespace tandem::cli::k8s

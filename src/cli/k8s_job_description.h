@@ -3,11 +3,13 @@
 // every field, its default and its meaning).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tandem::cli::k8s {
@@ -26,6 +28,11 @@ struct Resources {
   std::string memory;  ///< e.g. "8Gi"; empty: not set
   int gpus = 0;        ///< GPUs of `gpu_resource` per replica
 };
+
+/// The deepest nesting of arrays and objects a description's text may have
+/// (a valid description needs 3). Deeper text is refused before it is parsed,
+/// so that no recursive walk of it can overflow the stack.
+inline constexpr size_t kMaxJobDescriptionDepth = 64;
 
 /// The job description. Thread-safety: a value type.
 struct JobDescription {
@@ -71,12 +78,25 @@ struct JobDescription {
 /// Fills the defaults (the port: 9091 for a parameter server, 29500 for
 /// collectives; the Secret's name: NAME-tandem-secret). Throws
 /// InvalidArgument naming the field, what it must be and what it was, e.g.
-/// "workers must be >= 1, got 0", or an unknown field.
+/// "workers must be a whole number in 1..65536, got 0", or an unknown field.
+/// Never recurses into `doc`, however deep it is. Any thread.
 JobDescription ParseJobDescription(const nlohmann::json& doc);
 
+/// Parses a description's JSON text and checks it as ParseJobDescription
+/// does. `source` (the file's name) starts every message. Throws
+/// InvalidArgument naming the source and the field (a JSON path such as
+/// `env.A[0]`) when the text nests deeper than kMaxJobDescriptionDepth
+/// ("job.json: env.A[0][0][0]... nests deeper than 64 levels at byte 812
+/// (line 1, column 812)"), holds a number beyond a double's range ("job.json:
+/// workers must be a whole number in 1..65536, got 1e400 ..."), is not
+/// valid JSON (with the byte, line and column) or is not a valid
+/// description. Any thread.
+JobDescription ParseJobDescriptionText(std::string_view text, const std::string& source);
+
 /// Reads a description from a JSON file (a YAML file written in JSON's
-/// syntax works as well). Throws IoError when the file cannot be read and
-/// InvalidArgument when it is not valid JSON or not a valid description.
+/// syntax works as well) with ParseJobDescriptionText. Throws IoError when
+/// the file cannot be read and InvalidArgument, starting with `path`, when it
+/// is not a valid description.
 JobDescription LoadJobDescription(const std::string& path);
 
 /// "parameter-server" or "collectives".

@@ -2,8 +2,9 @@
 // encodings (tests/fuzz/cluster_messages_fuzz.cc, collective_messages_fuzz.cc,
 // mailbox_record_fuzz.cc,
 // gradient_compression_fuzz.cc, hostfile_fuzz.cc), from the real encoders,
-// so the seeds are messages a node really sends. Run after a format change
-// and commit the result:
+// so the seeds are messages a node really sends, and of the text targets
+// (hostfile_fuzz.cc, job_description_fuzz.cc) from files a user writes. Run
+// after a format change and commit the result:
 //
 //   build/bin/write_fuzz_seeds tests/fuzz/corpus
 //
@@ -250,6 +251,46 @@ void HostfileSeeds(SeedWriter& w) {
   w.Write(t, "brackets_and_colons", "[fd00::5]:8\nbob@[::1]:2\nnode7:3\n127.0.0.1 slots=1\n");
 }
 
+// Job descriptions (docs/deploy.md): two valid ones, and the hostile shapes
+// the reader must refuse by name: nesting past kMaxJobDescriptionDepth (64)
+// and numbers beyond a double's range, each under run-fuzzers.sh's
+// -max_len of 8192 bytes.
+void JobDescriptionSeeds(SeedWriter& w) {
+  const std::string t = "job_description_fuzz";
+  const std::string head = R"({"name": "mnist", "image": "tandem:1", "command": ["./train"], )";
+  auto repeated = [](const std::string& piece, int times) {
+    std::string out;
+    for (int i = 0; i < times; ++i) out += piece;
+    return out;
+  };
+  w.Write(t, "valid_parameter_server", R"({
+  "name": "mnist", "namespace": "training", "image": "registry.example.com/tandem:0.1.0",
+  "command": ["python3", "train.py", "--epochs", "3"], "strategy": "parameter-server",
+  "workers": 4, "servers": 2, "command_runs_all_roles": false, "port": 9091,
+  "resources": {"cpu": "4", "memory": "8Gi", "gpus": 1},
+  "server_resources": {"cpu": "2", "memory": "4Gi"}, "gpu_resource": "nvidia.com/gpu",
+  "shm_size": "2Gi", "host_network": false,
+  "checkpoint": {"claim": "mnist-checkpoints", "mount_path": "/checkpoints"},
+  "metrics_port": 9100, "restart_policy": "ExitCode", "backoff_limit": 3,
+  "secret": {"generate": true},
+  "gang_scheduling": {"scheduler": "volcano", "queue": "research", "priority_class": "high"},
+  "env": {"PS_VERBOSE": "1"}, "labels": {"team": "vision"}
+}
+)");
+  w.Write(t, "valid_collectives",
+          head + R"("workers": 8, "processes_per_node": 2, "restart_policy": "OnFailure",
+ "secret": {"name": "tandem-secret"}, "env": {"NCCL_DEBUG": "INFO"}})");
+  w.Write(t, "env_nested_arrays_2000",
+          head + R"("env": {"A": )" + repeated("[", 2000) + repeated("]", 2000) + "}}");
+  w.Write(t, "labels_nested_objects_500",
+          head + R"("labels": )" + repeated(R"({"a": )", 500) + "1" + repeated("}", 501));
+  w.Write(t, "workers_1e400", head + R"("workers": 1e400})");
+  w.Write(t, "gpus_minus_1e400", head + R"("resources": {"gpus": -1e400}})");
+  w.Write(t, "port_400_digits", head + R"("port": 1)" + repeated("0", 400) + "}");
+  w.Write(t, "backoff_uint64_max", head + R"("backoff_limit": 18446744073709551615})");
+  w.Write(t, "fraction_and_text", head + R"("workers": 2.5, "servers": "two"})");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,6 +306,7 @@ int main(int argc, char** argv) {
     CallSeeds(w);
     CompressionSeeds(w);
     HostfileSeeds(w);
+    JobDescriptionSeeds(w);
     std::cout << "wrote " << w.written() << " seeds under " << argv[1] << "\n";
   } catch (const std::exception& e) {
     std::cerr << "write_fuzz_seeds: " << e.what() << "\n";

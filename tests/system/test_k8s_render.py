@@ -254,7 +254,7 @@ def test_exit_code_policy_fails_indexed_job_on_permanent_codes(tandem_bin_dir, t
 
 
 @pytest.mark.parametrize("field,value,message", [
-    ("workers", 0, "workers must be >= 1, got 0"),
+    ("workers", 0, "workers must be a whole number in 1..65536, got 0"),
     ("name", "Bad_Name", "name must be lower-case letters, digits and '-' only, got 'Bad_Name'"),
     ("restart_policy", "Always", "restart_policy must be 'ExitCode', 'OnFailure' or 'Never'"),
     ("shm_size", "2 GB", "shm_size must be a Kubernetes quantity"),
@@ -265,6 +265,41 @@ def test_bad_descriptions_name_the_field(tandem_bin_dir, tmp_path, field, value,
     result = render(tandem_bin_dir, tmp_path, job, "indexed-job")
     assert result.returncode == 78, result.stderr
     assert message in result.stderr
+    assert result.stdout == ""
+
+
+def hostile_text(member: str) -> str:
+    """A valid collectives description's text with `member` added last."""
+    return '{"name": "a", "image": "i", "command": ["x"], ' + member + "}"
+
+
+# Found by a fault drill: 100 000 nested arrays crashed render (exit 139, a
+# stack overflow) and 1e400 gave nlohmann's message without the file's name.
+# Each must end with exit 78 and one line naming the file, the field and the
+# limit (docs/deploy.md, "Limits of the reader").
+@pytest.mark.parametrize("member,message", [
+    ('"env": {"A": ' + "[" * 100000 + "]" * 100000 + "}",
+     "env.A[0][0][0][0]... nests deeper than 64 levels of arrays and objects at byte 122 "
+     "(line 1, column 122)"),
+    ('"labels": ' + '{"a": ' * 100000 + "1" + "}" * 100000,
+     "labels.a.a.a.a.a... nests deeper than 64 levels"),
+    ('"workers": 1e400',
+     "workers must be a whole number in 1..65536, got 1e400 (beyond a double's range) at byte 58"),
+    ('"resources": {"gpus": -1e400}', "resources.gpus must be a whole number in 0..1024, got -1e400"),
+    ('"workers": -1', "workers must be a whole number in 1..65536, got -1 (number)"),
+    ('"workers": 2.5', "workers must be a whole number in 1..65536, got 2.5 (number)"),
+    ('"workers": "two"', 'workers must be a whole number in 1..65536, got "two" (string)'),
+], ids=["env-nested-100000", "labels-nested-100000", "workers-1e400", "gpus-minus-1e400",
+        "workers-minus-1", "workers-fraction", "workers-text"])
+def test_hostile_descriptions_are_refused_by_name(tandem_bin_dir, tmp_path, member, message):
+    description = tmp_path / "job.json"
+    description.write_text(hostile_text(member))
+    result = subprocess.run(
+        [str(tandem_bin_dir / "tandem"), "k8s", "render", "-f", str(description), "--kind",
+         "indexed-job"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 78, result.stderr[:500]
+    assert result.stderr.startswith(f"tandem: error: {description}: "), result.stderr[:500]
+    assert message in result.stderr and result.stderr.count("\n") == 1, result.stderr[:500]
     assert result.stdout == ""
 
 

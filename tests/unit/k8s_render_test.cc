@@ -8,10 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <ostream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cli/k8s_job_description.h"
+#include "cli/k8s_json_scan.h"
 #include "tandem/error.h"
 
 namespace tandem::cli::k8s {
@@ -123,27 +126,32 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"CommandEmptyProgram", R"({"command": [""]})", false, "command[0] must name"},
         BadField{"Strategy", R"({"strategy": "allreduce"})", false,
                  "strategy must be 'parameter-server' or 'collectives', got 'allreduce'"},
-        BadField{"WorkersZero", R"({"workers": 0})", false, "workers must be >= 1, got 0"},
+        BadField{"WorkersZero", R"({"workers": 0})", false,
+                 "workers must be a whole number in 1..65536, got 0 (number)"},
         BadField{"WorkersText", R"({"workers": "4"})", false,
-                 "workers must be a whole number, got \"4\""},
-        BadField{"WorkersFraction", R"({"workers": 1.5})", false, "workers must be a whole number"},
+                 "workers must be a whole number in 1..65536, got \"4\" (string)"},
+        BadField{"WorkersFraction", R"({"workers": 1.5})", false,
+                 "workers must be a whole number in 1..65536, got 1.5"},
         BadField{"ProcessesPerNodeZero", R"({"processes_per_node": 0})", false,
-                 "processes_per_node must be >= 1, got 0"},
-        BadField{"ServersZeroPs", R"({"servers": 0})", true, "servers must be >= 1, got 0"},
+                 "processes_per_node must be a whole number in 1..4096, got 0"},
+        BadField{"ServersZeroPs", R"({"servers": 0})", true,
+                 "servers must be a whole number in 1..65536, got 0"},
         BadField{"ServersInCollectives", R"({"servers": 2})", false,
                  "servers must be 0 for strategy 'collectives'"},
         BadField{"AllRolesCollectives", R"({"command_runs_all_roles": true})", false,
                  "command_runs_all_roles must be false for strategy 'collectives'"},
         BadField{"AllRolesText", R"({"command_runs_all_roles": "yes"})", true,
                  "command_runs_all_roles must be true or false"},
-        BadField{"PortZero", R"({"port": 0})", false, "port must be >= 1, got 0"},
-        BadField{"PortHigh", R"({"port": 70000})", false, "port must be <= 65535, got 70000"},
+        BadField{"PortZero", R"({"port": 0})", false,
+                 "port must be a whole number in 1..65535, got 0"},
+        BadField{"PortHigh", R"({"port": 70000})", false,
+                 "port must be a whole number in 1..65535, got 70000"},
         BadField{"Cpu", R"({"resources": {"cpu": "four"}})", false,
                  "resources.cpu must be a Kubernetes quantity"},
         BadField{"Memory", R"({"resources": {"memory": "8 GB"}})", false,
                  "resources.memory must be a Kubernetes quantity"},
         BadField{"Gpus", R"({"resources": {"gpus": -1}})", false,
-                 "resources.gpus must be >= 0, got -1"},
+                 "resources.gpus must be a whole number in 0..1024, got -1"},
         BadField{"ResourcesUnknown", R"({"resources": {"gpu": 1}})", false,
                  "unknown field 'resources.gpu'"},
         BadField{"ServerResourcesCollectives", R"({"server_resources": {"cpu": "1"}})", false,
@@ -166,13 +174,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadField{"CheckpointNotObject", R"({"checkpoint": "pvc"})", false,
                  "checkpoint must be an object"},
         BadField{"MetricsPort", R"({"metrics_port": 65536})", false,
-                 "metrics_port must be <= 65535, got 65536"},
+                 "metrics_port must be a whole number in 0..65535, got 65536"},
         BadField{"MetricsIsPort", R"({"metrics_port": 29500})", false,
                  "metrics_port must differ from port"},
         BadField{"Restart", R"({"restart_policy": "Always"})", false,
                  "restart_policy must be 'ExitCode', 'OnFailure' or 'Never', got 'Always'"},
         BadField{"Backoff", R"({"backoff_limit": -1})", false,
-                 "backoff_limit must be >= 0, got -1"},
+                 "backoff_limit must be a whole number in 0..1000, got -1"},
         BadField{"SecretName", R"({"secret": {"name": "My_Secret"}})", false,
                  "secret.name must be"},
         BadField{"SecretKey", R"({"secret": {"key": "a/b"}})", false,
@@ -198,6 +206,172 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(K8sJobDescription, RejectsANonObject) {
   EXPECT_THAT(ParseError(json::array()), HasSubstr("must be a JSON object, got array"));
 }
+
+// ---- the description's text (hostile input) --------------------------------------
+
+// A valid collectives description with `member` (text such as "\"workers\": 2")
+// added as its last member.
+std::string TextWith(const std::string& member) {
+  return R"({"name": "a", "image": "i", "command": ["x"], )" + member + "}";
+}
+
+std::string Repeated(const std::string& piece, size_t times) {
+  std::string out;
+  out.reserve(piece.size() * times);
+  for (size_t i = 0; i < times; ++i) out += piece;
+  return out;
+}
+
+// `depth` arrays, one inside the other.
+std::string NestedArrays(size_t depth) { return Repeated("[", depth) + Repeated("]", depth); }
+
+std::string TextError(const std::string& text) {
+  try {
+    ParseJobDescriptionText(text, "job.json");
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no InvalidArgument for " << text.substr(0, 200);
+  return "";
+}
+
+struct BadText {
+  std::string name;
+  std::string text;
+  std::vector<std::string> fragments;  // each must be in the message
+};
+
+// gtest prints a failing case by its name, not its 100 000 brackets.
+void PrintTo(const BadText& c, std::ostream* os) { *os << c.name; }
+
+class K8sBadText : public ::testing::TestWithParam<BadText> {};
+
+TEST_P(K8sBadText, NamesTheFileTheFieldAndTheLimit) {
+  const std::string message = TextError(GetParam().text);
+  EXPECT_THAT(message, ::testing::StartsWith("job.json: "));
+  for (const auto& fragment : GetParam().fragments) EXPECT_THAT(message, HasSubstr(fragment));
+}
+
+std::vector<BadText> BadTexts() {
+  // The root object and env are 2 levels, so the 63rd array under env.A is
+  // the 65th level: offset prefix + 62, byte prefix + 63.
+  const std::string env_prefix = TextWith(R"("env": {"A": )");
+  const std::string env_prefix_bytes =
+      std::to_string(env_prefix.size() - 1 + kMaxJobDescriptionDepth - 1);
+  std::string deep_labels;
+  for (int i = 0; i < 1000; ++i) deep_labels += R"({"a": )";
+  deep_labels += R"("x")" + Repeated("}", 1000);
+  return {
+      {"EnvNestedArrays100000",
+       TextWith(R"("env": {"A": )" + NestedArrays(100000) + "}"),
+       {"job.json: env.A[0][0][0][0]... nests deeper than 64 levels",
+        "at byte " + env_prefix_bytes + " (line 1, column " + env_prefix_bytes + ")"}},
+      {"EnvNestedOneTooMany",
+       TextWith(R"("env": {"A": )" + NestedArrays(kMaxJobDescriptionDepth - 1) + "}"),
+       {"env.A[0][0][0][0]... nests deeper than 64 levels"}},
+      {"EnvNestedAtTheLimit",
+       TextWith(R"("env": {"A": )" + NestedArrays(kMaxJobDescriptionDepth - 2) + "}"),
+       {"env.A must be a string, got an array of 1 element(s)"}},
+      {"LabelsNestedObjects",
+       TextWith(R"("labels": )" + deep_labels),
+       {"labels.a.a.a.a.a... nests deeper than 64 levels"}},
+      {"TopLevelArrays", NestedArrays(100000), {"[0][0][0][0][0][0]... nests deeper than 64"}},
+      {"SecondLine",
+       "{\"name\": \"a\",\n \"env\": " + Repeated("[", 100),
+       {"env[0][0][0][0][0]... nests deeper", "(line 2, column 72)"}},
+      {"Workers1e400",
+       TextWith(R"("workers": 1e400)"),
+       {"job.json: workers must be a whole number in 1..65536, got 1e400 (beyond a double's "
+        "range) at byte 58"}},
+      {"WorkersMinus1e400",
+       TextWith(R"("workers": -1e400)"),
+       {"workers must be a whole number in 1..65536, got -1e400"}},
+      {"WorkersFourHundredDigits",
+       TextWith(R"("workers": 1)" + Repeated("0", 400)),
+       {"workers must be a whole number in 1..65536, got 1" + std::string(39, '0') +
+        "... (beyond a double's range)"}},
+      {"Gpus1e999",
+       TextWith(R"("resources": {"gpus": 1e999})"),
+       {"resources.gpus must be a whole number in 0..1024, got 1e999"}},
+      {"Name1e400", TextWith(R"("name": 1e400)"), {"job.json: name holds 1e400"}},
+      {"EnvValue1e400", TextWith(R"("env": {"A": 1e400})"), {"env.A holds 1e400"}},
+      {"WorkersMinus1",
+       TextWith(R"("workers": -1)"),
+       {"job.json: workers must be a whole number in 1..65536, got -1 (number)"}},
+      {"WorkersFraction",
+       TextWith(R"("workers": 2.5)"),
+       {"job.json: workers must be a whole number in 1..65536, got 2.5 (number)"}},
+      {"WorkersWholeFloat",
+       TextWith(R"("workers": 2.0)"),
+       {"workers must be a whole number in 1..65536, got 2.0 (number)"}},
+      {"WorkersText",
+       TextWith(R"("workers": "two")"),
+       {R"(job.json: workers must be a whole number in 1..65536, got "two" (string))"}},
+      {"WorkersUint64Max",
+       TextWith(R"("workers": 18446744073709551615)"),
+       {"workers must be a whole number in 1..65536, got 18446744073709551615 (number)"}},
+      {"Workers1e300",
+       TextWith(R"("workers": 1e300)"),
+       {"workers must be a whole number in 1..65536, got 1e+300 (number)"}},
+      {"WorkersArray",
+       TextWith(R"("workers": [4])"),
+       {"workers must be a whole number in 1..65536, got an array of 1 element(s)"}},
+      {"BackoffMinus1",
+       TextWith(R"("backoff_limit": -1)"),
+       {"backoff_limit must be a whole number in 0..1000, got -1 (number)"}},
+      {"SyntaxInAField",
+       TextWith(R"("workers": 4x)"),
+       {"job.json: not valid JSON at byte 59 (in workers): parse error at line 1, column 59"}},
+      {"Truncated", TextWith(R"("env": {"A": "x")").substr(0, 60), {"not valid JSON at byte"}},
+      {"Empty", "", {"job.json: not valid JSON at byte 1"}},
+      {"NotAnObject", "[1]", {"job.json: the job description must be a JSON object, got array"}},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Texts, K8sBadText, ::testing::ValuesIn(BadTexts()),
+                         [](const auto& test) { return test.param.name; });
+
+TEST(K8sJobDescriptionText, ReadsAValidDescription) {
+  const JobDescription d = ParseJobDescriptionText(
+      TextWith(R"("workers": 8, "env": {"A": "1"}, "resources": {"gpus": 2})"), "job.json");
+  EXPECT_EQ(d.workers, 8);
+  EXPECT_EQ(d.env.at("A"), "1");
+  EXPECT_EQ(d.worker_resources.gpus, 2);
+}
+
+// ParseJobDescription is handed a value, not text: its messages must not walk
+// a value of any depth (dump() would recurse 100 000 frames deep).
+TEST(K8sJobDescription, DeepValueIsNamedWithoutRecursion) {
+  json nested = json::array();
+  for (int i = 0; i < 100000; ++i) {
+    json outer = json::array();
+    outer.push_back(std::move(nested));
+    nested = std::move(outer);
+  }
+  json doc = CollectivesJob();
+  doc["env"]["A"] = std::move(nested);
+  EXPECT_THAT(ParseError(doc), HasSubstr("env.A must be a string, got an array of 1 element(s)"));
+}
+
+struct PathAt {
+  std::string text;
+  size_t byte;
+  std::string path;
+};
+
+class K8sJsonPathAt : public ::testing::TestWithParam<PathAt> {};
+
+TEST_P(K8sJsonPathAt, NamesTheValueAtAByte) {
+  EXPECT_EQ(JsonPathAt(GetParam().text, GetParam().byte), GetParam().path);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Paths, K8sJsonPathAt,
+    ::testing::Values(PathAt{R"({"a": 1})", 7, "a"}, PathAt{R"({"a": [1, 2]})", 11, "a[1]"},
+                      PathAt{R"({"a": {"b\"c": [0, {"d": 1}]}})", 26, "a.b\\\"c[1].d"},
+                      PathAt{R"([[0], [1, [2]]])", 12, "[1][1][0]"}, PathAt{R"({"a": 1})", 1, ""},
+                      PathAt{R"({")" + std::string(50, 'k') + R"(": 1})", 55,
+                             std::string(40, 'k') + "..."}));
 
 // ---- the kinds ----------------------------------------------------------------
 
