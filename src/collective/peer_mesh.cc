@@ -563,6 +563,7 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
     }
   }
   const auto started = Clock::now();
+  auto next_report = started + kWaitReportInterval;
   std::vector<std::pair<int, CallNotice>> crossing_notices;
   const uint32_t communicator = pieces.empty() ? 0 : pieces.front().key.communicator;
   const uint64_t sequence = pieces.empty() ? 0 : pieces.front().key.sequence;
@@ -598,6 +599,17 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       }
     }
     if (last_look) return {WaitResult::kTimedOut, 0};
+    if (!pieces.empty() && Clock::now() >= next_report) {
+      // No wait goes kWaitReportInterval without a line saying what for.
+      std::string from;
+      for (const SlotKey& piece : pieces) from += (from.empty() ? "" : ", ") + Describe(piece.peer);
+      log_.Warn(
+          "collective operation {} of communicator {}: still waiting after {:.0f} s for {} "
+          "(TANDEM_COLLECTIVE_TIMEOUT gives up in {:.0f} s)",
+          sequence, communicator, std::chrono::duration<double>(Clock::now() - started).count(),
+          from, std::chrono::duration<double>(deadline - Clock::now()).count());
+      next_report += kWaitReportInterval;
+    }
     if (spin.count() > 0) {
       // Poll before sleeping: a piece due within the spin budget is seen
       // without the wake-up of a sleeping thread (docs/collectives.md,

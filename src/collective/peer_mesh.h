@@ -232,6 +232,8 @@ class PeerMesh final : public net::TransportHandler {
   /// How long a wait lasts before it looks for a crossed order of
   /// operations between communicators.
   static constexpr std::chrono::milliseconds kCrossWait{400};
+  /// How often a wait for pieces that goes on logs what it waits for.
+  static constexpr std::chrono::seconds kWaitReportInterval{30};
   /// Call notices about more communicators than this (a broken peer's) are
   /// ignored, so that they cannot grow the call states without bound.
   static constexpr size_t kMaxCommunicators = 1 << 16;

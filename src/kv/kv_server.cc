@@ -61,15 +61,20 @@ KvServer::KvServer(const cluster::NodeServices& services, Options options)
 }
 
 KvServer::~KvServer() {
+  Stop();
+  shards_.clear();
+}
+
+void KvServer::Stop() {
   {
     // A shard parked at a rendezvous that will never complete must not
-    // block its own destruction.
+    // block its own stop.
     std::lock_guard lock(checkpoint_mu_);
     for (auto& weak : rendezvous_) {
       if (auto r = weak.lock()) r->Cancel();
     }
   }
-  shards_.clear();
+  for (auto& shard : shards_) shard->Stop();
 }
 
 void KvServer::Start() {

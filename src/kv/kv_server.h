@@ -58,6 +58,12 @@ class KvServer final : public net::TransportHandler {
   /// (shut down first).
   ~KvServer() override;
 
+  /// Stops the shard threads, so that none uses the transport or the logger
+  /// any more: call before the node's Cluster (its transport) goes, also
+  /// when the job failed with requests still in flight. Messages that arrive
+  /// later are queued and never handled. Idempotent; any thread.
+  void Stop();
+
   /// Called once the node has joined: takes this node's id and the number of
   /// workers from the node table and lets the shards work.
   void Start();

@@ -38,8 +38,16 @@ int RunRole(Role role, std::map<std::string, std::string> env) {
         env, [&](cluster::NodeServices& s) { server = std::make_unique<KvServer>(s, options); });
     server->Start();
     const auto wall0 = std::chrono::steady_clock::now();
-    // The server works on its shard threads until every node leaves.
-    cluster->Finalize();
+    // The server works on its shard threads until every node leaves. After a
+    // failure requests may still be in flight: the shards stop before the
+    // cluster (transport, logger) they answer through goes.
+    try {
+      cluster->Finalize();
+    } catch (...) {
+      server->Stop();
+      throw;
+    }
+    server->Stop();
     // What the server cost, for benchmarks and capacity planning.
     rusage usage{};
     getrusage(RUSAGE_SELF, &usage);

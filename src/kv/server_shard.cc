@@ -42,13 +42,15 @@ ServerShard::ServerShard(const ShardContext& context, int index)
   pthread_setname_np(thread_.native_handle(), fmt::format("kv-shard/{}", index).c_str());
 }
 
-ServerShard::~ServerShard() {
+ServerShard::~ServerShard() { Stop(); }
+
+void ServerShard::Stop() {
   {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void ServerShard::Start() {

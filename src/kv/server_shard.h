@@ -73,6 +73,10 @@ class ServerShard {
   /// going away).
   ~ServerShard();
   ServerShard(const ServerShard&) = delete;
+
+  /// Stops and joins the thread (what is queued or posted later is never
+  /// handled, nor answered). Idempotent; any thread but the shard's.
+  void Stop();
   ServerShard& operator=(const ServerShard&) = delete;
 
   /// Lets the thread handle what was and will be posted. The context must be
