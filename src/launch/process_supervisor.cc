@@ -228,8 +228,10 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   child->host = spec.host;
   child->two_sigints = spec.stop_with_two_sigints;
   Child* c = child.get();
-  child->stderr_lines.SetObserver([c](std::string_view line) { RememberLastWords(*c, line); });
-  if (spec.relays_rank_exec) {
+  // A rank launcher's output is its ranks' (their failure comes as a report).
+  if (!spec.relays_rank_exec) {
+    child->stderr_lines.SetObserver([c](std::string_view line) { RememberLastWords(*c, line); });
+  } else {
     auto observe = [c](std::string_view line) {
       std::optional<RankFailureReport> report = ParseRankFailureReport(line);
       if (!report) return;
@@ -252,10 +254,7 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
       c->relayed_seen_at = report->seen_at;
     };
     child->stdout_lines.SetObserver(observe);
-    child->stderr_lines.SetObserver([c, observe](std::string_view line) {
-      RememberLastWords(*c, line);
-      observe(line);
-    });
+    child->stderr_lines.SetObserver(observe);
   }
   children_.push_back(std::move(child));
   return children_.back()->pid;
@@ -589,6 +588,9 @@ int ProcessSupervisor::SignalGroups(int signal) {
     }
     if (::kill(-child->pid, twice ? SIGINT : signal) == 0) {
       ++signalled;
+      // A stopped (frozen) process acts on SIGTERM only once continued, as a
+      // shell's `kill` does for a stopped job; else it waits for SIGKILL.
+      if (signal != SIGKILL) ::kill(-child->pid, SIGCONT);
     } else if (errno == ESRCH && child->exited) {
       child->group_gone = true;
     }

@@ -20,6 +20,9 @@
 namespace tandem::launch {
 namespace {
 
+// How often remote-exec looks for its command's end without a SIGCHLD.
+constexpr int kChildPollMs = 200;
+
 constexpr std::string_view kMagic = "TANDEM-ENV/1\n";
 
 bool ValidName(std::string_view name) {
@@ -167,10 +170,14 @@ int RunRemoteExec(const RemoteExecOptions& options) {
   Clock::time_point kill_at{};
   while (true) {
     pollfd fds[2] = {{sfd.get(), POLLIN, 0}, {options.watch_fd, POLLIN, 0}};
-    int timeout_ms = -1;
+    // SIGCHLD reaches the signalfd only if every thread blocks it; in a
+    // process with a thread that does not (a library's, a test binary's
+    // earlier test), the signal is lost to that thread, so the child's end
+    // is also looked for every kChildPollMs.
+    int timeout_ms = kChildPollMs;
     if (stopping) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now());
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, kChildPollMs));
     }
     int r = ::poll(fds, watching ? 2 : 1, timeout_ms);
     if (r < 0 && errno != EINTR) {

@@ -317,7 +317,7 @@ TEST(RunLocalJobTest, ReturnsTheFirstFailuresCode) {
   ASSERT_FALSE(lines.empty());
   EXPECT_THAT(lines.back(),
               ::testing::MatchesRegex("\\[launcher\\] job failed: worker 0 \\(pid [0-9]+\\) exited "
-                                      "with status 7"));
+                                      "with status 7: failing"));
   EXPECT_THAT(err.Text(), HasSubstr("[worker 0] failing"));
   EXPECT_THAT(err.Text(), ::testing::ContainsRegex("scheduler \\(pid [0-9]+\\) killed by signal "
                                                    "15 \\(SIGTERM\\)"));
