@@ -22,8 +22,8 @@
 #include "launch/hostfile.h"
 #include "launch/local_launcher.h"
 #include "launch/mpi_launcher.h"
-#include "launch/slurm_launcher.h"
 #include "launch/process_supervisor.h"
+#include "launch/slurm_launcher.h"
 #include "launch/ssh_launcher.h"
 #include "tandem/error.h"
 
@@ -115,10 +115,10 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
     return launch::RunMpiJob(mpi, supervisor, env);
   }
   if (!args.hostfile.empty()) {
-    throw InvalidArgument(fmt::format(
-        "-H/--hostfile is for --launcher ssh or mpi; {}", args.launcher == "slurm"
-                                                              ? "under Slurm, srun places the tasks"
-                                                              : "the local launcher uses this host"));
+    throw InvalidArgument(fmt::format("-H/--hostfile is for --launcher ssh or mpi; {}",
+                                      args.launcher == "slurm"
+                                          ? "under Slurm, srun places the tasks"
+                                          : "the local launcher uses this host"));
   }
   if (args.launcher == "slurm") {
     launch::SlurmJobOptions slurm;
@@ -225,8 +225,9 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "(repeatable; DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_* always are)")
       ->allow_extra_args(false);
   cmd->add_option("--scheduler-port", args->scheduler_port,
-                  "With --launcher ssh, mpi or slurm: the scheduler's port on the first host (default: random "
-                  "in 20000..59999)")
+                  "With --launcher ssh, mpi or slurm: the scheduler's port on the first host "
+                  "(default: random "
+                  "in 10000..32767, below the ephemeral ports)")
       ->check(Count(1, 65535, "the scheduler port"));
   cmd->add_option("--env", args->env,
                   "Set NAME=VALUE in every process of the job (repeatable; overrides the "

@@ -9,7 +9,9 @@
 // Rank 0 runs on the first node of the step under both block and cyclic
 // distribution, so the coordinator is that node. Its port is MASTER_PORT if
 // set, else derived from the job and step ids so that concurrent steps on
-// one node do not collide: 20000 + (job id * 16 + step id) mod 40000.
+// one node do not collide: 10000 + (job id * 16 + step id) mod 22768, which
+// stays below Linux's ephemeral ports (32768..60999) so that no outgoing
+// connection holds it.
 #include <fmt/format.h>
 
 #include "cluster/launch_contract.h"
@@ -57,7 +59,7 @@ std::optional<LaunchContract> ReadSlurmContract(const base::Environment& env) {
     int64_t job = env.GetInt("SLURM_JOB_ID", 0, 0);
     // A step id may be a word ("batch", "extern") outside srun; srun's is a number.
     int64_t step = env.GetInt("SLURM_STEP_ID", 0, 0);
-    c.coordinator_port = static_cast<uint16_t>(20000 + (job * 16 + step) % 40000);
+    c.coordinator_port = static_cast<uint16_t>(10000 + (job * 16 + step) % 22768);
   }
   ValidateLaunchContract(c);
   return c;

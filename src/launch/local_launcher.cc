@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "launch/job_credentials.h"
@@ -65,9 +66,49 @@ LocalJobIdentity NewJobIdentity(const std::string& job_id, uint16_t scheduler_po
   return {scheduler_port, GenerateJobSecret(), job_id.empty() ? GenerateJobId() : job_id};
 }
 
+std::pair<int, int> EphemeralPortRange() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  int high = 0;
+  if (in >> low >> high && low > 0 && high >= low && high <= 65535) return {low, high};
+  return {32768, 60999};  // Linux's default
+}
+
+std::pair<int, int> SchedulerPortRange(std::pair<int, int> ephemeral) {
+  const auto [low, high] = ephemeral;
+  // The widest stretch outside the ephemeral range, above the well-known ports.
+  const int below = low - 1 - 10000;
+  const int above = 65535 - high;
+  if (below >= above && below >= 1000) return {10000, low - 1};
+  if (above >= 1000) return {high + 1, 65535};
+  return {10000, 65535};
+}
+
+bool PortFreeHere(uint16_t port) {
+  net::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) return true;  // cannot tell; the scheduler's own bind will say
+  int one = 1;
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  return ::bind(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+}
+
 uint16_t RandomSchedulerPort() {
+  return RandomPortFreeHere(SchedulerPortRange(EphemeralPortRange()));
+}
+
+uint16_t RandomPortFreeHere(std::pair<int, int> range) {
+  const auto [low, high] = range;
   std::random_device rd;
-  return static_cast<uint16_t>(20000 + rd() % 40000);
+  uint16_t port = 0;
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    port = static_cast<uint16_t>(low + rd() % static_cast<unsigned>(high - low + 1));
+    if (PortFreeHere(port)) return port;
+  }
+  return port;
 }
 
 std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text) {

@@ -65,10 +65,26 @@ struct LocalJobIdentity {
 /// and `job_id` or, when empty, a fresh one (GenerateJobId). Any thread.
 LocalJobIdentity NewJobIdentity(const std::string& job_id, uint16_t scheduler_port);
 
+/// This host's ephemeral (outgoing) port range, from
+/// /proc/sys/net/ipv4/ip_local_port_range; Linux's default 32768..60999 when
+/// unreadable. Any thread.
+std::pair<int, int> EphemeralPortRange();
+
+/// Where RandomSchedulerPort draws from, given the ephemeral range: the wider
+/// stretch of 10000..65535 outside it (10000..32767 with Linux's default), so
+/// that no outgoing connection holds the port. Any thread.
+std::pair<int, int> SchedulerPortRange(std::pair<int, int> ephemeral);
+
 /// A port for a scheduler on a host the launcher cannot probe (ssh, mpirun,
-/// srun): random in 20000..59999, below the usual ephemeral range. Any
-/// thread.
+/// srun): random in SchedulerPortRange(EphemeralPortRange()), skipping ports
+/// that something on this host holds (the first node is often this host).
+/// Any thread.
 uint16_t RandomSchedulerPort();
+
+/// A random port in `range` (inclusive) that this host could bind on all
+/// addresses a moment ago; after 64 draws that were all busy, the last one.
+/// Any thread.
+uint16_t RandomPortFreeHere(std::pair<int, int> range);
 
 /// Parses one --env argument: "NAME=VALUE" (split at the first '='), or
 /// launch.py's "NAME:VALUE" when there is no '='. The value may be empty

@@ -116,7 +116,7 @@ INSTANTIATE_TEST_SUITE_P(
                      2,
                      3,
                      "gpu07",
-                     static_cast<uint16_t>(20000 + (4242 * 16 + 3) % 40000)},
+                     static_cast<uint16_t>(10000 + (4242 * 16 + 3) % 22768)},
         ContractCase{"slurm with MASTER_PORT",
                      {{"SLURM_JOB_ID", "1"},
                       {"SLURM_STEP_ID", "0"},

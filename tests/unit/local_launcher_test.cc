@@ -142,6 +142,66 @@ TEST(PickFreeLoopbackPortTest, ReturnsAPortThatCanBeBound) {
   ::close(fd);
 }
 
+struct PortRangeCase {
+  std::pair<int, int> ephemeral;
+  std::pair<int, int> expected;
+};
+
+class SchedulerPortRangeTest : public ::testing::TestWithParam<PortRangeCase> {};
+
+TEST_P(SchedulerPortRangeTest, StaysOutsideTheEphemeralPorts) {
+  const auto& c = GetParam();
+  EXPECT_EQ(SchedulerPortRange(c.ephemeral), c.expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranges, SchedulerPortRangeTest,
+    ::testing::Values(PortRangeCase{{32768, 60999}, {10000, 32767}},  // Linux's default
+                      PortRangeCase{{1024, 65000}, {10000, 65535}},   // nothing outside: anywhere
+                      PortRangeCase{{10000, 40000}, {40001, 65535}},  // only above
+                      PortRangeCase{{50000, 60000}, {10000, 49999}}));
+
+TEST(RandomSchedulerPortTest, IsOutsideThisHostsEphemeralPortsAndFreeHere) {
+  const auto [low, high] = SchedulerPortRange(EphemeralPortRange());
+  for (int i = 0; i < 50; ++i) {
+    const uint16_t port = RandomSchedulerPort();
+    ASSERT_GE(port, low);
+    ASSERT_LE(port, high);
+  }
+}
+
+TEST(RandomPortFreeHereTest, SkipsAPortAListenerHere) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = 0;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int held = ntohs(addr.sin_port);
+  ASSERT_LT(held, 65535);
+  // Of {held, held + 1}, only held + 1 is free.
+  {
+    int probe = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in next = addr;
+    next.sin_port = htons(static_cast<uint16_t>(held + 1));
+    const bool free = ::bind(probe, reinterpret_cast<const sockaddr*>(&next), sizeof(next)) == 0;
+    ::close(probe);
+    if (!free) {
+      ::close(fd);
+      GTEST_SKIP() << "port " << held + 1 << " is busy too";
+    }
+  }
+  for (int i = 0; i < 100; ++i) {
+    const uint16_t port = RandomPortFreeHere({held, held + 1});
+    ASSERT_EQ(port, held + 1) << "draw " << i << " (port " << held << " has a listener)";
+  }
+  ::close(fd);
+}
+
 TEST(CurrentExecutablePathTest, IsThisTestBinary) {
   std::string path = CurrentExecutablePath();
   EXPECT_EQ(path.front(), '/');
