@@ -3,6 +3,8 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace tandem::cli {
 
@@ -19,5 +21,10 @@ void RegisterBenchCommand(CLI::App& app, CommandBody* body);
 void RegisterRankExecCommand(CLI::App& app, CommandBody* body);
 void RegisterTimelineCommand(CLI::App& app, CommandBody* body);
 void RegisterSpawnLocalCommand(CLI::App& app, CommandBody* body);
+
+/// The command line with horovodrun's and mpirun's `-np N` (which CLI11
+/// would read as `-n p`) spelt `--num-workers N` in `tandem launch`'s own
+/// arguments, those before `--`; everything else unchanged. Pure.
+std::vector<std::string> SpellLaunchArguments(const std::vector<std::string>& argv);
 
 }  // namespace tandem::cli

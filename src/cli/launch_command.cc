@@ -1,6 +1,8 @@
 // `tandem launch`: starts a whole job and supervises it (src/launch/).
 //
-//   tandem launch -n WORKERS [-s SERVERS] [--launcher local] [--env K=V]...
+//   tandem launch -n WORKERS | -np WORKERS | --nproc-per-node N [--nnodes M]
+//                 [-s SERVERS] [--launcher local|ssh|mpi|slurm]
+//                 [-H HOST:SLOTS,... | --hostfile FILE] [--env K=V]...
 //                 [--teardown-grace SECONDS] [--command-runs-all-roles]
 //                 [--max-restarts N] [--restart-delay SECONDS]
 //                 [--restart-policy exit-code|on-failure]
@@ -9,6 +11,7 @@
 // docs/launch.md is the user's description.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -33,6 +36,9 @@ namespace {
 // What the command line says; filled by CLI11, read by the body.
 struct LaunchArguments {
   int num_workers = 0;
+  int nproc_per_node = 0;  // torchrun's --nproc-per-node
+  int nnodes = 0;          // torchrun's --nnodes
+  std::string hosts;       // -H host1:2,host2:2 (horovodrun, mpirun)
   int num_servers = 0;
   std::string launcher = "local";
   std::vector<std::string> env;
@@ -59,14 +65,80 @@ struct LaunchArguments {
   std::vector<std::string> srun_args;
 };
 
-int RunLaunch(const LaunchArguments& args, bool servers_given) {
+bool IsThisHost(const std::string& host) {
+  return host == "localhost" || host == "127.0.0.1" || host == "::1";
+}
+
+// -H's host list, "host1:2,host2:2" (a host without ":N" has one slot).
+std::vector<launch::HostSlots> ParseHostList(const std::string& list) {
+  std::string lines = list;
+  for (char& c : lines) {
+    if (c == ',') c = '\n';
+  }
+  return launch::ParseHostfile(lines, "-H " + list);
+}
+
+// The number of workers from -n/-np, --nproc-per-node x --nnodes or the
+// slots of -H, whichever the command line gives; they must agree.
+int WorkerCount(const LaunchArguments& args, const std::vector<launch::HostSlots>& hosts) {
+  const int nodes = args.nnodes > 0 ? args.nnodes : 1;
+  if (args.nproc_per_node > 0) {
+    const int from_torchrun = args.nproc_per_node * nodes;
+    if (args.num_workers > 0 && args.num_workers != from_torchrun) {
+      throw InvalidArgument(fmt::format(
+          "-n {} disagrees with --nproc-per-node {} x --nnodes {} = {} workers: give one of them",
+          args.num_workers, args.nproc_per_node, nodes, from_torchrun));
+    }
+    return from_torchrun;
+  }
+  if (args.num_workers > 0) return args.num_workers;
+  if (!hosts.empty()) {
+    int slots = 0;
+    for (const auto& h : hosts) slots += h.slots;
+    return slots;
+  }
+  throw InvalidArgument(
+      "how many workers? give -n N (or -np N as horovodrun, --nproc-per-node N as torchrun, or "
+      "-H host:SLOTS,...)");
+}
+
+int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
+  std::vector<launch::HostSlots> hosts;
+  if (!args.hosts.empty() && !args.hostfile.empty()) {
+    throw InvalidArgument("-H/--hosts and --hostfile both name the hosts: give one of them");
+  }
+  if (!args.hosts.empty()) hosts = ParseHostList(args.hosts);
+  if (!args.hostfile.empty()) hosts = launch::ReadHostfile(args.hostfile);
+  std::string launcher = args.launcher;
+  // As horovodrun: hosts other than this one are reached over ssh.
+  const bool remote = std::any_of(hosts.begin(), hosts.end(),
+                                  [](const launch::HostSlots& h) { return !IsThisHost(h.host); });
+  if (!launcher_given && remote) launcher = "ssh";
+  const int num_workers = WorkerCount(args, hosts);
+  if (launcher == "local" && !hosts.empty() && !remote) hosts.clear();  // -H localhost:2
+  if (args.nnodes > 1) {
+    if (launcher == "local") {
+      throw InvalidArgument(fmt::format(
+          "--nnodes {}: the local launcher starts the job on this host only; use --launcher "
+          "slurm, or -H with {} hosts (ssh, mpi)",
+          args.nnodes, args.nnodes));
+    }
+    if ((launcher == "ssh" || launcher == "mpi") && static_cast<int>(hosts.size()) != args.nnodes) {
+      throw InvalidArgument(fmt::format("--nnodes {} but -H/--hostfile names {} host{}",
+                                        args.nnodes, hosts.size(), hosts.size() == 1 ? "" : "s"));
+    }
+  }
+  if (args.nproc_per_node > 0) {
+    for (auto& h : hosts) h.slots = args.nproc_per_node;  // torchrun: the same on every node
+  }
+
   launch::LocalJobOptions options;
-  options.num_workers = args.num_workers;
-  // As MXNet's launch.py: without -s, one server per worker.
-  // A collectives-only job (--no-scheduler) has no servers unless told.
-  options.num_servers =
-      servers_given ? args.num_servers : (args.no_scheduler ? 0 : args.num_workers);
-  options.rendezvous_in_worker = args.no_scheduler;
+  options.num_workers = num_workers;
+  // Without -s, as torchrun and horovodrun: no servers, and worker 0 hosts
+  // the rendezvous, so a plain command (`-- hostname`) ends at once. MXNet's
+  // launch.py started one server per worker; `-s N` asks for servers.
+  options.num_servers = servers_given ? args.num_servers : 0;
+  options.rendezvous_in_worker = args.no_scheduler || !servers_given;
   options.command = args.command;
   for (const auto& assignment : args.env) {
     options.env.push_back(launch::ParseEnvAssignment(assignment));
@@ -91,11 +163,14 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
     supervisor.log_dir = args.log_dir;
   }
   auto env = base::Environment::FromProcess();
-  if (args.launcher == "ssh") {
-    if (args.hostfile.empty()) throw InvalidArgument("--launcher ssh needs a hostfile: -H FILE");
+  if (launcher == "ssh") {
+    if (hosts.empty()) {
+      throw InvalidArgument(
+          "--launcher ssh needs hosts: -H host1:SLOTS,host2:SLOTS or --hostfile FILE");
+    }
     launch::SshJobOptions ssh;
     ssh.job = options;
-    ssh.hosts = launch::ReadHostfile(args.hostfile);
+    ssh.hosts = hosts;
     ssh.ssh_program = env.GetString("TANDEM_SSH", "ssh");
     ssh.ssh_args = args.ssh_args;
     ssh.remote_tandem = args.remote_tandem;
@@ -105,26 +180,26 @@ int RunLaunch(const LaunchArguments& args, bool servers_given) {
     ssh.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
     return launch::RunSshJob(ssh, supervisor, env);
   }
-  if (args.launcher == "mpi") {
+  if (launcher == "mpi") {
     launch::MpiJobOptions mpi;
     mpi.job = options;
-    if (!args.hostfile.empty()) mpi.hosts = launch::ReadHostfile(args.hostfile);
+    mpi.hosts = hosts;
     mpi.mpirun = env.GetString("TANDEM_MPIRUN", "mpirun");
     mpi.mpi_args = args.mpi_args;
     mpi.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
     return launch::RunMpiJob(mpi, supervisor, env);
   }
-  if (!args.hostfile.empty()) {
+  if (!hosts.empty()) {
     throw InvalidArgument(fmt::format("-H/--hostfile is for --launcher ssh or mpi; {}",
-                                      args.launcher == "slurm"
-                                          ? "under Slurm, srun places the tasks"
-                                          : "the local launcher uses this host"));
+                                      launcher == "slurm" ? "under Slurm, srun places the tasks"
+                                                          : "the local launcher uses this host"));
   }
-  if (args.launcher == "slurm") {
+  if (launcher == "slurm") {
     launch::SlurmJobOptions slurm;
     slurm.job = options;
     slurm.srun = env.GetString("TANDEM_SRUN", "srun");
-    slurm.srun_args = args.srun_args;
+    if (args.nnodes > 0) slurm.srun_args.push_back(fmt::format("--nodes={}", args.nnodes));
+    slurm.srun_args.insert(slurm.srun_args.end(), args.srun_args.begin(), args.srun_args.end());
     slurm.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
     return launch::RunSlurmJob(slurm, supervisor, env);
   }
@@ -179,29 +254,43 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
       "  tandem launch -n 4 -s 2 -- python3 train.py --epochs 3\n"
       "See docs/launch.md for the environment each process gets and the tear-down policy.");
 
-  cmd->add_option("-n,--num-workers", args->num_workers, "Number of workers (at least 1)")
-      ->required()
+  cmd->add_option("-n,--num-workers", args->num_workers,
+                  "Number of workers (at least 1; -np N as horovodrun and mpirun spell it)")
       ->check(Count(1, 1 << 16, "the number of workers"));
+  cmd->add_option("--nproc-per-node,--nproc_per_node", args->nproc_per_node,
+                  "As torchrun: workers per host (the number of workers is this times --nnodes)")
+      ->check(Count(1, 1 << 16, "the number of workers per node"));
+  cmd->add_option("--nnodes", args->nnodes,
+                  "As torchrun: the number of hosts (more than 1 with --launcher slurm, or -H "
+                  "naming that many hosts)")
+      ->check(Count(1, 1 << 16, "the number of nodes"));
   auto* servers =
       cmd->add_option("-s,--num-servers", args->num_servers,
-                      "Number of parameter servers (0 or more; default: as many as workers, as in "
-                      "MXNet's launch.py)")
+                      "Number of parameter servers (default 0: no servers, and worker 0 hosts the "
+                      "rendezvous; MXNet's launch.py started one per worker)")
           ->check(Count(0, 1 << 16, "the number of servers"));
-  cmd->add_option("--launcher", args->launcher,
-                  "How to start the processes: local (this host), ssh (the hosts of -H), mpi "
-                  "(Open MPI's mpirun; on the hosts of -H if given) or slurm (srun)")
-      ->capture_default_str()
-      ->check(CLI::Validator(
-          [](std::string& value) -> std::string {
-            if (value == "local" || value == "ssh" || value == "mpi" || value == "slurm") return {};
-            return fmt::format(
-                "launcher '{}' does not exist in this version of tandem (local, ssh, mpi, slurm)",
-                value);
-          },
-          "local|ssh|mpi|slurm", "launcher"));
-  cmd->add_option("-H,--hostfile", args->hostfile,
-                  "With --launcher ssh: the hosts, one per line ('host', 'host:SLOTS' or 'host "
-                  "slots=N'; '#' comments)");
+  auto* launcher_option =
+      cmd->add_option("--launcher", args->launcher,
+                      "How to start the processes: local (this host), ssh (the hosts of -H), mpi "
+                      "(Open MPI's mpirun; on the hosts of -H if given) or slurm (srun)")
+          ->capture_default_str()
+          ->check(CLI::Validator(
+              [](std::string& value) -> std::string {
+                if (value == "local" || value == "ssh" || value == "mpi" || value == "slurm")
+                  return {};
+                return fmt::format(
+                    "launcher '{}' does not exist in this version of tandem (local, ssh, mpi, "
+                    "slurm)",
+                    value);
+              },
+              "local|ssh|mpi|slurm", "launcher"));
+  cmd->add_option("-H,--hosts", args->hosts,
+                  "The hosts and their worker slots, as horovodrun and mpirun: host1:2,host2:2 "
+                  "(hosts other than this one imply --launcher ssh)")
+      ->type_name("HOST:SLOTS,...");
+  cmd->add_option("--hostfile", args->hostfile,
+                  "With --launcher ssh or mpi: a file of hosts, one per line ('host', "
+                  "'host:SLOTS' or 'host slots=N'; '#' comments)");
   cmd->add_option("--mpi-arg", args->mpi_args,
                   "With --launcher mpi: an argument for mpirun before the program (repeatable), "
                   "e.g. --mpi-arg=--mca --mpi-arg=btl_tcp_if_include --mpi-arg=eth0")
@@ -233,7 +322,17 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "Set NAME=VALUE in every process of the job (repeatable; overrides the "
                   "launcher's own variables and those it sets; launch.py's NAME:VALUE works too)")
       ->allow_extra_args(false)
-      ->type_name("NAME=VALUE");
+      ->type_name("NAME=VALUE")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            try {
+              launch::ParseEnvAssignment(value);
+            } catch (const InvalidArgument& e) {
+              return e.what();
+            }
+            return {};
+          },
+          "NAME=VALUE", "assignment"));
   cmd->add_option("--teardown-grace", args->teardown_grace_seconds,
                   "Seconds the other processes get to exit on their own after one fails, before "
                   "SIGTERM (SIGKILL follows 5 s later)")
@@ -270,10 +369,42 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "The job's id (TANDEM_JOB_ID); default: a fresh random one");
   cmd->add_option("command", args->command, "The workers' command and its arguments, after '--'");
 
-  cmd->callback([body, args, servers] {
+  cmd->callback([body, args, servers, launcher_option] {
+    if (args->num_workers == 0 && args->nproc_per_node == 0 && args->hosts.empty() &&
+        args->hostfile.empty()) {
+      throw CLI::RequiredError(
+          "how many workers? give -n N (or -np N as horovodrun, --nproc-per-node N as torchrun, "
+          "or -H host:SLOTS,...)",
+          CLI::ExitCodes::RequiredError);
+    }
+    if (args->command.empty()) {
+      throw CLI::RequiredError(
+          "no command: put the workers' program after '--': tandem launch -n 2 -- python3 "
+          "train.py",
+          CLI::ExitCodes::RequiredError);
+    }
     const bool servers_given = servers->count() > 0;
-    *body = [args, servers_given] { return RunLaunch(*args, servers_given); };
+    const bool launcher_given = launcher_option->count() > 0;
+    *body = [args, servers_given, launcher_given] {
+      return RunLaunch(*args, servers_given, launcher_given);
+    };
   });
+}
+
+std::vector<std::string> SpellLaunchArguments(const std::vector<std::string>& argv) {
+  std::vector<std::string> out = argv;
+  bool in_launch = false;
+  for (size_t i = 1; i < out.size(); ++i) {
+    if (!in_launch) {
+      in_launch = out[i] == "launch";
+      if (!in_launch && !out[i].empty() && out[i][0] != '-') break;  // another subcommand
+      continue;
+    }
+    if (out[i] == "--") break;
+    if (out[i] == "-np") out[i] = "--num-workers";
+    if (out[i].rfind("-np=", 0) == 0) out[i] = "--num-workers=" + out[i].substr(4);
+  }
+  return out;
 }
 
 }  // namespace tandem::cli

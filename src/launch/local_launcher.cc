@@ -15,6 +15,7 @@
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
 #include "launch/rank_timeline.h"
+#include "launch/worker_variables.h"
 #include "net/hmac_handshake.h"
 #include "net/unique_fd.h"
 #include "tandem/error.h"
@@ -38,6 +39,7 @@ std::map<std::string, std::string> RoleEnvironment(
     const LocalJobOptions& options, const LocalJobIdentity& identity,
     const std::map<std::string, std::string>& launcher_env, std::string_view role, int rank) {
   std::map<std::string, std::string> env = launcher_env;
+  for (const auto& name : WorkerVariableNames()) env.erase(name);
   env.erase("DMLC_WORKER_ID");
   env.erase("DMLC_SERVER_ID");
   env["DMLC_ROLE"] = std::string(role);
@@ -48,7 +50,14 @@ std::map<std::string, std::string> RoleEnvironment(
   env["DMLC_NODE_HOST"] = kLoopback;
   env["TANDEM_SECRET"] = identity.secret;
   env["TANDEM_JOB_ID"] = identity.job_id;
-  if (role == "worker") env["DMLC_WORKER_ID"] = std::to_string(rank);
+  if (role == "worker") {
+    env["DMLC_WORKER_ID"] = std::to_string(rank);
+    // All on this host; the ssh launcher and rank-exec place them again.
+    WorkerPlacement p{rank, options.num_workers, rank, options.num_workers, 0, 1};
+    for (auto& [name, value] : WorkerVariables(p, kLoopback, identity.master_port)) {
+      env[name] = value;
+    }
+  }
   if (options.rendezvous_in_worker) env["TANDEM_RENDEZVOUS_IN_PROCESS"] = "1";
   if (role == "server") env["DMLC_SERVER_ID"] = std::to_string(rank);
   for (const auto& [key, value] : options.env) env[key] = value;
@@ -63,7 +72,17 @@ std::vector<std::string> BuiltInRole(const LocalJobOptions& options, const char*
 }  // namespace
 
 LocalJobIdentity NewJobIdentity(const std::string& job_id, uint16_t scheduler_port) {
-  return {scheduler_port, GenerateJobSecret(), job_id.empty() ? GenerateJobId() : job_id};
+  LocalJobIdentity identity;
+  identity.scheduler_port = scheduler_port;
+  identity.secret = GenerateJobSecret();
+  identity.job_id = job_id.empty() ? GenerateJobId() : job_id;
+  return identity;
+}
+
+uint16_t MasterPortBeside(uint16_t scheduler_port, const std::function<uint16_t()>& draw) {
+  uint16_t port = draw();
+  for (int attempt = 0; attempt < 64 && port == scheduler_port; ++attempt) port = draw();
+  return port;
 }
 
 std::pair<int, int> EphemeralPortRange() {
@@ -219,7 +238,8 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
   if (resolved.job_id.empty()) resolved.job_id = GenerateJobId();
 
   auto attempt = [&](ProcessSupervisor& supervisor, const std::map<std::string, std::string>& env) {
-    const LocalJobIdentity identity = NewJobIdentity(resolved.job_id, PickFreeLoopbackPort());
+    LocalJobIdentity identity = NewJobIdentity(resolved.job_id, PickFreeLoopbackPort());
+    identity.master_port = MasterPortBeside(identity.scheduler_port, PickFreeLoopbackPort);
     std::vector<ProcessSpec> specs = BuildLocalJob(resolved, identity, env);
     // A misspelt program fails here, before any process of the job exists.
     for (const auto& spec : specs) FindExecutable(spec.argv[0], spec.env);

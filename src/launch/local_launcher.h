@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -59,11 +60,18 @@ struct LocalJobIdentity {
   uint16_t scheduler_port = 0;  ///< DMLC_PS_ROOT_PORT
   std::string secret;           ///< TANDEM_SECRET
   std::string job_id;           ///< TANDEM_JOB_ID
+  /// MASTER_PORT of the workers (torch.distributed's store, on worker 0's
+  /// host); 0: not set.
+  uint16_t master_port = 0;
 };
 
 /// The job's identity: the scheduler at `scheduler_port`, a fresh secret,
 /// and `job_id` or, when empty, a fresh one (GenerateJobId). Any thread.
 LocalJobIdentity NewJobIdentity(const std::string& job_id, uint16_t scheduler_port);
+
+/// A second port for torch.distributed's store (MASTER_PORT): `draw()`
+/// again until it differs from `scheduler_port`. Any thread.
+uint16_t MasterPortBeside(uint16_t scheduler_port, const std::function<uint16_t()>& draw);
 
 /// This host's ephemeral (outgoing) port range, from
 /// /proc/sys/net/ipv4/ip_local_port_range; Linux's default 32768..60999 when

@@ -48,6 +48,7 @@ ProcessSpec BuildMpirunCommand(const MpiJobOptions& options, const LocalJobIdent
   spec.env["TANDEM_JOB_ID"] = identity.job_id;
   spec.env["DMLC_PS_ROOT_URI"] = scheduler_host;
   spec.env["DMLC_PS_ROOT_PORT"] = std::to_string(identity.scheduler_port);
+  spec.env["TANDEM_MASTER_PORT"] = std::to_string(identity.master_port);  // rank-exec's
   spec.env.erase("DMLC_NODE_HOST");
   spec.env.erase("DMLC_WORKER_ID");
   spec.env.erase("DMLC_SERVER_ID");
@@ -78,7 +79,10 @@ int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_
     const uint16_t port = o.scheduler_port != 0 ? o.scheduler_port
                           : o.hosts.empty()     ? PickFreeLoopbackPort()
                                                 : RandomSchedulerPort();
-    const LocalJobIdentity identity = NewJobIdentity(o.job.job_id, port);
+    LocalJobIdentity identity = NewJobIdentity(o.job.job_id, port);
+    identity.master_port =
+        MasterPortBeside(port, o.hosts.empty() ? std::function<uint16_t()>(PickFreeLoopbackPort)
+                                               : std::function<uint16_t()>(RandomSchedulerPort));
     RankLaunch launch{BuildMpirunCommand(o, identity, env), {}};
     launch.announcement = fmt::format(
         "job {}: scheduler at {}:{}{} through {}, {} server{}, {} worker{}{}", identity.job_id,

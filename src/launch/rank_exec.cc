@@ -15,6 +15,7 @@
 #include "cluster/launch_contract.h"
 #include "launch/job_restarts.h"
 #include "launch/rank_timeline.h"
+#include "launch/worker_variables.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -73,6 +74,67 @@ RankAndSize ReadRank(const std::map<std::string, std::string>& env) {
       "tandem rank-exec: no rank and size in the environment (OMPI_COMM_WORLD_RANK/_SIZE, "
       "PMIX_RANK, PMI_RANK/PMI_SIZE, SLURM_PROCID/SLURM_NTASKS): rank-exec runs as a rank "
       "under mpirun or srun");
+}
+
+int ParsedCount(const std::map<std::string, std::string>& env, const char* name) {
+  const std::string* text = Get(env, name);
+  if (text == nullptr) return 0;
+  try {
+    return std::stoi(*text);
+  } catch (const std::exception&) {
+    throw ConfigError(fmt::format("tandem rank-exec: {}='{}' is not a number", name, *text));
+  }
+}
+
+// How many of the job's processes each host holds, in host order, when the
+// rank's launcher says (srun's tasks per node; mpirun's local size, the same
+// on every host under its by-slot mapping); empty when it does not.
+std::vector<int> ProcessesPerHost(const std::map<std::string, std::string>& env, int size) {
+  for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
+    if (const std::string* text = Get(env, name)) return cluster::ExpandSlurmTasksPerNode(*text);
+  }
+  if (const int local = ParsedCount(env, "OMPI_COMM_WORLD_LOCAL_SIZE"); local > 0) {
+    return std::vector<int>(static_cast<size_t>((size + local - 1) / local), local);
+  }
+  return {};
+}
+
+// The name of host `h` of the step, when Slurm lists them.
+std::string SlurmHostName(const std::map<std::string, std::string>& env, size_t h) {
+  for (const char* list : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"}) {
+    if (const std::string* nodes = Get(env, list)) {
+      std::vector<std::string> hosts = cluster::ExpandSlurmHostlist(*nodes);
+      return h < hosts.size() ? hosts[h] : std::string();
+    }
+  }
+  return {};
+}
+
+// Rewrites the torchrun/Horovod variables of worker process `spec` (process
+// `index` of `size`) for where the ranks' launcher put the processes.
+void PlaceRankWorker(ProcessSpec& spec, const RankProcessOptions& options,
+                     const std::map<std::string, std::string>& env, int index, int size,
+                     const std::string& scheduler_host, uint16_t master_port) {
+  if (options.loopback) return;  // every rank on this host: BuildLocalJob's placement holds
+  const size_t first_worker = static_cast<size_t>(size - options.job.num_workers);
+  const std::vector<int> per_host = ProcessesPerHost(env, size);
+  if (per_host.empty()) {
+    // Which ranks share a host is unknown: say nothing rather than guess.
+    for (const char* name : {"LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                             "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE", "MASTER_ADDR"}) {
+      spec.env.erase(name);
+    }
+    return;
+  }
+  const std::vector<size_t> hosts = ContiguousHosts(per_host, static_cast<size_t>(size));
+  const std::vector<WorkerPlacement> workers = PlaceWorkers(hosts, first_worker);
+  std::string master = SlurmHostName(env, hosts[first_worker]);
+  if (master.empty() && hosts[first_worker] == hosts[0]) master = scheduler_host;
+  for (auto& [name, value] :
+       WorkerVariables(workers[static_cast<size_t>(index) - first_worker], master, master_port)) {
+    spec.env[name] = value;
+  }
+  if (master.empty()) spec.env.erase("MASTER_ADDR");
 }
 
 std::string SchedulerHost(const std::map<std::string, std::string>& env) {
@@ -168,18 +230,24 @@ ProcessSpec RankProcess(const RankProcessOptions& options,
   } catch (const std::exception&) {
     throw ConfigError(fmt::format("tandem rank-exec: DMLC_PS_ROOT_PORT='{}' is not a port", port));
   }
+  if (const int master = ParsedCount(env, "TANDEM_MASTER_PORT"); master > 0 && master <= 65535) {
+    identity.master_port = static_cast<uint16_t>(master);
+  }
   identity.secret = Required(env, "TANDEM_SECRET");
   identity.job_id = Required(env, "TANDEM_JOB_ID");
   const std::string scheduler_host = SchedulerHost(env);
 
   std::map<std::string, std::string> own;
   for (const auto& [name, value] : env) {
-    if (!MpiVariable(name)) own[name] = value;
+    if (!MpiVariable(name) && name != "TANDEM_MASTER_PORT") own[name] = value;
   }
   std::vector<ProcessSpec> specs = BuildLocalJob(options.job, identity, own);
   ProcessSpec spec = std::move(specs[static_cast<size_t>(r.rank)]);
   spec.env["DMLC_PS_ROOT_URI"] = scheduler_host;
   if (!options.loopback) spec.env.erase("DMLC_NODE_HOST");  // the route to the scheduler decides
+  if (r.rank >= r.size - options.job.num_workers) {
+    PlaceRankWorker(spec, options, env, r.rank, r.size, scheduler_host, identity.master_port);
+  }
   for (const auto& [name, value] : options.job.env) spec.env[name] = value;  // --env wins
   return spec;
 }

@@ -27,6 +27,7 @@ ProcessSpec BuildSrunCommand(const SlurmJobOptions& options, const LocalJobIdent
   spec.env["TANDEM_SECRET"] = identity.secret;
   spec.env["TANDEM_JOB_ID"] = identity.job_id;
   spec.env["DMLC_PS_ROOT_PORT"] = std::to_string(identity.scheduler_port);
+  spec.env["TANDEM_MASTER_PORT"] = std::to_string(identity.master_port);  // rank-exec's
   // Task 0's node is the scheduler's host; rank-exec finds it in the step's
   // node list.
   for (const char* stale :
@@ -54,8 +55,9 @@ int RunSlurmJob(const SlurmJobOptions& options, const SupervisorOptions& supervi
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
   if (o.job.job_id.empty()) o.job.job_id = GenerateJobId();
   auto build = [&o](const std::map<std::string, std::string>& env) {
-    const LocalJobIdentity identity = NewJobIdentity(
+    LocalJobIdentity identity = NewJobIdentity(
         o.job.job_id, o.scheduler_port != 0 ? o.scheduler_port : RandomSchedulerPort());
+    identity.master_port = MasterPortBeside(identity.scheduler_port, RandomSchedulerPort);
     RankLaunch launch{BuildSrunCommand(o, identity, env), {}};
     launch.announcement = fmt::format(
         "job {}: {} tasks through {} (scheduler on the first node, port {}{}), {} server{}, {} "

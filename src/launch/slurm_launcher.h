@@ -29,7 +29,7 @@ struct SlurmJobOptions {
   LocalJobOptions job;                 ///< counts, command, --env, job id, roles
   std::string srun = "srun";           ///< TANDEM_SRUN or the default
   std::vector<std::string> srun_args;  ///< --srun-arg, before the program
-  uint16_t scheduler_port = 0;         ///< 0: random below the ephemeral ports (RandomSchedulerPort)
+  uint16_t scheduler_port = 0;  ///< 0: random below the ephemeral ports (RandomSchedulerPort)
   /// srun's --wait: after the first task ends, how long the others may take
   /// to end on their own before srun kills them (the local launcher's
   /// grace period; tandem's processes fail on their own with PeerLost).

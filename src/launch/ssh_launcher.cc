@@ -13,6 +13,7 @@
 #include "launch/prefixed_output.h"
 #include "launch/rank_timeline.h"
 #include "launch/remote_exec.h"
+#include "launch/worker_variables.h"
 #include "tandem/error.h"
 
 #ifndef TANDEM_VERSION
@@ -118,11 +119,22 @@ std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJo
     forwarded[name] = it->second;
   }
 
+  // torchrun's and Horovod's view of the workers, placed on their hosts.
+  const size_t first_worker = local.size() - static_cast<size_t>(job.num_workers);
+  const std::vector<WorkerPlacement> workers = PlaceWorkers(place, first_worker);
+  const std::string master_host = options.hosts[place[first_worker]].host;
+
   std::vector<ProcessSpec> specs;
   for (size_t i = 0; i < local.size(); ++i) {
     const HostSlots& host = options.hosts[place[i]];
     std::map<std::string, std::string> remote_env = forwarded;
     for (const auto& [name, value] : local[i].env) remote_env[name] = value;  // the contract
+    if (i >= first_worker) {
+      for (auto& [name, value] :
+           WorkerVariables(workers[i - first_worker], master_host, identity.master_port)) {
+        remote_env[name] = value;
+      }
+    }
     remote_env["DMLC_PS_ROOT_URI"] = scheduler_host;
     remote_env.erase("DMLC_NODE_HOST");  // chosen on the host: the route to the scheduler
     for (const auto& [name, value] : options.job.env) remote_env[name] = value;
@@ -284,8 +296,9 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
   }
   auto attempt = [&](ProcessSupervisor& supervisor,
                      const std::map<std::string, std::string>& attempt_env) {
-    const LocalJobIdentity identity = NewJobIdentity(
+    LocalJobIdentity identity = NewJobIdentity(
         o.job.job_id, options.scheduler_port != 0 ? options.scheduler_port : RandomSchedulerPort());
+    identity.master_port = MasterPortBeside(identity.scheduler_port, RandomSchedulerPort);
     std::vector<ProcessSpec> specs = BuildSshJob(o, identity, attempt_env);
     OutputSink(supervisor_options.stderr_fd)
         .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "

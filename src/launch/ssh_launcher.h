@@ -35,7 +35,8 @@ struct SshJobOptions {
   std::string remote_directory;
   /// Copy the launcher's working directory there first (rsync over ssh).
   bool sync_directory = false;
-  uint16_t scheduler_port = 0;  ///< 0: chosen at random below the ephemeral ports (RandomSchedulerPort)
+  uint16_t scheduler_port =
+      0;  ///< 0: chosen at random below the ephemeral ports (RandomSchedulerPort)
   /// Variables of the launcher's environment to forward by name, besides
   /// those forwarded always (DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_*).
   std::vector<std::string> forward_env;

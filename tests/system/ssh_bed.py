@@ -117,7 +117,7 @@ def start_launch(sb: SshBed, tandem_bin_dir: Path, hostfile: str, extra: list[st
     returns the launcher and the list its output lines are appended to."""
     (sb.dir / "hosts").write_text(hostfile)
     reach = sb.ssh_args() if launcher == "ssh" else sb.mpi_args()
-    argv = [str(tandem_bin_dir / "tandem"), "launch", "--launcher", launcher, "-H",
+    argv = [str(tandem_bin_dir / "tandem"), "launch", "--launcher", launcher, "--hostfile",
             str(sb.dir / "hosts"), *reach, *extra, "--", *program]
     base = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(sb.dir),
             "PS_HEARTBEAT_INTERVAL": "0.5", "PS_HEARTBEAT_TIMEOUT": "4"}

@@ -49,7 +49,23 @@ Env Expected(const Env& launcher, const std::string& role, int rank, int servers
   env["DMLC_NODE_HOST"] = "127.0.0.1";
   env["TANDEM_SECRET"] = id.secret;
   env["TANDEM_JOB_ID"] = id.job_id;
-  if (role == "worker") env["DMLC_WORKER_ID"] = std::to_string(rank);
+  // torchrun's and Horovod's variables: workers only, all on this host.
+  for (const char* stale : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"}) env.erase(stale);
+  if (role == "worker") {
+    env["DMLC_WORKER_ID"] = std::to_string(rank);
+    const std::string r = std::to_string(rank);
+    const std::string n = std::to_string(workers);
+    for (const char* name :
+         {"RANK", "LOCAL_RANK", "ROLE_RANK", "HOROVOD_RANK", "HOROVOD_LOCAL_RANK"})
+      env[name] = r;
+    for (const char* name : {"WORLD_SIZE", "LOCAL_WORLD_SIZE", "ROLE_WORLD_SIZE", "HOROVOD_SIZE",
+                             "HOROVOD_LOCAL_SIZE"})
+      env[name] = n;
+    env["GROUP_RANK"] = "0";
+    env["GROUP_WORLD_SIZE"] = "1";
+    env["MASTER_ADDR"] = "127.0.0.1";
+    if (id.master_port != 0) env["MASTER_PORT"] = std::to_string(id.master_port);
+  }
   if (role == "server") env["DMLC_SERVER_ID"] = std::to_string(rank);
   for (const auto& [k, v] : overrides) env[k] = v;
   return env;
@@ -216,12 +232,12 @@ TEST(BuildLocalJobTest, BuildsSchedulerServersAndWorkersWithTheirEnvironments) {
   o.tandem_binary = "/opt/tandem/bin/tandem";
   o.env = {{"OMP_NUM_THREADS", "2"}, {"FROM_LAUNCHER", "overridden"}, {"OMP_NUM_THREADS", "3"}};
   LocalJobIdentity id{4242, std::string(64, 'a'), "job-test"};
-  // A stale DMLC_WORKER_ID of the launcher's own must not reach anyone.
-  Env launcher = {{"HOME", "/home/u"},
-                  {"FROM_LAUNCHER", "yes"},
-                  {"DMLC_WORKER_ID", "9"},
-                  {"DMLC_SERVER_ID", "7"},
-                  {"DMLC_ROLE", "worker"}};
+  id.master_port = 4343;
+  // A stale DMLC_WORKER_ID (or RANK, ...) of the launcher's own must not
+  // reach anyone.
+  Env launcher = {{"HOME", "/home/u"},     {"FROM_LAUNCHER", "yes"}, {"RANK", "5"},
+                  {"WORLD_SIZE", "9"},     {"LOCAL_RANK", "3"},      {"MASTER_PORT", "1"},
+                  {"DMLC_WORKER_ID", "9"}, {"DMLC_SERVER_ID", "7"},  {"DMLC_ROLE", "worker"}};
 
   auto specs = BuildLocalJob(o, id, launcher);
   ASSERT_EQ(specs.size(), 5u);
