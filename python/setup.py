@@ -3,19 +3,23 @@ repository's CMake build (target tandem_python) and installs it with the
 package's Python files. Offline, with Debian's packages (no pyproject.toml,
 so pip builds in place without an isolated environment to download into):
 
-    /usr/bin/python3 -m pip install ./python            # from the repository root
-    TANDEM_CMAKE_BUILD_DIR=$PWD/build /usr/bin/python3 -m pip install ./python
+    /usr/bin/python3 -m venv --system-site-packages ENV   # Debian's interpreter is
+                                                          # "externally managed"
+    ENV/bin/pip install -v --no-index ./python            # from the repository root
+    ENV/bin/pip wheel -v --no-index --no-deps -w dist ./python   # a wheel, installable offline
+    TANDEM_CMAKE_BUILD_DIR=$PWD/build ENV/bin/pip install --no-index ./python
                                      # reuse an existing build tree (no rebuild of tandem)
 
-Debian's interpreter is "externally managed": install into a virtual
-environment (python3 -m venv --system-site-packages ENV; ENV/bin/pip install
-./python) or pass --break-system-packages. docs/python.md.
+The package holds the extension module and the `tandem` command (the C++
+binary, run by the `tandem` console script). The build prints its steps and
+CMake's progress; pip shows them with -v. docs/python.md.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -51,10 +55,13 @@ class CMakeBuild(build_ext):
                          "-DTANDEM_BUILD_BENCH=OFF"]
             if shutil.which("ninja"):
                 configure += ["-G", "Ninja"]
+            _step(f"configuring tandem with CMake in {build_dir}")
             subprocess.run(configure, check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 1))
+        _step(f"building tandem's Python module and command in {build_dir} ({jobs} jobs; "
+              "a few minutes from scratch)")
         subprocess.run(["cmake", "--build", str(build_dir), "--target", "tandem_python",
-                        "--parallel", jobs], check=True)
+                        "tandem_cli", "--parallel", jobs], check=True)
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         built = glob.glob(str(build_dir / "python" / "tandem" / f"_core{suffix}"))
         if len(built) != 1:
@@ -64,16 +71,37 @@ class CMakeBuild(build_ext):
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built[0], target)
+        # The `tandem` command, which the console script runs (tandem/_cli.py).
+        binary = build_dir / "bin" / "tandem"
+        if not binary.is_file():
+            raise RuntimeError(f"no tandem binary at {binary} after building target tandem_cli")
+        (target.parent / "_bin").mkdir(exist_ok=True)
+        shutil.copy2(binary, target.parent / "_bin" / "tandem")
+        _step(f"copied {built[0]} and {binary} into the package")
+
+
+def _step(text: str) -> None:
+    print(f"tandem setup.py: {text}", flush=True)
+
+
+def _version() -> str:
+    """The project's version, from the top CMakeLists.txt's project() line."""
+    match = re.search(r"project\(tandem VERSION ([0-9.]+)",
+                      (REPO / "CMakeLists.txt").read_text(encoding="utf-8"))
+    if match is None:
+        raise RuntimeError(f"no 'project(tandem VERSION x.y.z' in {REPO / 'CMakeLists.txt'}")
+    return match.group(1)
 
 
 setup(
     name="tandem",
-    version="0.1.0",
+    version=_version(),
     description="tandem's parameter server and collectives for NumPy and PyTorch",
     packages=["tandem"],
     package_dir={"tandem": "tandem"},
     ext_modules=[Extension("tandem._core", sources=[])],
     cmdclass={"build_ext": CMakeBuild},
+    entry_points={"console_scripts": ["tandem = tandem._cli:main"]},
     python_requires=">=3.9",
     install_requires=["numpy"],
     zip_safe=False,

@@ -31,6 +31,9 @@ PACKAGES=(
   python3-dev         # the Python package's extension module (python/)
   pybind11-dev        # the Python bindings (python/src/)
   python3-numpy       # the Python package: NumPy arrays as tensors; its tests
+  python3-venv        # the Python package installed into a virtual environment (docs/python.md)
+  python3-pip         # pip install / pip wheel ./python
+  python3-wheel       # pip wheel ./python: the offline wheel
   python3-torch       # tandem.torch, examples/pytorch_ddp and their tests
   python3-jsonschema  # tests/system/test_k8s_render.py: manifests against the CRD schemas
   python3-kubernetes  # tests/system/test_k8s_render.py: core objects against the API types

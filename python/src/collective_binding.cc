@@ -20,11 +20,14 @@ namespace tandem::python {
 namespace {
 
 Reduction ToReduction(const std::string& op) {
+  if (op == "average") return Reduction::kAvg;  // Horovod's name (hvd.Average)
   for (Reduction r :
        {Reduction::kSum, Reduction::kAvg, Reduction::kMin, Reduction::kMax, Reduction::kProd}) {
     if (ReductionName(r) == op) return r;
   }
-  throw InvalidArgument("unknown reduction '" + op + "'; expected sum, avg, min, max or prod");
+  throw InvalidArgument("unknown reduction '" + op +
+                        "'; expected sum, avg (or average), min, max or prod (tandem.Sum, "
+                        "tandem.Average, ...)");
 }
 
 AllReduceAlgorithm ToAlgorithm(const std::string& name) {

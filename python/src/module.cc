@@ -9,6 +9,7 @@
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "tandem's C++ API (KVStore, collectives) for the tandem package";
+  m.attr("__version__") = TANDEM_VERSION;  // the C++ runtime's, as `tandem version` prints
   tandem::python::RegisterErrors(m);
   tandem::python::RegisterKVStore(m);
   tandem::python::RegisterCollectives(m);

@@ -7,27 +7,32 @@ torch tensors without copies. docs/python.md describes the package.
     kv.init(3, weight); kv.push(3, grad); kv.pull(3, out=weight)
 
     tandem.init()                                # collectives: join the workers' mesh
-    tandem.allreduce_(grad, op="avg")            # in place
+    tandem.allreduce_(grad, op=tandem.Average)   # in place (the default op sums)
 
 tandem.torch (imported on its own: `import tandem.torch`) holds the PyTorch
 integration (DistributedOptimizer, broadcast_parameters, ...).
 """
 
+from tandem import _core
 from tandem._core import (AuthFailed, CallMismatch, ConfigError, Error, InvalidArgument, IoError,
                           PeerLost, ProtocolError, Timeout)
 from tandem import kvstore
-from tandem.collective import (Handle, allgather, allgather_async, allreduce, allreduce_,
+from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,
                                allreduce_async, allreduce_async_, alltoall, alltoall_async,
                                barrier, broadcast, broadcast_, broadcast_async_, engine, init,
-                               is_initialized, new_group, rank, reduce_scatter,
+                               is_initialized, local_rank, local_size, new_group, rank,
+                               reduce_scatter,
                                reduce_scatter_async, shutdown, size)
 from tandem import _exit
 from tandem._exit import exit_code_for
+
+__version__ = _core.__version__  # the C++ runtime's version, as `tandem version` prints
 
 # After kvstore and collective: its atexit handler must run before theirs.
 _exit.install()
 
 __all__ = [
+    "Average", "Max", "Min", "Product", "Sum", "__version__", "local_rank", "local_size",
     "AuthFailed", "CallMismatch", "ConfigError", "Error", "InvalidArgument", "IoError", "PeerLost",
     "ProtocolError", "Timeout", "kvstore", "Handle", "allgather", "allgather_async",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",

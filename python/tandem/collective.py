@@ -20,6 +20,7 @@ shutdown() (also run at exit) leaves the job.
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from typing import Optional, Sequence
 
@@ -27,6 +28,48 @@ from tandem import _core
 from tandem._tensors import empty_like, shape_of
 
 Communicator = _core.Communicator
+
+# The reductions, as Horovod names them (hvd.Sum, hvd.Average, ...); the
+# strings themselves work too. tandem.allreduce sums by default, as
+# torch.distributed.all_reduce does; tandem.torch.allreduce averages, as
+# Horovod's does (docs/python.md, "Reductions").
+Sum = "sum"
+Average = "avg"
+Min = "min"
+Max = "max"
+Product = "prod"
+
+_LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                         "MPI_LOCALRANKID", "SLURM_LOCALID")
+_LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                         "MPI_LOCALNRANKS")
+
+
+def _first_int(names: Sequence[str], default: int) -> int:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            try:
+                return int(value)
+            except ValueError:
+                raise _core.ConfigError(f"{name}={value!r} is not a whole number") from None
+    return default
+
+
+def local_rank() -> int:
+    """This worker's index among the workers on its host, as Horovod's
+    hvd.local_rank(): LOCAL_RANK (tandem launch, torchrun), else
+    HOROVOD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
+    SLURM_LOCALID; 0 when none is set (a process alone). Needs no init()."""
+    return _first_int(_LOCAL_RANK_VARIABLES, 0)
+
+
+def local_size() -> int:
+    """The number of workers on this host, as hvd.local_size():
+    LOCAL_WORLD_SIZE (tandem launch, torchrun), else HOROVOD_LOCAL_SIZE,
+    OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS; 1 when none is set."""
+    return _first_int(_LOCAL_SIZE_VARIABLES, 1)
+
 
 _lock = threading.Lock()
 _state: dict[str, object] = {}  # "collectives": the joined _core.Collectives
@@ -132,8 +175,8 @@ class Handle:
 def allreduce_async(tensor, op: str = "sum", out=None, *, prescale: float = 1.0,
                     postscale: float = 1.0, algorithm: str = "auto", name: str = "",
                     timeout: float = 0.0, group: Optional[Communicator] = None) -> Handle:
-    """Queues out = op over every rank's `tensor` (op: sum, avg, min, max,
-    prod); `out` defaults to a new tensor like `tensor`; out may be tensor
+    """Queues out = op over every rank's `tensor` (op: Sum, Average, Min,
+    Max, Product, or their strings sum, avg or average, min, max, prod); `out` defaults to a new tensor like `tensor`; out may be tensor
     (in place). prescale/postscale multiply input/result (floating point)."""
     if out is None:
         out = empty_like(tensor, shape_of(tensor))

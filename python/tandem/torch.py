@@ -35,6 +35,14 @@ import torch
 from tandem import _core
 from tandem import collective as _coll
 
+# The reductions (Horovod's hvd.Sum, hvd.Average, ...). Here, as in Horovod,
+# allreduce and DistributedOptimizer average unless told otherwise.
+Sum = _coll.Sum
+Average = _coll.Average
+Min = _coll.Min
+Max = _coll.Max
+Product = _coll.Product
+
 
 def _named(named_parameters, optimizer) -> list[tuple[str, torch.nn.Parameter]]:
     if named_parameters is not None:
@@ -155,7 +163,7 @@ class DistributedOptimizer(_HookedOptimizer):
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer,
-                 named_parameters: Optional[Iterable] = None, op: str = "avg",
+                 named_parameters: Optional[Iterable] = None, op: str = Average,
                  group: Optional[_coll.Communicator] = None, negotiate: bool = False):
         """negotiate=True reduces through the framework engine
         (tandem.engine()): Horovod's semantics, where ranks may produce
@@ -350,6 +358,26 @@ class KVStoreOptimizer(_HookedOptimizer):
         self.synchronize()
         if not self._server_side:
             self._opt.step()
+
+
+# -- Horovod's functions and defaults (hvd.allreduce averages) --
+
+
+def allreduce_async_(tensor: torch.Tensor, op: str = Average, **kwargs) -> _coll.Handle:
+    """Horovod's hvd.allreduce_async_: in place, averaging unless `op` says
+    otherwise (tandem.allreduce_async_ sums, as torch.distributed does).
+    Takes tandem.allreduce_async's keyword arguments (name, group, ...)."""
+    return _coll.allreduce_async(tensor, op, out=tensor, **kwargs)
+
+
+def allreduce_(tensor: torch.Tensor, op: str = Average, **kwargs) -> torch.Tensor:
+    """Horovod's hvd.allreduce_: in place, averaging by default."""
+    return allreduce_async_(tensor, op, **kwargs).wait()
+
+
+def allreduce(tensor: torch.Tensor, op: str = Average, **kwargs) -> torch.Tensor:
+    """Horovod's hvd.allreduce: a new tensor, averaging by default."""
+    return _coll.allreduce(tensor, op, **kwargs)
 
 
 def broadcast_parameters(params, root_rank: int = 0,

@@ -49,8 +49,11 @@ DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings setti
 
 void DistKVStore::RequireServers() const {
   if (client_.num_servers() < 1) {
-    throw ConfigError(fmt::format(
-        "kvstore '{}' needs at least one server, and the job has none (DMLC_NUM_SERVER=0)", type_));
+    throw ConfigError(
+        fmt::format("kvstore '{}' needs at least one server, and the job has none "
+                    "(DMLC_NUM_SERVER=0): start it "
+                    "with servers, e.g. tandem launch -n 2 -s 1 -- ...",
+                    type_));
   }
 }
 

@@ -7,6 +7,9 @@ the C++ message; this file checks that every rank did, with the same checks."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
 from python_job import check_ok, python_env, worker
@@ -30,3 +33,20 @@ def test_with_a_scheduler_process(launch, tandem_bin_dir):
                     launcher_env=python_env(tandem_bin_dir), timeout=180)
     assert result.returncode == 0, result.job.describe()
     check_ok(result.output, "collective_worker", 2, "numpy")
+
+
+def test_horovod_style_api_under_a_plain_launch(launch, tandem_bin_dir):
+    # `tandem launch -n 3` without -s: no servers, worker 0 hosts the rendezvous.
+    argv = launch.argv(3, 0, worker("horovod_api_worker.py"))
+    argv.remove("-s")
+    argv.remove("0")
+    job = launch.start_command(argv, env=python_env(tandem_bin_dir))
+    assert job.wait(120) == 0, job.describe()
+    version = subprocess.run([str(tandem_bin_dir / "tandem"), "version"], capture_output=True,
+                             text=True, check=True).stdout.split()[1]
+    lines = sorted(re.findall(r"\[worker (\d)\] horovod_api: (.*)", job.output))
+    assert lines == [
+        (str(r), f"rank={r} size=3 local_rank={r} local_size=3 sum=6 avg=2 average=2 max=3 "
+                 f"torch_default=2 torch_sum=6 version={version}")
+        for r in range(3)
+    ], job.output
