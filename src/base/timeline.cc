@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "tandem/error.h"
 
@@ -131,25 +132,71 @@ uint64_t Timeline::events() const {
   return events_;
 }
 
-void MergeTimelines(const std::string& output, const std::vector<std::string>& inputs) {
+namespace {
+
+// The events of a trace file as Timeline writes it: the whole document when
+// it parses, else (a process killed before Close) every complete event line
+// after the header, a cut last line dropped. Sets `unfinished` then.
+std::vector<nlohmann::json> ReadTraceEvents(const std::string& path, bool* unfinished) {
+  std::ifstream in(path);
+  if (!in) throw IoError(fmt::format("cannot read the timeline file {}", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string all = text.str();
+  nlohmann::json doc = nlohmann::json::parse(all, nullptr, /*allow_exceptions=*/false);
+  std::vector<nlohmann::json> events;
+  *unfinished = false;
+  if (!doc.is_discarded()) {
+    if (!doc.is_object() || !doc.contains("traceEvents") || !doc["traceEvents"].is_array()) {
+      throw InvalidArgument(
+          fmt::format("{} is not a trace file (a JSON object with a traceEvents array)", path));
+    }
+    for (auto& e : doc["traceEvents"]) events.push_back(std::move(e));
+    return events;
+  }
+  if (all.find_first_not_of(" \t\r\n") == std::string::npos) {
+    *unfinished = true;  // killed before its first flush
+    return events;
+  }
+  const size_t header = all.find("{\"traceEvents\": [");
+  if (header != 0) {
+    throw InvalidArgument(fmt::format(
+        "{} is not a trace file: it neither parses as JSON nor starts as a tandem timeline does",
+        path));
+  }
+  *unfinished = true;
+  std::istringstream lines(all.substr(all.find('\n') + 1));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == ',') line.pop_back();
+    nlohmann::json e = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!e.is_discarded() && e.is_object()) events.push_back(std::move(e));
+  }
+  return events;
+}
+
+}  // namespace
+
+TimelineMerge MergeTimelines(const std::string& output, const std::vector<std::string>& inputs,
+                             const std::vector<std::string>& missing,
+                             const std::vector<std::string>& labels) {
+  std::vector<std::string> unfinished_names;
+  TimelineMerge result;
   nlohmann::json merged = {{"traceEvents", nlohmann::json::array()}};
   std::set<int64_t> used_pids;
   int64_t highest_pid = 4194304;  // above Linux's pid_max: a new number is nobody's pid
-  for (const auto& path : inputs) {
-    std::ifstream in(path);
-    if (!in) throw IoError(fmt::format("cannot read the timeline file {}", path));
-    nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (doc.is_discarded() || !doc.is_object() || !doc.contains("traceEvents") ||
-        !doc["traceEvents"].is_array()) {
-      throw InvalidArgument(fmt::format(
-          "{} is not a complete trace file (a JSON object with a traceEvents array; a process "
-          "that died before closing its timeline leaves it unfinished)",
-          path));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& path = inputs[i];
+    bool unfinished = false;
+    std::vector<nlohmann::json> events = ReadTraceEvents(path, &unfinished);
+    if (unfinished) {
+      result.unfinished.push_back(path);
+      unfinished_names.push_back(labels.size() == inputs.size() ? labels[i] : path);
     }
     // Files from different hosts may carry the same pid: a pid taken by an
     // earlier file gets a new number, so each process keeps a track of its own.
     std::map<int64_t, int64_t> renumbered;
-    for (auto& e : doc["traceEvents"]) {
+    for (auto& e : events) {
       if (e.is_object() && e.contains("pid") && e["pid"].is_number_integer()) {
         const int64_t pid = e["pid"].get<int64_t>();
         auto [it, fresh] = renumbered.emplace(pid, pid);
@@ -157,16 +204,21 @@ void MergeTimelines(const std::string& output, const std::vector<std::string>& i
         e["pid"] = it->second;
       }
       merged["traceEvents"].push_back(std::move(e));
+      ++result.events;
     }
     for (const auto& [from, to] : renumbered) {
       used_pids.insert(to);
       highest_pid = std::max(highest_pid, to);
     }
   }
+  if (!missing.empty() || !result.unfinished.empty()) {
+    merged["otherData"] = {{"tandem_missing", missing}, {"tandem_unfinished", unfinished_names}};
+  }
   std::ofstream out(output, std::ios::trunc);
   if (!out) throw IoError(fmt::format("cannot create the timeline file {}", output));
   out << merged.dump() << "\n";
   if (!out.flush()) throw IoError(fmt::format("cannot write the timeline file {}", output));
+  return result;
 }
 
 }  // namespace tandem::base

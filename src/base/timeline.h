@@ -69,11 +69,27 @@ class Timeline {
   std::map<std::string, int, std::less<>> tracks_;
 };
 
+/// What MergeTimelines did. Thread-safety: a value type.
+struct TimelineMerge {
+  size_t events = 0;  ///< events in the merged file
+  /// Inputs without their end (a process killed before it closed its
+  /// timeline): their complete events were kept, a cut last one dropped.
+  std::vector<std::string> unfinished;
+};
+
 /// Joins the trace files `inputs` (each as Timeline writes it) into one
 /// file `output`. A process id that an earlier input already used (files
 /// of processes on different hosts) is renumbered above 4194304 (Linux's
-/// largest pid), so that every process keeps its own track. Throws IoError (unreadable or
-/// unwritable file) or InvalidArgument (a file that is not a trace), naming the file.
-void MergeTimelines(const std::string& output, const std::vector<std::string>& inputs);
+/// largest pid), so that every process keeps its own track. An unfinished
+/// file (a killed process's) contributes every complete event. `missing`
+/// names the processes that left no file; they and the unfinished inputs
+/// (by `labels`, parallel to `inputs`, when given; else by path; an empty
+/// file counts as unfinished) are recorded in the output's "otherData"
+/// ("tandem_missing", "tandem_unfinished"), which trace viewers show as the
+/// trace's metadata. Throws IoError (unreadable or unwritable file) or
+/// InvalidArgument (a file that is not a trace at all), naming the file.
+TimelineMerge MergeTimelines(const std::string& output, const std::vector<std::string>& inputs,
+                             const std::vector<std::string>& missing = {},
+                             const std::vector<std::string>& labels = {});
 
 }  // namespace tandem::base

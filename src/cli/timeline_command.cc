@@ -36,11 +36,13 @@ void RegisterTimelineCommand(CLI::App& app, CommandBody* body) {
       ->check(CLI::ExistingFile);
   merge->callback([body, args] {
     *body = [args] {
-      base::MergeTimelines(args->output, args->inputs);
-      std::fprintf(
-          stderr, "%s\n",
-          fmt::format("timeline of {} processes written to {}", args->inputs.size(), args->output)
-              .c_str());
+      const base::TimelineMerge merged = base::MergeTimelines(args->output, args->inputs);
+      std::string line = fmt::format("timeline of {} processes ({} events) written to {}",
+                                     args->inputs.size(), merged.events, args->output);
+      for (const auto& f : merged.unfinished) {
+        line += fmt::format("; {} was unfinished (its complete events kept)", f);
+      }
+      std::fprintf(stderr, "%s\n", line.c_str());
       return 0;
     };
   });

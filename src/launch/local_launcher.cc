@@ -266,12 +266,17 @@ void MergeJobTimeline(const std::vector<ProcessSpec>& specs, const std::vector<p
   auto it = specs.front().env.find("TANDEM_TIMELINE");
   if (it == specs.front().env.end() || it->second.empty()) return;
   const std::string& path = it->second;
-  std::vector<std::string> inputs;
-  for (pid_t pid : pids) {
-    std::string file = fmt::format("{}.{}", path, pid);
-    if (::access(file.c_str(), R_OK) == 0) inputs.push_back(file);
+  std::vector<LabelledTimeline> inputs;
+  std::vector<std::string> missing;
+  for (size_t i = 0; i < pids.size() && i < specs.size(); ++i) {
+    std::string file = fmt::format("{}.{}", path, pids[i]);
+    if (::access(file.c_str(), R_OK) == 0) {
+      inputs.push_back({specs[i].label, std::move(file)});
+    } else {
+      missing.push_back(specs[i].label);
+    }
   }
-  if (!inputs.empty()) MergeTimelineFiles(path, inputs, sink);
+  if (!inputs.empty()) MergeTimelineFiles(path, inputs, missing, sink);
 }
 
 }  // namespace tandem::launch

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,34 +44,59 @@ void MergeRankTimelines(const std::vector<ProcessSpec>& specs, OutputSink sink) 
   auto it = specs.front().env.find("TANDEM_TIMELINE");
   if (it == specs.front().env.end() || it->second.empty()) return;
   const std::string& path = it->second;
-  std::vector<std::string> present;
+  std::vector<LabelledTimeline> present;
   std::vector<std::string> missing;
-  std::string all;
   for (const auto& spec : specs) {
     std::string file = RankTimelineFile(path, spec.label);
-    all += " " + file;
-    (::access(file.c_str(), R_OK) == 0 ? present : missing).push_back(file);
+    if (::access(file.c_str(), R_OK) == 0) {
+      present.push_back({spec.label, std::move(file)});
+    } else {
+      missing.push_back(spec.label);
+    }
   }
   if (present.empty()) return;
+  MergeTimelineFiles(path, present, missing, sink);
   if (!missing.empty()) {
     sink.WriteLine(fmt::format(
-        "[launcher] the timeline files of {} of {} processes are not on this host ({}{}): they "
-        "are on the hosts that ran them; gather them and merge with `tandem timeline merge -o "
-        "{}{}`\n",
-        missing.size(), specs.size(), missing.front(), missing.size() > 1 ? ", ..." : "", path,
-        all));
-    return;
+        "[launcher] a process that ran on another host keeps its timeline there as {}: gather "
+        "those and merge them with this one: `tandem timeline merge -o all.json {} FILES...`\n",
+        RankTimelineFile(path, "<label>"), path));
   }
-  MergeTimelineFiles(path, present, sink);
 }
 
-void MergeTimelineFiles(const std::string& path, const std::vector<std::string>& files,
-                        OutputSink sink) {
+void MergeTimelineFiles(const std::string& path, const std::vector<LabelledTimeline>& files,
+                        const std::vector<std::string>& missing, OutputSink sink) {
+  std::vector<std::string> inputs;
+  std::vector<std::string> labels;
+  for (const auto& f : files) {
+    inputs.push_back(f.file);
+    labels.push_back(f.label);
+  }
   try {
-    base::MergeTimelines(path, files);
-    for (const auto& f : files) ::unlink(f.c_str());
-    sink.WriteLine(
-        fmt::format("[launcher] timeline of {} processes written to {}\n", files.size(), path));
+    const base::TimelineMerge merged = base::MergeTimelines(path, inputs, missing, labels);
+    for (const auto& f : inputs) ::unlink(f.c_str());
+    std::string line =
+        fmt::format("[launcher] timeline: merged {} of {} processes ({} events) into {}",
+                    files.size(), files.size() + missing.size(), merged.events, path);
+    if (!missing.empty()) {
+      line += "; missing: ";
+      for (size_t i = 0; i < missing.size(); ++i) {
+        line += fmt::format("{}{} (no file)", i == 0 ? "" : ", ", missing[i]);
+      }
+    }
+    if (!merged.unfinished.empty()) {
+      line += "; unfinished (killed before closing it; its complete events kept): ";
+      bool first = true;
+      for (const auto& f : files) {
+        if (std::find(merged.unfinished.begin(), merged.unfinished.end(), f.file) ==
+            merged.unfinished.end()) {
+          continue;
+        }
+        line += fmt::format("{}{}", first ? "" : ", ", f.label);
+        first = false;
+      }
+    }
+    sink.WriteLine(line + "\n");
   } catch (const std::exception& e) {
     sink.WriteLine(fmt::format(
         "[launcher] could not merge the timeline into {}: {} (the per-process files remain)\n",

@@ -35,18 +35,30 @@ std::optional<std::string> KeepRankTimeline(const std::map<std::string, std::str
                                             const std::string& directory, pid_t pid,
                                             std::string_view label);
 
-/// Joins the timeline `files` into `path` (base::MergeTimelines) and
-/// removes them, saying so on `sink`; a merge that fails is reported there
-/// and leaves the files. Thread: the launcher's.
-void MergeTimelineFiles(const std::string& path, const std::vector<std::string>& files,
-                        OutputSink sink);
+/// One process's timeline file, by the process's label. Thread-safety: a
+/// value type.
+struct LabelledTimeline {
+  std::string label;  ///< "worker 1"
+  std::string file;
+};
+
+/// Joins the timeline `files` into `path` (base::MergeTimelines, which
+/// keeps the complete events of an unfinished file) and removes them, saying
+/// so on `sink`: how many of the job's processes it holds, and by label the
+/// processes in `missing` (no file: killed before they wrote one, or on
+/// another host) and those whose file was unfinished; `missing` is also
+/// recorded in the merged file. A merge that fails is reported there and
+/// leaves the files. Thread: the launcher's.
+void MergeTimelineFiles(const std::string& path, const std::vector<LabelledTimeline>& files,
+                        const std::vector<std::string>& missing, OutputSink sink);
 
 /// After the job, whose processes are `specs` (BuildLocalJob: labels and
 /// environments; the first one's TANDEM_TIMELINE=PATH says whether there
-/// is a timeline): merges RankTimelineFile(PATH, label) of every process
-/// into PATH and removes them, when every one is on this host; when only
-/// some are, merges nothing and names the missing ones and the command
-/// that merges them where they are (`tandem timeline merge`). A relative
+/// is a timeline): merges the files RankTimelineFile(PATH, label) on this
+/// host into PATH (MergeTimelineFiles) and removes them, naming the
+/// processes whose file is not here (a rank killed before it wrote one, or
+/// one that ran on another host: gather those files and merge them with
+/// `tandem timeline merge`). A relative
 /// PATH is the launcher's working directory's, which is also the ranks'.
 /// Reports on `sink` ("[launcher] ..."). Thread: the launcher's.
 void MergeRankTimelines(const std::vector<ProcessSpec>& specs, OutputSink sink);

@@ -64,6 +64,7 @@ def test_timeline_of_every_rank_is_merged(launch, tandem_bin_dir, tmp_path):
                     extra_args=["--no-scheduler"], env={"TANDEM_TIMELINE": str(trace)},
                     timeout=120)
     assert result.returncode == 0, result.job.describe()
-    assert f"[launcher] timeline of 3 processes written to {trace}" in result.output, result.output
+    assert f"[launcher] timeline: merged 3 of 3 processes" in result.output, result.output
+    assert f"into {trace}" in result.output, result.output
     check_collectives_trace(trace, 3, 5)
     assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"

@@ -8,7 +8,9 @@ launcher leaves one Chrome trace (valid JSON) with one track per rank."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import shutil
 import subprocess
 import time
@@ -182,7 +184,8 @@ def test_collectives_job_metrics_and_timeline(launch, tandem_bin_dir, tmp_path):
 
     # One trace file, merged by the launcher; one process track per rank,
     # each with its 30 allreduces as complete events.
-    assert f"timeline of {workers} processes written to {trace}" in job.output, job.output
+    assert (f"timeline: merged {workers} of {workers} processes" in job.output
+            and f"into {trace}" in job.output), job.output
     check_collectives_trace(trace, workers, 30)
     assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"
 
@@ -222,7 +225,8 @@ def test_timeline_merge_command_joins_the_files_of_a_job(tandem_bin_dir, tmp_pat
     proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),
                            *map(str, files)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert f"timeline of {workers} processes written to {merged}" in proc.stderr, proc.stderr
+    assert (f"timeline of {workers} processes (" in proc.stderr
+            and f"written to {merged}" in proc.stderr), proc.stderr
     check_collectives_trace(merged, workers, 5)
     # Files of two hosts may hold the same pid: each keeps a track of its own.
     twice = tmp_path / "twice.json"
@@ -231,9 +235,52 @@ def test_timeline_merge_command_joins_the_files_of_a_job(tandem_bin_dir, tmp_pat
     events = json.loads(twice.read_text())["traceEvents"]
     tracks = {e["pid"] for e in events if e.get("name") == "process_name"}
     assert len(tracks) == 2, tracks
+    # An unfinished file (a killed process's) gives its complete events.
+    (tmp_path / "cut").write_text('{"traceEvents": [\n{"name": "x", "ph": "i", "pid": 7}')
+    proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),
+                           str(files[0]), str(tmp_path / "cut")], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{tmp_path / 'cut'} was unfinished (its complete events kept)" in proc.stderr
+    assert any(e.get("pid") == 7 for e in json.loads(merged.read_text())["traceEvents"])
     # A file that is not a trace is refused, naming it.
-    (tmp_path / "broken").write_text('{"traceEvents": [')
+    (tmp_path / "broken").write_text('no trace at all')
     proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),
                            str(files[0]), str(tmp_path / "broken")], capture_output=True,
                           text=True, timeout=30)
-    assert proc.returncode != 0 and f"{tmp_path / 'broken'} is not a complete trace" in proc.stderr
+    assert proc.returncode != 0 and f"{tmp_path / 'broken'} is not a trace file" in proc.stderr
+
+
+def test_timeline_after_a_kill_holds_the_survivors_and_names_the_killed(launch, tandem_bin_dir,
+                                                                       tmp_path):
+    """Worker 1 of a collectives job is killed with SIGKILL while it runs:
+    the job fails, and the launcher still merges the timeline, with both
+    survivors' tracks and their allreduces, and names worker 1 (its file
+    was never closed) on its line and in the trace's otherData."""
+    trace = tmp_path / "trace.json"
+    job = launch.start(3, 0, [tandem_bin_dir / "collective_check", "--steady", "100000"],
+                       env={"TANDEM_TIMELINE": str(trace)}, extra_args=["--no-scheduler"])
+    deadline = time.monotonic() + 60
+    while "[worker 1]" not in job.output and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # some allreduces done
+    victim = [p for p in job.role_processes("worker") if p.env.get("DMLC_WORKER_ID") == "1"]
+    assert victim, job.describe()
+    os.kill(victim[0].pid, signal.SIGKILL)
+    assert job.wait(timeout=60) != 0, job.describe()
+    line = [l for l in job.output.splitlines() if "timeline: merged" in l]
+    assert len(line) == 1, job.output
+    assert "of 3 processes" in line[0] and f"into {trace}" in line[0], line[0]
+    assert "worker 1" in line[0].split("; ", 1)[1], line[0]
+    doc = json.loads(trace.read_text())
+    other = doc["otherData"]
+    assert "worker 1" in other["tandem_missing"] + other["tandem_unfinished"], other
+    names = {e["pid"]: e["args"]["name"] for e in doc["traceEvents"]
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    for survivor in ("worker 0", "worker 2"):
+        pids = [pid for pid, name in names.items() if name == survivor]
+        assert len(pids) == 1, names
+        spans = [e for e in doc["traceEvents"] if e.get("pid") == pids[0]
+                 and e.get("ph") == "X" and e.get("name") == "allreduce"]
+        assert spans, f"no allreduce of {survivor} in the merged trace"
+    assert not list(tmp_path.glob("trace.json.*")), "per-process files left behind"

@@ -103,7 +103,7 @@ TEST_F(MergeRankTimelinesTest, MergesEveryProcesssFileAndRemovesThem) {
   WriteTimeline(path + ".worker-1", 200, "worker 1");
   MergeRankTimelines(Job(path, {"scheduler", "worker 0", "worker 1"}), OutputSink(sink_fd_));
   EXPECT_THAT(Captured(sink_fd_),
-              HasSubstr("[launcher] timeline of 3 processes written to " + path));
+              HasSubstr("[launcher] timeline: merged 3 of 3 processes (9 events) into " + path));
   std::ifstream in(path);
   auto doc = nlohmann::json::parse(in);
   std::set<std::string> names;
@@ -119,17 +119,39 @@ TEST_F(MergeRankTimelinesTest, MergesEveryProcesssFileAndRemovesThem) {
   EXPECT_FALSE(fs::exists(path + ".worker-0"));
 }
 
-TEST_F(MergeRankTimelinesTest, NamesTheMissingFilesAndTheMergeCommand) {
+TEST_F(MergeRankTimelinesTest, MergesWhatIsThereAndNamesTheMissingProcesses) {
   const std::string path = (dir_.path / "trace.json").string();
   WriteTimeline(path + ".worker-0", 100, "worker 0");
   MergeRankTimelines(Job(path, {"worker 0", "worker 1", "worker 2"}), OutputSink(sink_fd_));
   const std::string said = Captured(sink_fd_);
-  EXPECT_THAT(said, HasSubstr("the timeline files of 2 of 3 processes are not on this host (" +
-                              path + ".worker-1, ...)"));
-  EXPECT_THAT(said, HasSubstr("tandem timeline merge -o " + path + " " + path + ".worker-0 " +
-                              path + ".worker-1 " + path + ".worker-2"));
-  EXPECT_FALSE(fs::exists(path));
-  EXPECT_TRUE(fs::exists(path + ".worker-0"));  // left for the merge by hand
+  EXPECT_THAT(said, HasSubstr("timeline: merged 1 of 3 processes (3 events) into " + path +
+                              "; missing: worker 1 (no file), worker 2 (no file)"));
+  EXPECT_THAT(said, HasSubstr("tandem timeline merge -o all.json " + path + " FILES..."));
+  std::ifstream in(path);
+  auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["traceEvents"].size(), 3u);
+  EXPECT_EQ(doc["otherData"]["tandem_missing"], nlohmann::json::array({"worker 1", "worker 2"}));
+  EXPECT_FALSE(fs::exists(path + ".worker-0"));
+}
+
+TEST_F(MergeRankTimelinesTest, KeepsTheCompleteEventsOfAKilledProcesssFile) {
+  const std::string path = (dir_.path / "trace.json").string();
+  WriteTimeline(path + ".worker-0", 100, "worker 0");
+  // worker 1 was killed: its file has no end and a cut last event.
+  std::ofstream(path + ".worker-1")
+      << "{\"traceEvents\": [\n{\"name\":\"a\",\"ph\":\"i\",\"pid\":200,\"ts\":1},\n"
+         "{\"name\":\"b\",\"ph\":\"i\",\"pid\":200,\"ts\":2},\n{\"name\":\"c\",\"ph";
+  MergeRankTimelines(Job(path, {"worker 0", "worker 1"}), OutputSink(sink_fd_));
+  const std::string said = Captured(sink_fd_);
+  EXPECT_THAT(said, HasSubstr("timeline: merged 2 of 2 processes (5 events) into " + path +
+                              "; unfinished (killed before closing it; its complete events "
+                              "kept): worker 1"));
+  std::ifstream in(path);
+  auto doc = nlohmann::json::parse(in);
+  std::set<std::string> names;
+  for (const auto& e : doc["traceEvents"]) names.insert(e["name"].get<std::string>());
+  EXPECT_TRUE(names.count("a") == 1 && names.count("b") == 1 && names.count("c") == 0);
+  EXPECT_EQ(doc["otherData"]["tandem_unfinished"], nlohmann::json::array({"worker 1"}));
 }
 
 TEST_F(MergeRankTimelinesTest, DoesNothingWithoutATimeline) {

@@ -80,7 +80,7 @@ TEST_F(TimelineTest, ConcurrentWritersProduceOneValidFile) {
   EXPECT_EQ(doc["traceEvents"].size(), 20002u);
 }
 
-TEST_F(TimelineTest, MergeJoinsProcessesAndRefusesUnfinishedFiles) {
+TEST_F(TimelineTest, MergeJoinsProcessesAndKeepsWhatUnfinishedFilesHold) {
   SteadyTime t0 = std::chrono::steady_clock::now();
   for (int rank = 0; rank < 3; ++rank) {
     Timeline tl(Path("w" + std::to_string(rank) + ".json"), rank, "worker " + std::to_string(rank));
@@ -93,8 +93,20 @@ TEST_F(TimelineTest, MergeJoinsProcessesAndRefusesUnfinishedFiles) {
   EXPECT_EQ(pids, (std::set<int>{0, 1, 2}));
   EXPECT_EQ(doc["traceEvents"].size(), 9u);
 
-  std::ofstream(Path("cut.json")) << "{\"traceEvents\": [\n{\"ph\":\"M\"}";
-  EXPECT_THROW(MergeTimelines(Path("x.json"), {Path("cut.json")}), InvalidArgument);
+  // A killed process's file: its complete events are kept.
+  std::ofstream(Path("cut.json")) << "{\"traceEvents\": [\n{\"ph\":\"M\"},\n{\"ph\":";
+  const TimelineMerge merged = MergeTimelines(Path("x.json"), {Path("cut.json")}, {"worker 9"});
+  EXPECT_EQ(merged.events, 1u);
+  EXPECT_EQ(merged.unfinished, std::vector<std::string>{Path("cut.json")});
+  EXPECT_EQ(Read(Path("x.json"))["otherData"]["tandem_missing"],
+            nlohmann::json::array({"worker 9"}));
+  std::ofstream(Path("empty.json")) << "";  // killed before its first flush
+  EXPECT_EQ(MergeTimelines(Path("x.json"), {Path("empty.json")}).unfinished,
+            std::vector<std::string>{Path("empty.json")});
+  std::ofstream(Path("junk.json")) << "not a trace";
+  EXPECT_THROW(MergeTimelines(Path("x.json"), {Path("junk.json")}), InvalidArgument);
+  std::ofstream(Path("array.json")) << "[1, 2]";
+  EXPECT_THROW(MergeTimelines(Path("x.json"), {Path("array.json")}), InvalidArgument);
   EXPECT_THROW(MergeTimelines(Path("x.json"), {Path("absent.json")}), IoError);
 }
 
