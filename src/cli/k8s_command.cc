@@ -1,6 +1,6 @@
 // `tandem k8s render`: renders a job description into Kubernetes manifests.
 //
-//   tandem k8s render -f job.json --kind KIND [-o FILE]
+//   tandem k8s render -f job.json --kind KIND [--cluster-runtime] [-o FILE]
 //
 // docs/deploy.md describes the description's fields and each kind.
 #include <fmt/format.h>
@@ -24,12 +24,14 @@ struct RenderArguments {
   std::string description;
   std::string kind;
   std::string output;
+  bool cluster_runtime = false;  ///< sets the description's cluster_runtime
 };
 
 int RunRender(const RenderArguments& args) {
   auto d = k8s::LoadJobDescription(args.description);
   auto kind = k8s::ParseKind(args.kind);
   if (!kind) throw InvalidArgument(fmt::format("unknown kind '{}'", args.kind));
+  if (args.cluster_runtime) d.cluster_runtime = true;
   std::string secret = d.generate_secret ? launch::GenerateJobSecret() : std::string();
   std::string text = k8s::ToYamlStream(k8s::Render(d, *kind, secret));
   if (args.output.empty() || args.output == "-") {
@@ -74,6 +76,10 @@ void RegisterK8sCommand(CLI::App& app, CommandBody* body) {
             return fmt::format("unknown kind '{}' (known: {})", value, kinds);
           },
           "KIND", "kind"));
+  render->add_flag("--cluster-runtime", args->cluster_runtime,
+                   "Kind trainjob: a cluster-scoped ClusterTrainingRuntime (needs a cluster "
+                   "administrator) instead of a TrainingRuntime in the job's namespace; the "
+                   "description's \"cluster_runtime\": true does the same");
   render->add_option("-o,--output", args->output,
                      "Write the manifests to this file (default: standard output)");
   render->callback([body, args] { *body = [args] { return RunRender(*args); }; });

@@ -233,6 +233,7 @@ JobDescription ParseJobDescription(const json& doc) {
                     "strategy",
                     "workers",
                     "processes_per_node",
+                    "cluster_runtime",
                     "servers",
                     "command_runs_all_roles",
                     "port",
@@ -295,6 +296,7 @@ JobDescription ParseJobDescription(const json& doc) {
   d.workers = static_cast<int>(GetInt(doc, "workers", 1, WholeNumber("workers")));
   d.processes_per_node =
       static_cast<int>(GetInt(doc, "processes_per_node", 1, WholeNumber("processes_per_node")));
+  d.cluster_runtime = GetBool(doc, "cluster_runtime", false, "cluster_runtime");
   if (d.strategy == Strategy::kParameterServer) {
     d.servers = static_cast<int>(GetInt(doc, "servers", 1, WholeNumber("servers")));
   } else {

@@ -47,6 +47,10 @@ struct JobDescription {
   /// COMMAND...`, which starts them as torchrun would (docs/contracts.md).
   /// `workers` still counts pods (nodes).
   int processes_per_node = 1;
+  /// Kind trainjob only: render the runtime as a cluster-scoped
+  /// ClusterTrainingRuntime (applying it needs a cluster administrator)
+  /// instead of a TrainingRuntime in the job's namespace.
+  bool cluster_runtime = false;
   int servers = 0;  ///< parameter server only
   bool command_runs_all_roles = false;
   int port = 0;  ///< the rendezvous port (0 until defaulted)

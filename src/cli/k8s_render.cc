@@ -47,6 +47,12 @@ std::vector<nlohmann::json> Render(const JobDescription& d, Kind kind,
         "processes with `tandem spawn-local`); kind {} runs one process per pod",
         d.processes_per_node, KindName(kind)));
   }
+  if (d.cluster_runtime && kind != Kind::kTrainJob) {
+    throw InvalidArgument(fmt::format(
+        "cluster_runtime=true needs kind trainjob (a ClusterTrainingRuntime is a Kubeflow "
+        "Trainer runtime); kind {} has none",
+        KindName(kind)));
+  }
   std::vector<nlohmann::json> objects;
   switch (kind) {
     case Kind::kMXJob:

@@ -1,5 +1,8 @@
 // TrainJob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2) with its
-// ClusterTrainingRuntime tandem-NAME. The runtime's template is a JobSet
+// runtime tandem-NAME: a TrainingRuntime in the job's namespace, which
+// whoever may create the TrainJob may create as well, or, with
+// cluster_runtime, a cluster-scoped ClusterTrainingRuntime, which only a
+// cluster administrator may apply. The runtime's template is a JobSet
 // spec with the replicated Job "node" (container "node"); the torch policy
 // makes the trainer inject PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR,
 // PET_MASTER_PORT and PET_NPROC_PER_NODE, which tandem reads as the TrainJob
@@ -36,11 +39,14 @@ std::vector<json> RenderTrainJob(const JobDescription& d) {
           {"replicatedJobs",
            json::array({{{"name", "node"}, {"replicas", 1}, {"template", job_template}}})}}}}}};
   if (d.gang_volcano) runtime_spec["podGroupPolicy"] = {{"volcano", json::object()}};
-  json runtime_labels = Labels(d, "");
-  runtime_labels["trainer.kubeflow.org/framework"] = "torch";
+  const char* runtime_kind = d.cluster_runtime ? "ClusterTrainingRuntime" : "TrainingRuntime";
+  // A cluster-scoped object has no namespace; Kubernetes refuses one that names one.
+  json runtime_metadata = ObjectMetadata(d, runtime_name, "");
+  if (d.cluster_runtime) runtime_metadata.erase("namespace");
+  runtime_metadata["labels"]["trainer.kubeflow.org/framework"] = "torch";
   json runtime = {{"apiVersion", "trainer.kubeflow.org/v1alpha1"},
-                  {"kind", "ClusterTrainingRuntime"},
-                  {"metadata", {{"name", runtime_name}, {"labels", runtime_labels}}},
+                  {"kind", runtime_kind},
+                  {"metadata", runtime_metadata},
                   {"spec", runtime_spec}};
   json trainjob = {
       {"apiVersion", "trainer.kubeflow.org/v1alpha1"},
@@ -48,9 +54,7 @@ std::vector<json> RenderTrainJob(const JobDescription& d) {
       {"metadata", ObjectMetadata(d, d.name, "")},
       {"spec",
        {{"runtimeRef",
-         {{"apiGroup", "trainer.kubeflow.org"},
-          {"kind", "ClusterTrainingRuntime"},
-          {"name", runtime_name}}},
+         {{"apiGroup", "trainer.kubeflow.org"}, {"kind", runtime_kind}, {"name", runtime_name}}},
         {"trainer", {{"numNodes", d.workers}, {"numProcPerNode", d.processes_per_node}}}}}};
   return {runtime, trainjob};
 }

@@ -76,6 +76,30 @@ def crd_schemas() -> dict[tuple[str, str, str], dict]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def crd_scopes() -> dict[tuple[str, str], str]:
+    """(group, kind) -> "Namespaced" or "Cluster", the CRD's spec.scope."""
+    out = {}
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=_LOADER)
+        out[(crd["spec"]["group"], crd["spec"]["names"]["kind"])] = crd["spec"]["scope"]
+    return out
+
+
+def scope_errors(obj: dict) -> list[str]:
+    """A cluster-scoped custom resource must name no namespace (the API server
+    refuses one that does); a namespaced one rendered by tandem must name its
+    namespace, so that `kubectl apply` does not put it in the current one."""
+    group = obj["apiVersion"].rpartition("/")[0]
+    scope = crd_scopes().get((group, obj["kind"]))
+    has_namespace = "namespace" in obj.get("metadata", {})
+    if scope == "Cluster" and has_namespace:
+        return [f"{obj['kind']} metadata.namespace: set on a cluster-scoped object"]
+    if scope == "Namespaced" and not has_namespace:
+        return [f"{obj['kind']} metadata.namespace: missing on a namespaced object"]
+    return []
+
+
 def job_spec_schema() -> dict:
     """batch/v1 JobSpec's schema as the JobSet CRD embeds it (strict)."""
     jobset = crd_schemas()[("jobset.x-k8s.io", "v1alpha2", "JobSet")]
@@ -185,9 +209,9 @@ def job_templates(obj: dict) -> Iterator[tuple[str, dict]]:
     if kind == "JobSet":
         jobs = obj["spec"]["replicatedJobs"]
         prefix = "JobSet.spec.replicatedJobs"
-    elif kind == "ClusterTrainingRuntime":
+    elif kind in ("TrainingRuntime", "ClusterTrainingRuntime"):
         jobs = obj["spec"]["template"]["spec"]["replicatedJobs"]
-        prefix = "ClusterTrainingRuntime.spec.template.spec.replicatedJobs"
+        prefix = f"{kind}.spec.template.spec.replicatedJobs"
     else:
         return
     for i, job in enumerate(jobs):
@@ -208,7 +232,7 @@ def manifest_errors(obj: dict) -> list[str]:
     if (api, kind) == ("batch/v1", "Job"):
         top = {k: v for k, v in obj.items() if k != "spec"}
         return model_errors(top, "V1Job", "Job") + job_spec_errors(obj["spec"], "Job.spec")
-    errors = schema_errors(obj)
+    errors = schema_errors(obj) + scope_errors(obj)
     errors += model_errors(obj.get("metadata", {}), "V1ObjectMeta", f"{kind}.metadata")
     for path, template in pod_templates(obj):
         errors += model_errors(template, "V1PodTemplateSpec", path)

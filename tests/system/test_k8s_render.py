@@ -56,16 +56,18 @@ def supported(strategy: str, kind: str) -> bool:
     return kind in (PS_KINDS if strategy == "ps" else COLLECTIVE_KINDS)
 
 
-def render(bin_dir: Path, tmp_path: Path, job: dict, kind: str) -> subprocess.CompletedProcess:
+def render(bin_dir: Path, tmp_path: Path, job: dict, kind: str,
+           flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     description = tmp_path / "job.json"
     description.write_text(json.dumps(job))
     return subprocess.run(
-        [str(bin_dir / "tandem"), "k8s", "render", "-f", str(description), "--kind", kind],
-        capture_output=True, text=True, timeout=30)
+        [str(bin_dir / "tandem"), "k8s", "render", "-f", str(description), "--kind", kind,
+         *flags], capture_output=True, text=True, timeout=30)
 
 
-def rendered(bin_dir: Path, tmp_path: Path, job: dict, kind: str) -> list[dict]:
-    result = render(bin_dir, tmp_path, job, kind)
+def rendered(bin_dir: Path, tmp_path: Path, job: dict, kind: str,
+             flags: tuple[str, ...] = ()) -> list[dict]:
+    result = render(bin_dir, tmp_path, job, kind, flags)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("---\n")
     return [obj for obj in yaml.safe_load_all(result.stdout) if obj is not None]
@@ -202,6 +204,46 @@ def test_operators_get_the_names_they_require(tandem_bin_dir, tmp_path):
     assert [c["name"] for _, c in containers(runtime)] == ["node"]
 
 
+@pytest.mark.parametrize("how,flags,field,runtime_kind", [
+    ("default", (), None, "TrainingRuntime"),
+    ("field_false", (), False, "TrainingRuntime"),
+    ("flag", ("--cluster-runtime",), None, "ClusterTrainingRuntime"),
+    ("field_true", (), True, "ClusterTrainingRuntime"),
+])
+@pytest.mark.parametrize("strategy_job", ["collectives", "gang"])
+def test_trainjob_runtime_is_namespaced_unless_asked(tandem_bin_dir, tmp_path, how, flags, field,
+                                                     runtime_kind, strategy_job):
+    """A namespace's own users may apply a TrainingRuntime; a ClusterTrainingRuntime
+    needs a cluster administrator, so it is rendered only on request. Both validate
+    against their CRDs, scope included (k8s_schema.scope_errors)."""
+    job = dict(COLLECTIVES_JOB, namespace="training")
+    if strategy_job == "gang":
+        job["gang_scheduling"] = {"scheduler": "volcano", "queue": "research"}
+    if field is not None:
+        job["cluster_runtime"] = field
+    objects = rendered(tandem_bin_dir, tmp_path, job, "trainjob", flags)
+    runtime, trainjob = objects[-2:]
+    assert runtime["kind"] == runtime_kind
+    assert trainjob["spec"]["runtimeRef"] == {
+        "apiGroup": "trainer.kubeflow.org", "kind": runtime_kind, "name": "tandem-resnet"}
+    assert runtime["metadata"].get("namespace") == (
+        "training" if runtime_kind == "TrainingRuntime" else None)
+    assert trainjob["metadata"]["namespace"] == "training"
+    for obj in objects:
+        errors = k8s_schema.manifest_errors(obj)
+        assert errors == [], f"{obj['kind']} {obj['metadata']['name']}:\n" + "\n".join(errors)
+
+
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - {"trainjob"}))
+def test_cluster_runtime_is_refused_for_other_kinds(tandem_bin_dir, tmp_path, kind):
+    job = PS_JOB if kind == "mxjob" else COLLECTIVES_JOB
+    result = render(tandem_bin_dir, tmp_path, job, kind, ("--cluster-runtime",))
+    assert result.returncode == 78, result.stderr
+    assert "cluster_runtime=true needs kind trainjob" in result.stderr
+    assert f"kind {kind} has none" in result.stderr
+    assert result.stdout == ""
+
+
 def test_mpijob_forwards_tandem_variables_through_mpirun(tandem_bin_dir, tmp_path):
     job = dict(COLLECTIVES_JOB, env={"NCCL_DEBUG": "INFO"}, metrics_port=9100)
     mpi = rendered(tandem_bin_dir, tmp_path, job, "mpijob")[-1]
@@ -316,9 +358,23 @@ MUTATIONS = [
     ("indexed-job", "collectives", lambda o: o["spec"].__setitem__("completions", "3")),
     ("volcano-job", "ps", lambda o: o["spec"]["tasks"][0].__setitem__("replica", 1)),
     ("trainjob", "collectives", lambda o: o["spec"]["trainer"].__setitem__("numNode", 3)),
+    ("trainjob", "collectives", lambda o: o["metadata"].pop("namespace")),
     ("pytorchjob", "collectives", lambda o: o["spec"]["pytorchReplicaSpecs"]["Master"][
         "template"]["spec"]["volumes"][0]["emptyDir"].__setitem__("sizelimit", "1Gi")),
 ]
+
+
+@pytest.mark.parametrize("kind,mutate", [
+    ("TrainingRuntime", lambda o: o["metadata"].pop("namespace")),
+    ("ClusterTrainingRuntime", lambda o: o["metadata"].__setitem__("namespace", "default")),
+    ("TrainingRuntime", lambda o: o["spec"]["mlPolicy"].__setitem__("numNode", 3)),
+])
+def test_validator_checks_each_runtime_scope(tandem_bin_dir, tmp_path, kind, mutate):
+    flags = ("--cluster-runtime",) if kind == "ClusterTrainingRuntime" else ()
+    runtime = rendered(tandem_bin_dir, tmp_path, COLLECTIVES_JOB, "trainjob", flags)[-2]
+    assert runtime["kind"] == kind and k8s_schema.manifest_errors(runtime) == []
+    mutate(runtime)
+    assert k8s_schema.manifest_errors(runtime) != []
 
 
 @pytest.mark.parametrize("index", range(len(MUTATIONS)))

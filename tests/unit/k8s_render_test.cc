@@ -687,5 +687,81 @@ INSTANTIATE_TEST_SUITE_P(Kinds, K8sOneProcessPerPod,
                          ::testing::Values(Kind::kMPIJob, Kind::kJobSet, Kind::kIndexedJob,
                                            Kind::kVolcanoJob, Kind::kMXJob));
 
+// ---- the TrainJob's runtime: namespaced unless asked ------------------------------
+
+struct RuntimeCase {
+  std::string name;
+  std::optional<bool> cluster_runtime;  ///< the description's field; nullopt: absent
+  std::string namespace_;               ///< the description's namespace
+  std::string kind;                     ///< the runtime's kind rendered
+  bool has_namespace;                   ///< whether the runtime's metadata names one
+};
+
+class K8sTrainJobRuntime : public ::testing::TestWithParam<RuntimeCase> {};
+
+TEST_P(K8sTrainJobRuntime, ScopeFollowsTheDescription) {
+  const RuntimeCase& c = GetParam();
+  json doc = CollectivesJob();
+  doc["namespace"] = c.namespace_;
+  if (c.cluster_runtime) doc["cluster_runtime"] = *c.cluster_runtime;
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_EQ(d.cluster_runtime, c.kind == "ClusterTrainingRuntime");
+  std::vector<json> objects = Render(d, Kind::kTrainJob, "s");
+  ASSERT_EQ(objects.size(), 3u);  // Secret, runtime, TrainJob
+  const json& runtime = objects[1];
+  const json& trainjob = objects[2];
+  EXPECT_EQ(runtime["kind"], c.kind);
+  EXPECT_EQ(runtime["apiVersion"], "trainer.kubeflow.org/v1alpha1");
+  EXPECT_EQ(runtime["metadata"]["name"], "tandem-resnet");
+  EXPECT_EQ(runtime["metadata"]["labels"]["trainer.kubeflow.org/framework"], "torch");
+  EXPECT_EQ(runtime["metadata"]["labels"]["tandem.io/job"], "resnet");
+  if (c.has_namespace) {
+    EXPECT_EQ(runtime["metadata"]["namespace"], c.namespace_);
+  } else {
+    EXPECT_FALSE(runtime["metadata"].contains("namespace")) << runtime["metadata"].dump();
+  }
+  EXPECT_EQ(trainjob["kind"], "TrainJob");
+  EXPECT_EQ(trainjob["metadata"]["namespace"], c.namespace_);
+  EXPECT_EQ(
+      trainjob["spec"]["runtimeRef"],
+      json({{"apiGroup", "trainer.kubeflow.org"}, {"kind", c.kind}, {"name", "tandem-resnet"}}));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Scopes, K8sTrainJobRuntime,
+    ::testing::Values(
+        RuntimeCase{"absent", std::nullopt, "default", "TrainingRuntime", true},
+        RuntimeCase{"absent_other_namespace", std::nullopt, "ml", "TrainingRuntime", true},
+        RuntimeCase{"false", false, "ml", "TrainingRuntime", true},
+        RuntimeCase{"true", true, "default", "ClusterTrainingRuntime", false},
+        RuntimeCase{"true_other_namespace", true, "ml", "ClusterTrainingRuntime", false}),
+    [](const auto& test) { return test.param.name; });
+
+class K8sNoTrainingRuntime : public ::testing::TestWithParam<std::tuple<Kind, bool>> {};
+
+TEST_P(K8sNoTrainingRuntime, RefusesClusterRuntime) {
+  const Kind kind = std::get<0>(GetParam());
+  json doc = std::get<1>(GetParam()) ? PsJob() : CollectivesJob();
+  doc["cluster_runtime"] = true;
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_THAT([&] { Render(d, kind, "s"); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("cluster_runtime=true needs kind trainjob (a ClusterTrainingRuntime "
+                            "is a Kubeflow Trainer runtime); kind " +
+                            std::string(KindName(kind)) + " has none")));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, K8sNoTrainingRuntime,
+                         ::testing::Combine(::testing::Values(Kind::kMXJob, Kind::kPyTorchJob,
+                                                              Kind::kMPIJob, Kind::kJobSet,
+                                                              Kind::kIndexedJob, Kind::kVolcanoJob),
+                                            ::testing::Bool()));
+
+TEST(K8sJobDescription, ClusterRuntimeMustBeABool) {
+  json doc = CollectivesJob();
+  doc["cluster_runtime"] = "yes";
+  EXPECT_EQ(ParseError(doc), "cluster_runtime must be true or false, got \"yes\" (string)");
+}
+
 }  // namespace
 }  // namespace tandem::cli::k8s
