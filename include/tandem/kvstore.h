@@ -102,9 +102,17 @@ class KVStore {
   /// Cluster::Join throws.
   static std::unique_ptr<KVStore> Create(const std::string& type);
 
-  /// A distributed store leaves the job in order (a barrier of all nodes);
-  /// errors then are logged, not thrown.
+  /// A distributed store leaves the job in order (a barrier of all nodes),
+  /// unless Leave() did; errors then are logged, not thrown.
   virtual ~KVStore() = default;
+
+  /// Leaves the job now, in order (a distributed store: the final barrier
+  /// of every node), so that a failure reaches the caller: a program that
+  /// must end with the lost peer's exit code calls it before destroying the
+  /// store. Call once no operation is in flight; afterwards only the
+  /// destructor may be called. Idempotent (a second call does nothing); a
+  /// local store has nothing to leave. Throws PeerLost, Timeout.
+  virtual void Leave() {}
 
   /// The type it was created with.
   virtual const std::string& type() const = 0;

@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,19 +83,34 @@ class PyKVHandle {
 class PyKVStore {
  public:
   explicit PyKVStore(std::unique_ptr<KVStore> store) : store_(std::move(store)) {}
-  ~PyKVStore() { Close(); }
+  /// Python dropped a store it never closed: the store's destructor leaves
+  /// the job and logs (cannot throw) what failed.
+  ~PyKVStore() {
+    if (!store_) return;
+    py::gil_scoped_release release;
+    store_.reset();
+  }
 
   KVStore& store() {
     if (!store_) throw InvalidArgument("the KVStore was closed");
     return *store_;
   }
   /// Leaves the job (a distributed store meets the other workers in a
-  /// barrier). Idempotent.
+  /// barrier) and destroys the store; the barrier's error (PeerLost,
+  /// Timeout) is thrown after that, so that a worker ending on a lost peer
+  /// exits with its code (tandem/_exit.py). Idempotent.
   void Close() {
     if (!store_) return;
     std::unique_ptr<KVStore> store = std::move(store_);
     py::gil_scoped_release release;
+    std::exception_ptr error;
+    try {
+      store->Leave();
+    } catch (...) {
+      error = std::current_exception();
+    }
     store.reset();
+    if (error) std::rethrow_exception(error);
   }
   bool closed() const { return !store_; }
 

@@ -19,12 +19,11 @@ shutdown() (also run at exit) leaves the job.
 
 from __future__ import annotations
 
-import atexit
 import os
 import threading
 from typing import Optional, Sequence
 
-from tandem import _core
+from tandem import _core, _exit
 from tandem._tensors import empty_like, shape_of
 
 Communicator = _core.Communicator
@@ -309,4 +308,4 @@ def barrier(*, name: str = "", timeout: float = 0.0,
     _comm(group).barrier_async(name, timeout).wait()
 
 
-atexit.register(shutdown)
+_exit.leave_at_exit(shutdown)

@@ -16,15 +16,18 @@ keeps its tensors referenced until it is waited for.
 
 from __future__ import annotations
 
-import atexit
-import weakref
 from typing import Any, Sequence
 
-from tandem import _core
+from tandem import _core, _exit
 
 Handle = _core.KVHandle
 
-_OPEN: "weakref.WeakSet[KVStore]" = weakref.WeakSet()
+# This process's distributed stores, held until they leave the job: by
+# close() or at interpreter exit. A store that Python drops unclosed stays a
+# member until then, so that the error of its final barrier (a peer lost
+# meanwhile) ends the process with its code (tandem/_exit.py) instead of
+# being logged by a destructor.
+_MEMBERS: "list[_core.KVStore]" = []
 
 
 def create(name: str = "local") -> "KVStore":
@@ -60,7 +63,8 @@ class KVStore:
                 f"kvstore.create('{name}'): this process already joined the job through "
                 "tandem.init(); a process uses the KVStore or the collectives, not both")
         self._store = _core.KVStore(name)
-        _OPEN.add(self)
+        if name.startswith("dist"):
+            _MEMBERS.append(self._store)
 
     # -- properties --
 
@@ -211,8 +215,13 @@ class KVStore:
 
     def close(self) -> None:
         """Leaves the job (a distributed store meets the other workers in a
-        barrier). Idempotent; also run at interpreter exit."""
-        self._store.close()
+        barrier). Idempotent; also run at interpreter exit. Raises
+        tandem.PeerLost, tandem.Timeout when that barrier fails."""
+        try:
+            self._store.close()
+        finally:
+            if self._store in _MEMBERS:
+                _MEMBERS.remove(self._store)
 
     def __enter__(self) -> "KVStore":
         return self
@@ -229,7 +238,7 @@ class KVStore:
 
 def _open_distributed() -> bool:
     """True while this process holds an open distributed store."""
-    return any(s.type.startswith("dist") for s in list(_OPEN) if not s._store.closed)
+    return any(not s.closed for s in _MEMBERS)
 
 
 def _row_list(row_ids) -> list[int]:
@@ -238,7 +247,10 @@ def _row_list(row_ids) -> list[int]:
     return [int(r) for r in row_ids]
 
 
-@atexit.register
 def _close_all() -> None:
-    for store in list(_OPEN):
+    while _MEMBERS:
+        store = _MEMBERS.pop()
         store.close()
+
+
+_exit.leave_at_exit(_close_all)

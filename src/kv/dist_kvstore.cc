@@ -87,9 +87,17 @@ std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environ
   return std::unique_ptr<KVStore>(new DistKVStore(std::move(type), std::move(owned), settings));
 }
 
+void DistKVStore::Leave() {
+  if (!owned_ || left_) return;
+  left_ = true;  // set first: a failed barrier is not tried again
+  owned_->cluster->Finalize();
+}
+
 DistKVStore::~DistKVStore() {
   if (!owned_) return;
-  if (std::uncaught_exceptions() > 0) {
+  if (left_) {
+    // Leave() met the others (or reported why it could not).
+  } else if (std::uncaught_exceptions() > 0) {
     // The program is ending on an exception: the others may be blocked in a
     // push that needs this worker, and a final barrier would wait for them
     // as they wait for it. Leaving without it tells them at once (they fail

@@ -35,9 +35,13 @@ class DistKVStore final : public KVStore {
   /// describes (this process must be a worker) and owns the membership.
   static std::unique_ptr<KVStore> Join(std::string type, const base::Environment& env);
 
-  /// When owning the membership: Finalize (a barrier of every node), then
-  /// leave; errors are logged.
+  /// When owning the membership: Finalize (a barrier of every node) unless
+  /// Leave() ran, then leave; errors are logged.
   ~DistKVStore() override;
+
+  /// When owning the membership: Finalize, throwing its error (PeerLost,
+  /// Timeout). Once only; the destructor then skips the barrier.
+  void Leave() override;
 
   const std::string& type() const override { return type_; }
   int Rank() const override { return client_.rank(); }
@@ -96,6 +100,7 @@ class DistKVStore final : public KVStore {
                           const std::shared_ptr<KvOperation>& op);
 
   std::unique_ptr<Owned> owned_;  // the membership and client, when Join made them
+  bool left_ = false;             // Leave() ran (the caller's thread)
   std::string type_;
   KvClient& client_;
   StoreSettings settings_;
