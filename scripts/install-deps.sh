@@ -3,8 +3,30 @@
 # packages only. Idempotent and non-interactive: when every package is already
 # installed it changes nothing and returns in well under a second.
 #
-# Usage: scripts/install-deps.sh        (as root, or as a user with sudo)
+# Usage: scripts/install-deps.sh [--build | --runtime] [--list]   (as root, or with sudo)
+#   (no mode)  PACKAGES: build, test, lint, benchmark and the bed (a developer's
+#              machine, CI)
+#   --build    BUILD_PACKAGES only: what `scripts/build.sh BUILD_DIR
+#              -DTANDEM_BUILD_BENCH=OFF` needs (deploy/Dockerfile's build stage)
+#   --runtime  RUNTIME_PACKAGES only: what the built programs, the Python package
+#              and deploy/examples/ need to run (deploy/Dockerfile's runtime stage)
+#   --list     print the chosen packages, one a line, and install nothing
+#              (tests/system/test_dockerfile.py reads the stages' sets this way)
 set -euo pipefail
+
+MODE=all
+LIST=0
+for arg in "$@"; do
+  case "$arg" in
+    --build) MODE=build ;;
+    --runtime) MODE=runtime ;;
+    --list) LIST=1 ;;
+    *)
+      echo "install-deps: unknown argument '$arg' (use --build, --runtime, --list)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 # One package per line, with what needs it. Keep to what the tree uses now.
 PACKAGES=(
@@ -56,6 +78,39 @@ PACKAGES=(
   slurm-wlm           # tests/system/test_launch_slurm.py: a one-node Slurm (srun, slurmctld, slurmd)
   munge               # Slurm's authentication
 )
+
+# The subset of PACKAGES that the build alone needs: every find_package and
+# pkg_check_modules of the CMakeLists with benchmarks off (bench/peers' Gloo
+# and MPI are left out); tests/system/test_dockerfile.py maps each one to
+# its Debian package with dpkg -S and checks it is here.
+BUILD_PACKAGES=(
+  cmake ninja-build g++ pkg-config
+  libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev prometheus-cpp-dev libpmix-dev
+  libgtest-dev libgmock-dev    # the test programs (cluster_check, ...) are built with the tests
+  python3-dev pybind11-dev     # the Python package's tandem._core
+  libtorch-dev zlib1g-dev      # examples/fashion_mnist
+)
+
+# What the built programs run on, none of it a -dev package: the shared
+# libraries `tandem`, the test programs and tandem._core link (the test maps
+# `ldd`'s paths to packages with dpkg -S), the interpreter with NumPy and
+# torch for the Python package and examples/pytorch_ddp, and what an MPIJob's
+# pods run (mpirun, sshd).
+RUNTIME_PACKAGES=(
+  libfmt9 libssl3 libprometheus-cpp-pull1.0 libprometheus-cpp-core1.0 libpmix2
+  libstdc++6 zlib1g
+  python3 python3-numpy python3-torch
+  openmpi-bin openssh-server openssh-client ca-certificates
+)
+
+case "$MODE" in
+  build) PACKAGES=("${BUILD_PACKAGES[@]}") ;;
+  runtime) PACKAGES=("${RUNTIME_PACKAGES[@]}") ;;
+esac
+if [[ $LIST -eq 1 ]]; then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
