@@ -26,7 +26,7 @@ PS_JOB = {
     "name": "mnist-ps",
     "namespace": "training",
     "image": "registry.example.com/tandem:0.1.0",
-    "command": ["python3", "/opt/tandem/examples/train.py", "--epochs", "3"],
+    "command": ["python3", "/opt/tandem/examples/pytorch_ddp/train.py", "--epochs", "3"],
     "strategy": "parameter-server",
     "workers": 4,
     "servers": 2,
@@ -43,7 +43,7 @@ PS_JOB = {
 COLLECTIVES_JOB = {
     "name": "resnet",
     "image": "registry.example.com/tandem:0.1.0",
-    "command": ["python3", "/opt/tandem/examples/train.py"],
+    "command": ["python3", "/opt/tandem/examples/pytorch_ddp/train.py"],
     "workers": 3,
     "host_network": True,
     "secret": {"name": "shared-tandem-secret", "key": "secret"},
