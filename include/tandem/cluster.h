@@ -39,11 +39,11 @@ inline constexpr int kAll = kScheduler | kServers | kWorkers;
 
 /// One node of the job as the scheduler announced it.
 struct NodeInfo {
-  int id = -1;        ///< unique in the job: 0 is the scheduler, then servers, then workers
+  int id = -1;  ///< unique in the job: 0 is the scheduler, then servers, then workers
   Role role = Role::kWorker;
-  int rank = -1;      ///< 0..n-1 within the role
-  std::string host;   ///< address other nodes reach it at
-  uint16_t port = 0;  ///< its listening port
+  int rank = -1;                 ///< 0..n-1 within the role
+  std::string host;              ///< address other nodes reach it at
+  uint16_t port = 0;             ///< its listening port
   std::string ToString() const;  ///< e.g. "worker 3 (node 6, 10.0.0.5:41234)"
 };
 
@@ -101,6 +101,23 @@ class Cluster {
   explicit Cluster(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+/// Where this process stands among the processes on its host.
+struct LocalPlacement {
+  std::string contract;  ///< the start-up contract that said so: "torchrun", "slurm", ...
+  int local_rank = 0;    ///< 0..local_size-1
+  int local_size = 1;
+};
+
+/// Reads this process's local rank and size from the first start-up
+/// contract (docs/contracts.md) that its environment alone describes:
+/// tandem, Open MPI, PMI, Slurm, torchrun, TrainJob, Indexed Job, Volcano
+/// (not DMLC, which places roles rather than hosts' processes, and not PMIx,
+/// which would talk to the launcher's server). Joins nothing; any thread;
+/// nothing when no such contract is present. Throws ConfigError naming a
+/// variable that is present but unusable. Defined in
+/// src/cluster/contract_detection.cc.
+std::optional<LocalPlacement> ReadLocalPlacement();
 
 /// For programs that a launcher starts in every role (as MXNet's launch.py
 /// did, and Kubeflow's MXJob does with one image): if the environment says

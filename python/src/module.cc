@@ -6,6 +6,7 @@
 #include "collective_binding.h"
 #include "error_mapping.h"
 #include "kvstore_binding.h"
+#include "placement_binding.h"
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "tandem's C++ API (KVStore, collectives) for the tandem package";
@@ -13,4 +14,5 @@ PYBIND11_MODULE(_core, m) {
   tandem::python::RegisterErrors(m);
   tandem::python::RegisterKVStore(m);
   tandem::python::RegisterCollectives(m);
+  tandem::python::RegisterPlacement(m);
 }

@@ -38,36 +38,44 @@ Min = "min"
 Max = "max"
 Product = "prod"
 
-_LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "HOROVOD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-                         "MPI_LOCALRANKID", "SLURM_LOCALID")
-_LOCAL_SIZE_VARIABLES = ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                         "MPI_LOCALNRANKS")
+# Horovod's and torchrun's variables, for a process that no start-up
+# contract places (horovodrun sets only HOROVOD_*; a DMLC job's worker).
+_LOCAL_FALLBACK = (("LOCAL_RANK", "LOCAL_WORLD_SIZE"),
+                   ("HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE"))
 
 
-def _first_int(names: Sequence[str], default: int) -> int:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            try:
-                return int(value)
-            except ValueError:
-                raise _core.ConfigError(f"{name}={value!r} is not a whole number") from None
-    return default
+def _local_placement() -> tuple[int, int]:
+    placement = _core.local_placement()
+    if placement is not None:
+        return placement[1], placement[2]
+    for rank_name, size_name in _LOCAL_FALLBACK:
+        if os.environ.get(rank_name):
+            values = []
+            for name, default in ((rank_name, 0), (size_name, 1)):
+                text = os.environ.get(name) or str(default)
+                try:
+                    values.append(int(text))
+                except ValueError:
+                    raise _core.ConfigError(f"{name}={text!r} is not a whole number") from None
+            return values[0], values[1]
+    return 0, 1
 
 
 def local_rank() -> int:
     """This worker's index among the workers on its host, as Horovod's
-    hvd.local_rank(): LOCAL_RANK (tandem launch, torchrun), else
-    HOROVOD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID,
-    SLURM_LOCALID; 0 when none is set (a process alone). Needs no init()."""
-    return _first_int(_LOCAL_RANK_VARIABLES, 0)
+    hvd.local_rank(). Read as the C++ runtime reads it, from the first
+    start-up contract of the environment (docs/contracts.md: tandem's
+    TANDEM_LOCAL_RANK, Open MPI's, PMI's, Slurm's, torchrun's LOCAL_RANK,
+    ...), else LOCAL_RANK, else HOROVOD_LOCAL_RANK; 0 when none is set (a
+    process alone). Needs no init()."""
+    return _local_placement()[0]
 
 
 def local_size() -> int:
-    """The number of workers on this host, as hvd.local_size():
-    LOCAL_WORLD_SIZE (tandem launch, torchrun), else HOROVOD_LOCAL_SIZE,
-    OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS; 1 when none is set."""
-    return _first_int(_LOCAL_SIZE_VARIABLES, 1)
+    """The number of workers on this host, as hvd.local_size(): from the same
+    source as local_rank() (LOCAL_WORLD_SIZE, HOROVOD_LOCAL_SIZE, ...); 1
+    when none is set."""
+    return _local_placement()[1]
 
 
 _lock = threading.Lock()

@@ -14,6 +14,15 @@ namespace {
 
 using Reader = std::function<std::optional<LaunchContract>(const base::Environment&)>;
 
+// The contracts inferred from a launcher's own variables, tried after the
+// explicit ones (tandem, DMLC) and PMIx, in docs/contracts.md's order.
+const std::vector<Reader>& InferredReaders() {
+  static const std::vector<Reader> kInferred = {
+      ReadOmpiContract,     ReadPmiContract,        ReadSlurmContract,  ReadTorchrunContract,
+      ReadTrainJobContract, ReadIndexedJobContract, ReadVolcanoContract};
+  return kInferred;
+}
+
 // Marker variables of every contract, to report those present but ignored.
 const std::vector<std::pair<std::string, std::vector<std::string>>>& Markers() {
   static const std::vector<std::pair<std::string, std::vector<std::string>>> kMarkers = {
@@ -88,10 +97,7 @@ DetectedContract DetectContract(const base::Environment& env) {
   } catch (const PmixUnavailable& e) {
     pmix_unusable = e.what();
   }
-  const Reader kInferred[] = {ReadOmpiContract,     ReadPmiContract,      ReadSlurmContract,
-                              ReadTorchrunContract, ReadTrainJobContract, ReadIndexedJobContract,
-                              ReadVolcanoContract};
-  for (const auto& read : kInferred) {
+  for (const auto& read : InferredReaders()) {
     if (auto c = read(env)) {
       peers(std::move(*c));
       for (auto& other : d.also_present) {
@@ -121,4 +127,22 @@ DetectedContract DetectContract(const base::Environment& env) {
   return peers(std::move(single));
 }
 
+std::optional<LaunchContract> ReadEnvironmentContract(const base::Environment& env) {
+  if (auto c = ReadTandemContract(env)) return c;
+  for (const auto& read : InferredReaders()) {
+    if (auto c = read(env)) return c;
+  }
+  return std::nullopt;
+}
+
 }  // namespace tandem::cluster
+
+namespace tandem {
+
+std::optional<LocalPlacement> ReadLocalPlacement() {
+  auto c = cluster::ReadEnvironmentContract(base::Environment::FromProcess());
+  if (!c) return std::nullopt;
+  return LocalPlacement{c->name, c->local_rank, c->local_size};
+}
+
+}  // namespace tandem

@@ -41,4 +41,13 @@ struct DetectedContract {
 /// after it, and when none matches this throws ConfigError saying why.
 DetectedContract DetectContract(const base::Environment& env);
 
+/// The first contract that the environment alone describes, in
+/// DetectContract's order without DMLC (it places roles, not processes on
+/// hosts) and PMIx (it talks to a server and may fence): tandem, Open MPI,
+/// PMI, Slurm, torchrun, TrainJob, Indexed Job, Volcano; nothing when none
+/// matches. For what a process may learn without joining a job (its local
+/// rank and size: tandem.local_rank() in Python). Any thread. Throws
+/// ConfigError from the winning reader.
+std::optional<LaunchContract> ReadEnvironmentContract(const base::Environment& env);
+
 }  // namespace tandem::cluster
