@@ -17,11 +17,11 @@ from tandem import _core
 from tandem._core import (AuthFailed, CallMismatch, ConfigError, Error, InvalidArgument, IoError,
                           PeerLost, ProtocolError, Timeout)
 from tandem import kvstore
-from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgather, allgather_async, allreduce, allreduce_,
-                               allreduce_async, allreduce_async_, alltoall, alltoall_async,
-                               barrier, broadcast, broadcast_, broadcast_async_, engine, init,
-                               is_initialized, local_rank, local_size, new_group, rank,
-                               reduce_scatter,
+from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgather,
+                               allgather_async, allreduce, allreduce_, allreduce_async,
+                               allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
+                               broadcast_, broadcast_async_, engine, init, is_initialized,
+                               local_rank, local_size, new_group, rank, reduce_scatter,
                                reduce_scatter_async, shutdown, size)
 from tandem import _exit
 from tandem._exit import exit_code_for

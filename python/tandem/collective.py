@@ -183,8 +183,9 @@ def allreduce_async(tensor, op: str = "sum", out=None, *, prescale: float = 1.0,
                     postscale: float = 1.0, algorithm: str = "auto", name: str = "",
                     timeout: float = 0.0, group: Optional[Communicator] = None) -> Handle:
     """Queues out = op over every rank's `tensor` (op: Sum, Average, Min,
-    Max, Product, or their strings sum, avg or average, min, max, prod); `out` defaults to a new tensor like `tensor`; out may be tensor
-    (in place). prescale/postscale multiply input/result (floating point)."""
+    Max, Product, or their strings sum, avg or average, min, max, prod);
+    `out` defaults to a new tensor like `tensor`; out may be tensor (in
+    place). prescale/postscale multiply input/result (floating point)."""
     if out is None:
         out = empty_like(tensor, shape_of(tensor))
     h = _comm(group).allreduce_async(tensor, out, op, prescale, postscale, algorithm, name,
