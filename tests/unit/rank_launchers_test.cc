@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -192,6 +193,172 @@ TEST(RankProcess, RefusesAMismatchedSizeOrAMissingRank) {
     EXPECT_THAT(e.what(), HasSubstr("TANDEM_SECRET"));
   }
 }
+
+// The torchrun/Horovod variables of a rank's process, placed from what the
+// ranks' launcher says about hosts: srun's tasks per node (and its node
+// list for MASTER_ADDR), mpirun's local size (the first host is the
+// scheduler's), nothing (only RANK and WORLD_SIZE: which ranks share a host
+// is unknown), or every rank on this host (--loopback). "-" marks a
+// variable that must be absent.
+struct PlacementCase {
+  const char* name;
+  int workers, servers;
+  bool no_scheduler, loopback;
+  int rank, size;
+  std::map<std::string, std::string> launcher_env;  // added to the rank's environment
+  std::map<std::string, std::string> expected;
+};
+
+class RankWorkerVariables : public ::testing::TestWithParam<PlacementCase> {};
+
+TEST_P(RankWorkerVariables, FollowTheRanksHosts) {
+  const PlacementCase& c = GetParam();
+  RankProcessOptions o;
+  o.job = Job(c.workers, c.servers, c.no_scheduler);
+  o.loopback = c.loopback;
+  std::map<std::string, std::string> env = RankEnv(c.rank, c.size);
+  env["TANDEM_MASTER_PORT"] = "42000";
+  env["RANK"] = "99";  // stale, from the launcher's own environment
+  for (const auto& [name, value] : c.launcher_env) env[name] = value;
+  ProcessSpec p = RankProcess(o, env);
+  for (const auto& [name, value] : c.expected) {
+    if (value == "-") {
+      EXPECT_EQ(p.env.count(name), 0u) << name << " of " << p.label;
+    } else {
+      ASSERT_EQ(p.env.count(name), 1u) << name << " missing from " << p.label;
+      EXPECT_EQ(p.env.at(name), value) << name << " of " << p.label;
+    }
+  }
+  EXPECT_EQ(p.env.count("TANDEM_MASTER_PORT"), 0u);  // rank-exec's own, not the program's
+}
+
+// Slurm, 3 tasks on each of 2 nodes: scheduler, server, worker 0 on n1;
+// workers 1..3 on n2.
+const std::map<std::string, std::string> kSlurmTwoNodes = {{"SLURM_STEP_TASKS_PER_NODE", "3(x2)"},
+                                                           {"SLURM_STEP_NODELIST", "n[1-2]"}};
+// mpirun's by-slot mapping, 2 ranks per host.
+const std::map<std::string, std::string> kOmpiTwoPerHost = {{"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}};
+
+INSTANTIATE_TEST_SUITE_P(Launchers, RankWorkerVariables,
+                         ::testing::Values(PlacementCase{"SlurmWorkerAloneOnTheFirstNode",
+                                                         4,
+                                                         1,
+                                                         false,
+                                                         false,
+                                                         2,
+                                                         6,
+                                                         kSlurmTwoNodes,
+                                                         {{"RANK", "0"},
+                                                          {"WORLD_SIZE", "4"},
+                                                          {"LOCAL_RANK", "0"},
+                                                          {"LOCAL_WORLD_SIZE", "1"},
+                                                          {"GROUP_RANK", "0"},
+                                                          {"GROUP_WORLD_SIZE", "2"},
+                                                          {"MASTER_ADDR", "n1"},
+                                                          {"MASTER_PORT", "42000"},
+                                                          {"HOROVOD_RANK", "0"},
+                                                          {"HOROVOD_SIZE", "4"},
+                                                          {"HOROVOD_LOCAL_RANK", "0"},
+                                                          {"HOROVOD_LOCAL_SIZE", "1"}}},
+                                           PlacementCase{"SlurmWorkerOnTheSecondNode",
+                                                         4,
+                                                         1,
+                                                         false,
+                                                         false,
+                                                         4,
+                                                         6,
+                                                         kSlurmTwoNodes,
+                                                         {{"RANK", "2"},
+                                                          {"WORLD_SIZE", "4"},
+                                                          {"LOCAL_RANK", "1"},
+                                                          {"LOCAL_WORLD_SIZE", "3"},
+                                                          {"GROUP_RANK", "1"},
+                                                          {"GROUP_WORLD_SIZE", "2"},
+                                                          {"MASTER_ADDR", "n1"},
+                                                          {"MASTER_PORT", "42000"},
+                                                          {"HOROVOD_RANK", "2"},
+                                                          {"HOROVOD_LOCAL_RANK", "1"},
+                                                          {"HOROVOD_LOCAL_SIZE", "3"}}},
+                                           PlacementCase{"SlurmServerGetsNone",
+                                                         4,
+                                                         1,
+                                                         false,
+                                                         false,
+                                                         1,
+                                                         6,
+                                                         kSlurmTwoNodes,
+                                                         {{"RANK", "-"},
+                                                          {"WORLD_SIZE", "-"},
+                                                          {"LOCAL_RANK", "-"},
+                                                          {"MASTER_ADDR", "-"},
+                                                          {"MASTER_PORT", "-"},
+                                                          {"HOROVOD_RANK", "-"}}},
+                                           PlacementCase{"OmpiNoSchedulerSecondHost",
+                                                         4,
+                                                         0,
+                                                         true,
+                                                         false,
+                                                         3,
+                                                         4,
+                                                         kOmpiTwoPerHost,
+                                                         {{"RANK", "3"},
+                                                          {"WORLD_SIZE", "4"},
+                                                          {"LOCAL_RANK", "1"},
+                                                          {"LOCAL_WORLD_SIZE", "2"},
+                                                          {"GROUP_RANK", "1"},
+                                                          {"GROUP_WORLD_SIZE", "2"},
+                                                          {"MASTER_ADDR", "node1"},
+                                                          {"MASTER_PORT", "42000"},
+                                                          {"HOROVOD_LOCAL_SIZE", "2"}}},
+                                           PlacementCase{"OmpiSchedulerTakesTheFirstSlot",
+                                                         3,
+                                                         0,
+                                                         false,
+                                                         false,
+                                                         2,
+                                                         4,
+                                                         kOmpiTwoPerHost,
+                                                         {{"RANK", "1"},
+                                                          {"WORLD_SIZE", "3"},
+                                                          {"LOCAL_RANK", "0"},
+                                                          {"LOCAL_WORLD_SIZE", "2"},
+                                                          {"GROUP_RANK", "1"},
+                                                          {"MASTER_ADDR", "node1"}}},
+                                           PlacementCase{"UnknownHostsGiveOnlyTheGlobalRank",
+                                                         2,
+                                                         0,
+                                                         true,
+                                                         false,
+                                                         1,
+                                                         2,
+                                                         {},
+                                                         {{"RANK", "1"},
+                                                          {"WORLD_SIZE", "2"},
+                                                          {"HOROVOD_RANK", "1"},
+                                                          {"HOROVOD_SIZE", "2"},
+                                                          {"MASTER_PORT", "42000"},
+                                                          {"LOCAL_RANK", "-"},
+                                                          {"LOCAL_WORLD_SIZE", "-"},
+                                                          {"GROUP_RANK", "-"},
+                                                          {"HOROVOD_LOCAL_RANK", "-"},
+                                                          {"MASTER_ADDR", "-"}}},
+                                           PlacementCase{"LoopbackIsOneHost",
+                                                         3,
+                                                         1,
+                                                         false,
+                                                         true,
+                                                         4,
+                                                         5,
+                                                         {},
+                                                         {{"RANK", "2"},
+                                                          {"WORLD_SIZE", "3"},
+                                                          {"LOCAL_RANK", "2"},
+                                                          {"LOCAL_WORLD_SIZE", "3"},
+                                                          {"GROUP_RANK", "0"},
+                                                          {"GROUP_WORLD_SIZE", "1"},
+                                                          {"MASTER_ADDR", "127.0.0.1"},
+                                                          {"MASTER_PORT", "42000"}}}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tandem::launch
