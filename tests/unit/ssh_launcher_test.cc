@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -101,6 +102,19 @@ TEST(PlaceSshJob, SchedulerFirstServersRoundRobinWorkersBySlot) {
   EXPECT_EQ(PlaceSshJob(ThreeHosts(7, 3)), (std::vector<size_t>{0, 0, 1, 2, 0, 1, 1, 2, 2, 0, 1}));
 }
 
+// The environment a process of BuildSshJob gets on its host: the header
+// remote-exec reads from its stdin.
+std::map<std::string, std::string> RemoteEnvironmentOf(const ProcessSpec& spec) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  EXPECT_EQ(::write(fds[1], spec.stdin_data->data(), spec.stdin_data->size()),
+            static_cast<ssize_t>(spec.stdin_data->size()));
+  auto env = ReadRemoteEnvironment(fds[0], std::chrono::seconds(5));
+  ::close(fds[0]);
+  ::close(fds[1]);
+  return env;
+}
+
 TEST(BuildSshJob, EnvironmentTravelsOnStdinAndTheCommandIsQuoted) {
   SshJobOptions o = ThreeHosts(2, 1);
   o.ssh_args = {"-p", "2222"};
@@ -123,13 +137,7 @@ TEST(BuildSshJob, EnvironmentTravelsOnStdinAndTheCommandIsQuoted) {
     for (const auto& a : spec.argv) EXPECT_EQ(a.find("secret-hex"), std::string::npos) << a;
   }
   // The header on stdin decodes to the contract, the secret and the forwarded variables.
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  ASSERT_EQ(::write(fds[1], w1.stdin_data->data(), w1.stdin_data->size()),
-            static_cast<ssize_t>(w1.stdin_data->size()));
-  auto env = ReadRemoteEnvironment(fds[0], std::chrono::seconds(5));
-  ::close(fds[0]);
-  ::close(fds[1]);
+  auto env = RemoteEnvironmentOf(w1);
   EXPECT_EQ(env["DMLC_ROLE"], "worker");
   EXPECT_EQ(env["DMLC_WORKER_ID"], "1");
   EXPECT_EQ(env["DMLC_PS_ROOT_URI"], "h1");
@@ -142,6 +150,70 @@ TEST(BuildSshJob, EnvironmentTravelsOnStdinAndTheCommandIsQuoted) {
   EXPECT_EQ(env.count("DMLC_NODE_HOST"), 0u);
   EXPECT_EQ(env.count("PATH"), 0u);
 }
+
+// torchrun's and Horovod's variables of ThreeHosts(7, 3)'s processes:
+// workers 0..6 go to h1, h2, h2, h3, h3, h1, h2, so the hosts are numbered
+// h1, h2, h3 (GROUP_RANK) and each worker's LOCAL_RANK counts the workers
+// before it on its host; MASTER_ADDR is worker 0's host. Process 2 is
+// server 1, which gets none of them. "-" marks an absent variable.
+struct SshPlacementCase {
+  size_t process;
+  std::map<std::string, std::string> expected;
+};
+
+class SshWorkerVariables : public ::testing::TestWithParam<SshPlacementCase> {};
+
+TEST_P(SshWorkerVariables, FollowTheSlots) {
+  const SshPlacementCase& c = GetParam();
+  LocalJobIdentity id{4242, "secret-hex", "job-1"};
+  id.master_port = 4343;
+  auto specs = BuildSshJob(ThreeHosts(7, 3), id, {{"RANK", "9"}, {"MASTER_PORT", "1"}});
+  ASSERT_LT(c.process, specs.size());
+  auto env = RemoteEnvironmentOf(specs[c.process]);
+  for (const auto& [name, value] : c.expected) {
+    if (value == "-") {
+      EXPECT_EQ(env.count(name), 0u) << name << " of " << specs[c.process].label;
+    } else {
+      EXPECT_EQ(env[name], value) << name << " of " << specs[c.process].label;
+    }
+  }
+}
+
+std::map<std::string, std::string> SshWorker(int rank, int local, int local_size, int group) {
+  const std::string r = std::to_string(rank), l = std::to_string(local),
+                    n = std::to_string(local_size);
+  return {{"RANK", r},
+          {"WORLD_SIZE", "7"},
+          {"LOCAL_RANK", l},
+          {"LOCAL_WORLD_SIZE", n},
+          {"GROUP_RANK", std::to_string(group)},
+          {"GROUP_WORLD_SIZE", "3"},
+          {"HOROVOD_RANK", r},
+          {"HOROVOD_SIZE", "7"},
+          {"HOROVOD_LOCAL_RANK", l},
+          {"HOROVOD_LOCAL_SIZE", n},
+          {"MASTER_ADDR", "h1"},
+          {"MASTER_PORT", "4343"},
+          {"DMLC_WORKER_ID", r}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Processes, SshWorkerVariables,
+                         ::testing::Values(SshPlacementCase{4, SshWorker(0, 0, 2, 0)},
+                                           SshPlacementCase{6, SshWorker(2, 1, 3, 1)},
+                                           SshPlacementCase{8, SshWorker(4, 1, 2, 2)},
+                                           SshPlacementCase{9, SshWorker(5, 1, 2, 0)},
+                                           SshPlacementCase{10, SshWorker(6, 2, 3, 1)},
+                                           SshPlacementCase{2,
+                                                            {{"DMLC_ROLE", "server"},
+                                                             {"RANK", "-"},
+                                                             {"WORLD_SIZE", "-"},
+                                                             {"LOCAL_RANK", "-"},
+                                                             {"HOROVOD_RANK", "-"},
+                                                             {"MASTER_ADDR", "-"},
+                                                             {"MASTER_PORT", "-"}}}),
+                         [](const auto& info) {
+                           return "process" + std::to_string(info.param.process);
+                         });
 
 TEST(RemoteEnvironment, RoundTripsAnyBytesAndRejectsGarbage) {
   std::map<std::string, std::string> vars = {
