@@ -102,28 +102,36 @@ int WorkerCount(const LaunchArguments& args, const std::vector<launch::HostSlots
       "-H host:SLOTS,...)");
 }
 
-int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
+// Where and how many: the launcher (-H naming another host implies ssh,
+// as horovodrun), the hosts (none for the local launcher) and the workers.
+struct LaunchPlan {
+  std::string launcher;
   std::vector<launch::HostSlots> hosts;
-  if (!args.hosts.empty() && !args.hostfile.empty()) {
-    throw InvalidArgument("-H/--hosts and --hostfile both name the hosts: give one of them");
-  }
-  if (!args.hosts.empty()) hosts = ParseHostList(args.hosts);
-  if (!args.hostfile.empty()) hosts = launch::ReadHostfile(args.hostfile);
-  std::string launcher = args.launcher;
+  int num_workers = 0;
+};
+
+// Checks the command line's hosts and counts against each other and plans
+// the job; `hosts` are those of -H or --hostfile. Throws InvalidArgument
+// naming the flags that disagree. Pure.
+LaunchPlan PlanLaunch(const LaunchArguments& args, bool launcher_given,
+                      std::vector<launch::HostSlots> hosts) {
+  LaunchPlan plan;
+  plan.launcher = args.launcher;
   // As horovodrun: hosts other than this one are reached over ssh.
   const bool remote = std::any_of(hosts.begin(), hosts.end(),
                                   [](const launch::HostSlots& h) { return !IsThisHost(h.host); });
-  if (!launcher_given && remote) launcher = "ssh";
-  const int num_workers = WorkerCount(args, hosts);
-  if (launcher == "local" && !hosts.empty() && !remote) hosts.clear();  // -H localhost:2
+  if (!launcher_given && remote) plan.launcher = "ssh";
+  plan.num_workers = WorkerCount(args, hosts);
+  if (plan.launcher == "local" && !hosts.empty() && !remote) hosts.clear();  // -H localhost:2
   if (args.nnodes > 1) {
-    if (launcher == "local") {
+    if (plan.launcher == "local") {
       throw InvalidArgument(fmt::format(
           "--nnodes {}: the local launcher starts the job on this host only; use --launcher "
           "slurm, or -H with {} hosts (ssh, mpi)",
           args.nnodes, args.nnodes));
     }
-    if ((launcher == "ssh" || launcher == "mpi") && static_cast<int>(hosts.size()) != args.nnodes) {
+    if ((plan.launcher == "ssh" || plan.launcher == "mpi") &&
+        static_cast<int>(hosts.size()) != args.nnodes) {
       throw InvalidArgument(fmt::format("--nnodes {} but -H/--hostfile names {} host{}",
                                         args.nnodes, hosts.size(), hosts.size() == 1 ? "" : "s"));
     }
@@ -131,6 +139,23 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   if (args.nproc_per_node > 0) {
     for (auto& h : hosts) h.slots = args.nproc_per_node;  // torchrun: the same on every node
   }
+  if (args.no_scheduler && args.num_servers > 0) {
+    throw InvalidArgument(fmt::format(
+        "--no-scheduler starts only the workers, but -s asks for {} server{}: drop one of them",
+        args.num_servers, args.num_servers == 1 ? "" : "s"));
+  }
+  plan.hosts = std::move(hosts);
+  return plan;
+}
+
+int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
+  std::vector<launch::HostSlots> hosts;
+  if (!args.hosts.empty()) hosts = ParseHostList(args.hosts);
+  if (!args.hostfile.empty()) hosts = launch::ReadHostfile(args.hostfile);
+  const LaunchPlan plan = PlanLaunch(args, launcher_given, std::move(hosts));
+  const std::string& launcher = plan.launcher;
+  const int num_workers = plan.num_workers;
+  hosts = plan.hosts;
 
   launch::LocalJobOptions options;
   options.num_workers = num_workers;
@@ -385,6 +410,20 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
     }
     const bool servers_given = servers->count() > 0;
     const bool launcher_given = launcher_option->count() > 0;
+    // Flags that disagree are usage errors (exit 2), found before anything
+    // starts; a hostfile's contents are checked when it is read.
+    if (!args->hosts.empty() && !args->hostfile.empty()) {
+      throw CLI::ValidationError("-H/--hosts and --hostfile both name the hosts: give one of them");
+    }
+    if (args->hostfile.empty()) {
+      try {
+        PlanLaunch(
+            *args, launcher_given,
+            args->hosts.empty() ? std::vector<launch::HostSlots>{} : ParseHostList(args->hosts));
+      } catch (const InvalidArgument& e) {
+        throw CLI::ValidationError(e.what());
+      }
+    }
     *body = [args, servers_given, launcher_given] {
       return RunLaunch(*args, servers_given, launcher_given);
     };

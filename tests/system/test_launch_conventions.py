@@ -2,8 +2,9 @@
 unchanged DDP script (Gloo, env://, no tandem import) and a Horovod-shaped
 script run under `-n 2`, `-np 2`, `--nproc-per-node 2` and `-H
 localhost:2`; without -s a job has no servers and no scheduler process, so
-a plain command ends at once (docs/launch.md, "Spelling of other
-launchers")."""
+a plain command ends at once; tandem's own processes still start from the
+DMLC contract; flags that disagree are usage errors (docs/launch.md,
+"Usage")."""
 
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ def test_unchanged_ddp_script_runs(tandem_bin_dir, args):
     ], proc.stdout + proc.stderr
 
 
-@pytest.mark.parametrize("args", SPELLINGS[:3], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize("args", SPELLINGS, ids=lambda a: " ".join(a))
 def test_horovod_variables(tandem_bin_dir, args):
     proc, _ = run(tandem_bin_dir, args, [PYTHON, str(WORKERS_DIR / "horovod_env_worker.py")])
     assert proc.returncode == 0, proc.stderr
@@ -85,3 +86,42 @@ def test_master_port_differs_from_the_scheduler(tandem_bin_dir):
     assert len(ports) == 1, proc.stdout  # the same on both workers
     addr, master, scheduler = ports.pop()
     assert addr == "127.0.0.1" and master != scheduler, proc.stdout
+
+
+@pytest.mark.parametrize("args", [["-n", "2"], ["-np", "2", "-s", "1"]],
+                         ids=lambda a: " ".join(a))
+def test_tandem_processes_keep_the_dmlc_contract(tandem_bin_dir, args):
+    """RANK, WORLD_SIZE and LOCAL_RANK also describe torchrun's contract;
+    tandem's own processes must still start from the launcher's DMLC one."""
+    proc, _ = run(tandem_bin_dir, args, [str(tandem_bin_dir / "collective_check")])
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    contracts = re.findall(r"\[(worker \d|server \d|scheduler)\] .*start-up contract: (\S+):", out)
+    workers = sorted(label for label, _ in contracts if label.startswith("worker"))
+    assert workers == ["worker 0", "worker 1"], out
+    assert {name for _, name in contracts} == {"dmlc"}, out
+
+
+# Flags that disagree: one line, exit 2, before anything starts.
+CONFLICTS = [
+    (["--nproc-per-node", "2", "--nnodes", "2"],
+     "--nnodes 2: the local launcher starts the job on this host only; use --launcher slurm"),
+    (["-n", "3", "--nproc-per-node", "2"],
+     "-n 3 disagrees with --nproc-per-node 2 x --nnodes 1 = 2 workers"),
+    (["-H", "localhost:2", "--hostfile", "/etc/hosts"],
+     "-H/--hosts and --hostfile both name the hosts"),
+    (["-H", "localhost:x"], "slot count 'x' is not a number"),
+    (["-H", "h1:2,h2:2", "--nnodes", "3"], "--nnodes 3 but -H/--hostfile names 2 hosts"),
+    (["-n", "2", "-s", "1", "--no-scheduler"], "--no-scheduler starts only the workers"),
+]
+
+
+@pytest.mark.parametrize("args,message", CONFLICTS, ids=lambda a: " ".join(a)
+                         if isinstance(a, list) else None)
+def test_disagreeing_flags_are_usage_errors(tandem_bin_dir, args, message):
+    proc, _ = run(tandem_bin_dir, args, ["hostname"], timeout=30)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tandem: usage error: "), proc.stderr
+    assert message in lines[0], proc.stderr
+    assert proc.stdout == "", proc.stdout
