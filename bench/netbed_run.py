@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import subprocess
 import sys
 import time
@@ -69,11 +70,14 @@ def parse_env(items: list[str]) -> dict[str, str]:
 def run_everywhere(bed: netbed.NetBed, command: list[str], env: dict[str, str],
                    timeout: float) -> int:
     names = " ".join(h.name for h in bed.hosts)
+    # One job secret for every host's process, as `tandem launch` would give
+    # (a tandem process refuses to start without one; docs/security.md).
+    secret = secrets.token_hex(32)
     procs = []
     for h in bed.hosts:
         fields = dict(host=h.name, index=h.index, rank=h.index - 1, ip=h.ip, hosts=names)
         argv = [a.format(**fields) for a in command]
-        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TANDEM_SECRET": secret,
                     **{k: v.format(**fields) for k, v in env.items()}}
         procs.append((h, bed.popen(h, argv, env=full_env)))
     end = time.monotonic() + timeout

@@ -12,6 +12,7 @@ namespace tandem::base {
 Config Config::FromEnvironment(const Environment& env) {
   Config c;
   c.verbose = static_cast<int>(env.GetInt("PS_VERBOSE", c.verbose, 0, 3));
+  c.quiet = c.verbose == 0 && !env.GetString("PS_VERBOSE", "").empty();
   c.heartbeat_interval = env.GetSeconds("PS_HEARTBEAT_INTERVAL", c.heartbeat_interval);
   c.heartbeat_timeout = env.GetSeconds("PS_HEARTBEAT_TIMEOUT", c.heartbeat_timeout);
   // MXNet used 0 to mean "no heartbeats"; tandem always watches its peers, so
@@ -24,6 +25,7 @@ Config Config::FromEnvironment(const Environment& env) {
                     c.heartbeat_timeout.count(), c.heartbeat_interval.count()));
   }
   c.secret = env.GetString("TANDEM_SECRET", c.secret);
+  c.insecure = env.GetBool("TANDEM_INSECURE", c.insecure);
   c.job_id = env.GetString("TANDEM_JOB_ID", c.job_id);
   c.connect_timeout = env.GetSeconds("TANDEM_CONNECT_TIMEOUT", c.connect_timeout);
   c.handshake_timeout = env.GetSeconds("TANDEM_HANDSHAKE_TIMEOUT", c.handshake_timeout);

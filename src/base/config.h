@@ -14,8 +14,11 @@
 namespace tandem::base {
 
 struct Config {
-  /// PS_VERBOSE: 0 quiet, 1 connections, node ids and barriers, 2 every message.
+  /// PS_VERBOSE: 1 adds connections, node ids and barriers, 2 every message.
   int verbose = 0;
+  /// PS_VERBOSE=0 given explicitly: only warnings and errors are printed.
+  /// Unset keeps the start-up lines (role, contract, addresses) as well.
+  bool quiet = false;
 
   /// PS_HEARTBEAT_INTERVAL (seconds): how often a node tells the scheduler it lives.
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
@@ -24,8 +27,12 @@ struct Config {
 
   /// TANDEM_SECRET: the per-job secret of the HMAC handshake. `tandem launch`
   /// generates one; a job started by other means must set the same value on
-  /// every process (empty is allowed only when every process agrees on it).
+  /// every process. A process joining a job refuses to start without one
+  /// unless `insecure` (cluster/job_secret_requirement.h).
   std::string secret;
+  /// TANDEM_INSECURE=1: a job may run without TANDEM_SECRET (an empty HMAC
+  /// key), on a trusted network only.
+  bool insecure = false;
   /// TANDEM_JOB_ID: names the job in the handshake, so two jobs sharing a
   /// secret still cannot join each other.
   std::string job_id = "tandem";

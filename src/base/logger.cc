@@ -8,8 +8,8 @@
 
 namespace tandem::base {
 
-Logger::Logger(std::string tag, int verbosity, int fd)
-    : tag_(std::move(tag)), verbosity_(verbosity), fd_(fd) {}
+Logger::Logger(std::string tag, int verbosity, int fd, bool quiet)
+    : tag_(std::move(tag)), verbosity_(verbosity), fd_(fd), quiet_(quiet) {}
 
 void Logger::SetTag(std::string tag) {
   std::lock_guard lock(mu_);
@@ -31,8 +31,9 @@ void Logger::Write(char level, std::string_view text) const {
   std::string line;
   {
     std::lock_guard lock(mu_);
-    line = fmt::format("[{:02}:{:02}:{:02}.{:03} {} {}] {}\n", tm.tm_hour, tm.tm_min, tm.tm_sec,
-                       millis, tag_, level, text);
+    line = fmt::format("[{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z {} {}] {}\n", tm.tm_year + 1900,
+                       tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis, tag_,
+                       level, text);
   }
   const char* data = line.data();
   size_t left = line.size();

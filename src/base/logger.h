@@ -1,5 +1,8 @@
 // Line-oriented logging with MXNet's PS_VERBOSE levels.
 //
+// A line reads "[2026-11-27T00:35:32.648Z worker 3 I] text": the time in
+// ISO 8601, UTC with its zone, the tag, the level (I, W, E, 1, 2).
+//
 // A Logger belongs to one node (its tag names the role and, once known, the
 // rank); it is built explicitly and passed by reference, so two nodes in one
 // test process log under their own names. Each line is written with one
@@ -19,8 +22,9 @@ namespace tandem::base {
 class Logger {
  public:
   /// `tag` prefixes every line (e.g. "worker 3"); `verbosity` is PS_VERBOSE;
-  /// lines go to file descriptor `fd` (stderr by default).
-  explicit Logger(std::string tag, int verbosity = 0, int fd = 2);
+  /// lines go to file descriptor `fd` (stderr by default). `quiet` (an
+  /// explicit PS_VERBOSE=0) drops Info lines too: only Warn and Error remain.
+  explicit Logger(std::string tag, int verbosity = 0, int fd = 2, bool quiet = false);
 
   /// Replaces the tag, e.g. once the scheduler has assigned a rank.
   void SetTag(std::string tag);
@@ -29,10 +33,10 @@ class Logger {
   /// PS_VERBOSE's level: 0, 1 or 2.
   int verbosity() const { return verbosity_; }
 
-  /// Always printed.
+  /// Printed unless quiet: start-up facts (role, contract, addresses).
   template <typename... Args>
   void Info(fmt::format_string<Args...> f, Args&&... args) const {
-    Write('I', fmt::format(f, std::forward<Args>(args)...));
+    if (!quiet_) Write('I', fmt::format(f, std::forward<Args>(args)...));
   }
   /// Always printed; something looks wrong but the process goes on.
   template <typename... Args>
@@ -62,6 +66,7 @@ class Logger {
   std::string tag_;  // guarded by mu_
   const int verbosity_;
   const int fd_;
+  const bool quiet_;
 };
 
 }  // namespace tandem::base

@@ -34,6 +34,8 @@ std::vector<json> RenderMPIJob(const JobDescription& d) {
   if (d.metrics_port != 0) {
     mpirun.push_back("-x");
     mpirun.push_back("TANDEM_METRICS_PORT");
+    mpirun.push_back("-x");
+    mpirun.push_back("TANDEM_METRICS_ADDRESS");
   }
   for (const auto& [key, value] : d.env) {
     mpirun.push_back("-x");

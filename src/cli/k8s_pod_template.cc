@@ -99,8 +99,11 @@ json Container(const JobDescription& d, const ContainerOptions& options) {
        {"valueFrom", {{"secretKeyRef", {{"name", d.secret_name}, {"key", d.secret_key}}}}}});
   env.push_back(EnvVar("TANDEM_JOB_ID", d.namespace_ + "/" + d.name));
   for (const auto& var : options.extra_env) env.push_back(var);
-  if (d.metrics_port != 0)
+  if (d.metrics_port != 0) {
     env.push_back(EnvVar("TANDEM_METRICS_PORT", std::to_string(d.metrics_port)));
+    // Prometheus scrapes the pod's IP; tandem binds loopback unless told.
+    env.push_back(EnvVar("TANDEM_METRICS_ADDRESS", "0.0.0.0"));
+  }
   for (const auto& [key, value] : d.env) env.push_back(EnvVar(key, value));
 
   json c = {{"name", options.name},

@@ -20,6 +20,7 @@
 #include "base/stats.h"
 #include "base/timeline.h"
 #include "cluster/dmlc_contract.h"
+#include "cluster/job_secret_requirement.h"
 #include "cluster/membership.h"
 #include "cluster/node_address.h"
 #include "cluster/node_services.h"
@@ -72,7 +73,7 @@ struct Cluster::Impl {
       : env(cluster::ResolveStartupEnvironment(e)),
         config(base::Config::FromEnvironment(env)),
         desc(ParseContract(env)),
-        log(std::string(RoleName(desc.role)), config.verbose) {}
+        log(std::string(RoleName(desc.role)), config.verbose, 2, config.quiet) {}
 
   // `env` is resolved already (startup_environment.h): it carries the
   // DMLC variables whatever contract the process was started under.
@@ -83,6 +84,8 @@ struct Cluster::Impl {
   }
 
   void Start(const cluster::ServiceSetup& setup, bool join = true) {
+    // Worker 0's hosted scheduler node shares its environment: checked once.
+    if (!hosted) cluster::RequireJobSecret(config, desc.contract, log);
     if (desc.role == Role::kWorker && desc.requested_rank == 0 &&
         env.GetBool("TANDEM_RENDEZVOUS_IN_PROCESS", false)) {
       StartRendezvous();
@@ -220,7 +223,9 @@ struct Cluster::Impl {
     }
     if (auto port = env.Get("TANDEM_METRICS_PORT"); port && !port->empty()) {
       const auto first = static_cast<uint16_t>(env.GetInt("TANDEM_METRICS_PORT", 0, 0, 65535));
-      const std::string address = env.GetString("TANDEM_METRICS_ADDRESS", "0.0.0.0");
+      // Loopback unless asked: the counters name peers and ports, and a
+      // scraper in another pod or host needs TANDEM_METRICS_ADDRESS=0.0.0.0.
+      const std::string address = env.GetString("TANDEM_METRICS_ADDRESS", "127.0.0.1");
       // Several processes on one host: each takes the next free port of
       // first..first+63.
       const int tries = first == 0 ? 1 : std::min(64, 65536 - first);

@@ -30,9 +30,18 @@ CONTRACT_NAMES = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
                   "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX", "HOSTNAME"}
 
 
+# What a job's launcher would hand every process: a job started by hand
+# refuses to start without a secret (docs/security.md).
+JOB_SECRET = "5e" * 32
+
+
 def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(CONTRACT_PREFIXES) and k not in CONTRACT_NAMES}
+    """The test's environment without any launcher's variables, plus the
+    job's TANDEM_SECRET as every process of a real job has it."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(CONTRACT_PREFIXES) and k not in CONTRACT_NAMES}
+    env["TANDEM_SECRET"] = JOB_SECRET
+    return env
 
 
 def run_processes(argv, envs: list[dict[str, str]], tmp_path: Path, timeout: float = 90):

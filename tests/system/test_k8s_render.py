@@ -252,7 +252,7 @@ def test_mpijob_forwards_tandem_variables_through_mpirun(tandem_bin_dir, tmp_pat
     assert cmd[:4] == ["mpirun", "--allow-run-as-root", "-np", "3"]
     forwarded = {cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"}
     assert forwarded == {"TANDEM_SECRET", "TANDEM_JOB_ID", "TANDEM_COORDINATOR",
-                         "TANDEM_METRICS_PORT", "NCCL_DEBUG"}
+                         "TANDEM_METRICS_PORT", "TANDEM_METRICS_ADDRESS", "NCCL_DEBUG"}
     assert cmd[-2:] == job["command"]
     assert env_of(launcher)["TANDEM_COORDINATOR"] == "resnet-worker-0.resnet.default.svc:29500"
     workers = mpi["spec"]["mpiReplicaSpecs"]["Worker"]

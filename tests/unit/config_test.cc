@@ -6,6 +6,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "tandem/error.h"
 
@@ -25,7 +27,9 @@ TEST(ConfigTest, EmptyEnvironmentGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.verbose, 0);
   EXPECT_EQ(c.heartbeat_interval, seconds(1));
   EXPECT_EQ(c.heartbeat_timeout, seconds(10));
+  EXPECT_FALSE(c.quiet);
   EXPECT_EQ(c.secret, "");
+  EXPECT_FALSE(c.insecure);
   EXPECT_EQ(c.job_id, "tandem");
   EXPECT_EQ(c.connect_timeout, seconds(120));
   EXPECT_EQ(c.handshake_timeout, seconds(10));
@@ -128,6 +132,7 @@ TEST_P(ConfigBadValueTest, NamesTheVariable) {
 
 INSTANTIATE_TEST_SUITE_P(Values, ConfigBadValueTest,
                          ::testing::Values(BadValueCase{"PS_VERBOSE", "4"},
+                                           BadValueCase{"TANDEM_INSECURE", "maybe"},
                                            BadValueCase{"PS_VERBOSE", "-1"},
                                            BadValueCase{"PS_VERBOSE", "loud"},
                                            BadValueCase{"PS_HEARTBEAT_INTERVAL", "soon"},
@@ -142,6 +147,43 @@ INSTANTIATE_TEST_SUITE_P(Values, ConfigBadValueTest,
 
 namespace tandem::base {
 namespace {
+
+// PS_VERBOSE's text -> (verbose, quiet): only an explicit 0 is quiet; unset
+// or empty keeps the start-up lines.
+class ConfigVerbosityTest
+    : public ::testing::TestWithParam<std::tuple<std::optional<std::string>, int, bool>> {};
+
+TEST_P(ConfigVerbosityTest, OnlyAnExplicitZeroIsQuiet) {
+  const auto& [text, verbose, quiet] = GetParam();
+  std::map<std::string, std::string> vars;
+  if (text) vars["PS_VERBOSE"] = *text;
+  const Config c = Parse(vars);
+  EXPECT_EQ(c.verbose, verbose);
+  EXPECT_EQ(c.quiet, quiet);
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, ConfigVerbosityTest,
+                         ::testing::Values(std::tuple{std::nullopt, 0, false},
+                                           std::tuple{std::optional<std::string>(""), 0, false},
+                                           std::tuple{std::optional<std::string>("0"), 0, true},
+                                           std::tuple{std::optional<std::string>("1"), 1, false},
+                                           std::tuple{std::optional<std::string>("2"), 2, false}));
+
+class ConfigInsecureTest
+    : public ::testing::TestWithParam<std::pair<std::optional<std::string>, bool>> {};
+
+TEST_P(ConfigInsecureTest, TandemInsecureIsABoolean) {
+  const auto& [text, insecure] = GetParam();
+  std::map<std::string, std::string> vars;
+  if (text) vars["TANDEM_INSECURE"] = *text;
+  EXPECT_EQ(Parse(vars).insecure, insecure);
+}
+
+INSTANTIATE_TEST_SUITE_P(Values, ConfigInsecureTest,
+                         ::testing::Values(std::pair{std::optional<std::string>(), false},
+                                           std::pair{std::optional<std::string>("0"), false},
+                                           std::pair{std::optional<std::string>("1"), true},
+                                           std::pair{std::optional<std::string>("yes"), true}));
 
 TEST(ConfigResendTest, DefaultsMatchPsLiteAndDocs) {
   const Config c = Parse({});

@@ -545,6 +545,7 @@ TEST(K8sKinds, ResourcesShmCheckpointAndMetrics) {
   EXPECT_FALSE(server["resources"]["limits"].contains("nvidia.com/gpu"));
   EXPECT_EQ(worker["metadata"]["annotations"]["prometheus.io/port"], "9100");
   EXPECT_EQ(EnvOf(c)["TANDEM_METRICS_PORT"], "9100");
+  EXPECT_EQ(EnvOf(c)["TANDEM_METRICS_ADDRESS"], "0.0.0.0");  // Prometheus scrapes the pod IP
   const json& volumes = worker["spec"]["volumes"];
   ASSERT_EQ(volumes.size(), 2u);
   EXPECT_EQ(volumes[0]["emptyDir"], json({{"medium", "Memory"}, {"sizeLimit", "1Gi"}}));

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace tandem::base {
@@ -72,21 +75,35 @@ bool IsDigits(std::string_view s) {
   return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// Splits "[hh:mm:ss.mmm <tag> <level>] <text>", failing the test when the
+// The stamp's length: "2026-11-27T00:35:32.648Z", ISO 8601 in UTC.
+constexpr size_t kStampLength = 24;
+
+// True when `v` is an ISO 8601 UTC time with milliseconds, as the logger
+// writes it ("2026-11-27T00:35:32.648Z").
+bool IsIsoStamp(std::string_view v) {
+  return v.size() == kStampLength && IsDigits(v.substr(0, 4)) && v[4] == '-' &&
+         IsDigits(v.substr(5, 2)) && v[7] == '-' && IsDigits(v.substr(8, 2)) && v[10] == 'T' &&
+         IsDigits(v.substr(11, 2)) && v[13] == ':' && IsDigits(v.substr(14, 2)) && v[16] == ':' &&
+         IsDigits(v.substr(17, 2)) && v[19] == '.' && IsDigits(v.substr(20, 3)) && v[23] == 'Z';
+}
+
+// Splits "[<ISO 8601 stamp> <tag> <level>] <text>", failing the test when the
 // line has another shape.
 ParsedLine Parse(const std::string& line) {
   const std::string_view v(line);
   const size_t close = v.find("] ");
-  const bool stamp_ok = v.size() > 14 && v[0] == '[' && IsDigits(v.substr(1, 2)) && v[3] == ':' &&
-                        IsDigits(v.substr(4, 2)) && v[6] == ':' && IsDigits(v.substr(7, 2)) &&
-                        v[9] == '.' && IsDigits(v.substr(10, 3)) && v[13] == ' ';
+  const size_t tag_start = kStampLength + 2;
+  const bool stamp_ok = v.size() > tag_start && v[0] == '[' &&
+                        IsIsoStamp(v.substr(1, kStampLength)) && v[kStampLength + 1] == ' ';
   // Between the stamp and "] ": a non-empty tag, a space, one level letter.
-  if (!stamp_ok || close == std::string_view::npos || close < 17 || v[close - 2] != ' ' ||
+  if (!stamp_ok || close == std::string_view::npos || close < tag_start + 3 ||
+      v[close - 2] != ' ' ||
       std::string_view("IWE12").find(v[close - 1]) == std::string_view::npos) {
     ADD_FAILURE() << "malformed log line: '" << line << "'";
     return {};
   }
-  return {std::string(v.substr(14, close - 16)), v[close - 1], std::string(v.substr(close + 2))};
+  return {std::string(v.substr(tag_start, close - 2 - tag_start)), v[close - 1],
+          std::string(v.substr(close + 2))};
 }
 
 // "thread <t> line <i> <40 letters>" as the concurrency test writes it.
@@ -108,13 +125,14 @@ Body ParseBody(const std::string& text) {
   return b;
 }
 
-class LoggerVerbosityTest : public ::testing::TestWithParam<int> {};
+// (PS_VERBOSE, quiet): quiet is an explicit PS_VERBOSE=0.
+class LoggerVerbosityTest : public ::testing::TestWithParam<std::tuple<int, bool>> {};
 
-TEST_P(LoggerVerbosityTest, PsVerboseGatesV1AndV2Only) {
-  const int verbosity = GetParam();
+TEST_P(LoggerVerbosityTest, PsVerboseGatesV1AndV2AndQuietDropsInfo) {
+  const auto [verbosity, quiet] = GetParam();
   CapturedFd out;
   {
-    Logger log("worker 3", verbosity, out.fd());
+    Logger log("worker 3", verbosity, out.fd(), quiet);
     EXPECT_EQ(log.verbosity(), verbosity);
     log.Info("info {}", 1);
     log.Warn("warn {}", 2);
@@ -125,7 +143,10 @@ TEST_P(LoggerVerbosityTest, PsVerboseGatesV1AndV2Only) {
   std::vector<ParsedLine> lines;
   for (const std::string& line : out.Lines()) lines.push_back(Parse(line));
 
-  std::vector<std::string> expected = {"I info 1", "W warn 2", "E error 3"};
+  std::vector<std::string> expected;
+  if (!quiet) expected.push_back("I info 1");
+  expected.push_back("W warn 2");
+  expected.push_back("E error 3");
   if (verbosity >= 1) expected.push_back("1 connections 4");
   if (verbosity >= 2) expected.push_back("2 message 5");
   std::vector<std::string> got;
@@ -136,7 +157,25 @@ TEST_P(LoggerVerbosityTest, PsVerboseGatesV1AndV2Only) {
   EXPECT_EQ(got, expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(Levels, LoggerVerbosityTest, ::testing::Values(0, 1, 2, 3));
+INSTANTIATE_TEST_SUITE_P(Levels, LoggerVerbosityTest,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Bool()));
+
+TEST(LoggerTest, StampIsTheCurrentUtcTimeInIso8601) {
+  CapturedFd out;
+  const std::time_t before = std::time(nullptr);
+  Logger("scheduler", 0, out.fd()).Warn("now");
+  const std::time_t after = std::time(nullptr);
+  const std::vector<std::string> lines = out.Lines();
+  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_EQ(Parse(lines[0]).text, "now");
+  std::tm tm{};
+  std::istringstream in(lines[0].substr(1, 19));
+  in >> std::get_time(&tm, "%Y-%m-%dT%H:%M:%S");
+  ASSERT_FALSE(in.fail()) << lines[0];
+  const std::time_t stamped = timegm(&tm);  // the stamp is UTC ('Z')
+  EXPECT_GE(stamped, before) << lines[0];
+  EXPECT_LE(stamped, after) << lines[0];
+}
 
 TEST(LoggerTest, SetTagRenamesLaterLines) {
   CapturedFd out;
