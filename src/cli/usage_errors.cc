@@ -1,3 +1,5 @@
+// docs/deploy.md, "Exit codes": a command-line mistake is one line and exit
+// code 2; this file words that line.
 #include "cli/usage_errors.h"
 
 #include <fmt/format.h>
@@ -23,6 +25,10 @@ size_t EditDistance(const std::string& a, const std::string& b) {
     }
   }
   return d[a.size()][b.size()];
+}
+
+std::string WithoutDashes(const std::string& name) {
+  return name.substr(std::min(name.find_first_not_of('-'), name.size()));
 }
 
 std::vector<std::string> SubcommandNames(const CLI::App& app) {
@@ -60,43 +66,18 @@ bool TakesValue(const CLI::App& app, const std::string& name) {
   return false;
 }
 
-}  // namespace
+// How far the words of a command line (before '--') name known things: the
+// deepest subcommand they name, and the first word that is neither a flag
+// of it nor one of its subcommands where it needs one.
+struct CommandWalk {
+  const CLI::App* scope;  ///< the deepest subcommand named (`k8s render`)
+  std::string where;      ///< its words: "tandem k8s render"
+  std::string unknown_flag;
+  std::string unknown_command;
+};
 
-std::optional<std::string> ClosestName(const std::string& word,
-                                       const std::vector<std::string>& candidates) {
-  const size_t limit = word.size() <= 4 ? 1 : word.size() <= 8 ? 2 : 3;
-  std::optional<std::string> best;
-  size_t best_distance = limit + 1;
-  for (const auto& c : candidates) {
-    const size_t d = EditDistance(word, c);
-    if (d < best_distance) {
-      best_distance = d;
-      best = c;
-    }
-  }
-  return best;
-}
-
-void CheckSubcommand(const CLI::App& app, const std::vector<std::string>& argv) {
-  if (argv.size() < 2 || argv[1].empty() || argv[1][0] == '-') return;
-  if (ChosenSubcommand(app, argv) != nullptr) return;
-  std::string message = fmt::format("'{}' is not a tandem command", argv[1]);
-  if (auto near = ClosestName(argv[1], SubcommandNames(app))) {
-    message += fmt::format("; did you mean '{}'?", *near);
-  } else {
-    message += fmt::format(" (commands: {})", fmt::join(SubcommandNames(app), ", "));
-  }
-  throw CLI::ExtrasError(message, CLI::ExitCodes::ExtrasError);
-}
-
-std::string DescribeUsageError(const CLI::App& app, const CLI::ParseError& error,
-                               const std::vector<std::string>& argv) {
-  std::string message = error.what();
-  const CLI::App* sub = ChosenSubcommand(app, argv);
-  // The deepest subcommand the words name (`k8s render`), and the first
-  // word before '--' that is a flag it does not know.
-  const CLI::App* scope = &app;
-  std::string where = "tandem";
+CommandWalk WalkCommandLine(const CLI::App& app, const std::vector<std::string>& argv) {
+  CommandWalk walk{&app, "tandem", "", ""};
   bool skip_value = false;
   for (size_t i = 1; i < argv.size(); ++i) {
     const std::string& word = argv[i];
@@ -105,28 +86,83 @@ std::string DescribeUsageError(const CLI::App& app, const CLI::ParseError& error
       skip_value = false;
       continue;
     }
-    if (word.empty() || word[0] != '-') {
-      for (const CLI::App* next : scope->get_subcommands([](const CLI::App*) { return true; })) {
-        if (next->check_name(word)) {
-          scope = next;
-          where += " " + next->get_name();
-          break;
-        }
+    if (word.size() >= 2 && word[0] == '-') {
+      if (word[1] >= '0' && word[1] <= '9') continue;  // a negative number
+      const std::string name = word.substr(0, word.find('='));
+      const std::vector<std::string> flags = FlagNames(*walk.scope);
+      if (std::find(flags.begin(), flags.end(), name) == flags.end()) {
+        walk.unknown_flag = name;
+        break;
       }
+      skip_value = name == word && TakesValue(*walk.scope, name);
       continue;
     }
-    if (word.size() < 2 || (word[1] >= '0' && word[1] <= '9')) continue;  // a negative number
-    const std::string name = word.substr(0, word.find('='));
-    const std::vector<std::string> flags = FlagNames(*scope);
-    if (std::find(flags.begin(), flags.end(), name) != flags.end()) {
-      skip_value = name == word && TakesValue(*scope, name);
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : walk.scope->get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->check_name(word)) next = sub;
+    }
+    if (next != nullptr) {
+      walk.scope = next;
+      walk.where += " " + next->get_name();
       continue;
     }
-    message = fmt::format("{} has no option '{}'", where, name);
-    if (auto near = ClosestName(name, flags)) message += fmt::format("; did you mean '{}'?", *near);
+    // A word where a subcommand must stand; elsewhere it is a positional
+    // argument, which CLI11 checks.
+    if (walk.scope->get_require_subcommand_min() > 0) walk.unknown_command = word;
     break;
   }
-  if (sub != nullptr && sub->get_name() == "launch" &&
+  return walk;
+}
+
+}  // namespace
+
+std::optional<std::string> ClosestName(const std::string& word,
+                                       const std::vector<std::string>& candidates) {
+  const std::string bare = WithoutDashes(word);
+  const size_t limit = bare.size() <= 4 ? 1 : bare.size() <= 8 ? 2 : 3;
+  std::optional<std::string> best;
+  size_t best_distance = limit + 1;
+  for (const auto& c : candidates) {
+    const size_t d = EditDistance(bare, WithoutDashes(c));
+    // A word all of whose letters would change ('-x' for '-n') is no slip.
+    if (d < best_distance && d < bare.size()) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+void CheckSubcommand(const CLI::App& app, const std::vector<std::string>& argv) {
+  const CommandWalk walk = WalkCommandLine(app, argv);
+  if (walk.unknown_command.empty()) return;
+  const std::vector<std::string> names = SubcommandNames(*walk.scope);
+  std::string message = fmt::format("'{}' is not a {} command", walk.unknown_command, walk.where);
+  if (auto near = ClosestName(walk.unknown_command, names)) {
+    message += fmt::format("; did you mean '{}'?", *near);
+  } else {
+    message += fmt::format(" (commands: {})", fmt::join(names, ", "));
+  }
+  throw CLI::ExtrasError(message, CLI::ExitCodes::ExtrasError);
+}
+
+std::string DescribeUsageError(const CLI::App& app, const CLI::ParseError& error,
+                               const std::vector<std::string>& argv) {
+  std::string message = error.what();
+  const CommandWalk walk = WalkCommandLine(app, argv);
+  if (!walk.unknown_flag.empty()) {
+    message = fmt::format("{} has no option '{}'", walk.where, walk.unknown_flag);
+    if (auto near = ClosestName(walk.unknown_flag, FlagNames(*walk.scope))) {
+      message += fmt::format("; did you mean '{}'?", *near);
+    }
+  } else if (walk.scope->get_require_subcommand_min() > 0 &&
+             message.find("subcommand is required") != std::string::npos) {
+    message = fmt::format("{} needs a command: {}", walk.where,
+                          fmt::join(SubcommandNames(*walk.scope), ", "));
+  }
+  // Words launch does not know that are no flag: the program, without '--'.
+  const CLI::App* sub = ChosenSubcommand(app, argv);
+  if (walk.unknown_flag.empty() && sub != nullptr && sub->get_name() == "launch" &&
       std::find(argv.begin(), argv.end(), "--") == argv.end() &&
       dynamic_cast<const CLI::ExtrasError*>(&error) != nullptr) {
     message +=

@@ -9,21 +9,31 @@ import subprocess
 import pytest
 
 BAD = [
+    # Subcommands: misspelt (the closest one), unknown (the list), missing.
     (["lanch"], "'lanch' is not a tandem command; did you mean 'launch'?"),
     (["schedular"], "did you mean 'scheduler'?"),
     (["frobnicate"], "'frobnicate' is not a tandem command (commands:"),
-    ([], "A subcommand is required"),
+    ([], "tandem needs a command: launch,"),
+    (["k8s", "rendr", "--kind", "pytorchjob"],
+     "'rendr' is not a tandem k8s command; did you mean 'render'?"),
+    (["k8s"], "tandem k8s needs a command: render"),
+    (["timeline", "merg", "-o", "out.json", "in.json"],
+     "'merg' is not a tandem timeline command; did you mean 'merge'?"),
+    (["version", "extra"], "The following argument was not expected: extra"),
+    # Flags: misspelt (the closest one), unknown, with a bad or missing value.
     (["--helpp"], "did you mean '--help'?"),
-    (["launch", "--num-wrkers", "2", "--", "true"], "did you mean '--num-workers'?"),
+    (["launch", "--num-wrkers", "2", "--", "true"],
+     "tandem launch has no option '--num-wrkers'; did you mean '--num-workers'?"),
+    (["launch", "-n", "2", "--bogus", "--", "true"], "tandem launch has no option '--bogus'"),
     (["launch", "-n", "x", "--", "true"], "--num-workers: 'x' is not a whole number"),
     (["launch", "-n", "0", "--", "true"], "the number of workers must be between 1 and 65536"),
     (["launch", "-n", "2", "-s", "-1", "--", "true"], "the number of servers must be between"),
+    (["launch", "-n"], "--num-workers"),
+    (["launch", "-n", "2", "--launcher"], "--launcher: 1 required"),
     (["launch", "--", "true"], "how many workers? give -n N"),
     (["launch", "-n", "2"], "no command: put the workers' program after '--'"),
     (["launch", "-n", "2", "python3", "train.py", "--epochs", "3"],
      "put the program and its arguments after '--'"),
-    (["launch", "-np", "x", "--", "true"], "--num-workers: 'x' is not a whole number"),
-    (["launch", "--nproc-per-node", "0", "--", "true"], "workers per node must be between"),
     (["launch", "--launcher", "yarn", "-n", "1", "--", "true"], "launcher 'yarn' does not exist"),
     (["launch", "-n", "1", "--env", "FOO", "--", "true"], "--env 'FOO' is not of the form"),
     (["launch", "-n", "1", "--teardown-grace", "soon", "--", "true"],
@@ -31,10 +41,16 @@ BAD = [
     (["launch", "-n", "1", "--restart-policy", "never", "--", "true"], "--restart-policy"),
     (["launch", "-n", "1", "--max-restarts", "-2", "--", "true"], "--max-restarts"),
     (["launch", "-n", "1", "--scheduler-port", "70000", "--", "true"], "the scheduler port"),
-    (["k8s", "render", "--kindd", "pytorchjob"], "did you mean '--kind'?"),
+    (["k8s", "render", "--kindd", "pytorchjob"],
+     "tandem k8s render has no option '--kindd'; did you mean '--kind'?"),
+    (["k8s", "render", "--kind"], "--kind: 1 required"),
     (["timeline", "--bogus"], "tandem timeline has no option '--bogus'"),
+    (["timeline", "merge", "-o"], "--output: 1 required"),
+    (["timeline", "merge", "-o", "out.json", "/nonexistent/trace.json"],
+     "File does not exist: /nonexistent/trace.json"),
     (["scheduler", "--nope"], "tandem scheduler has no option '--nope'"),
-    (["launch", "-n"], "--num-workers"),
+    (["server", "--hepl"], "tandem server has no option '--hepl'; did you mean '--help'?"),
+    (["spawn-local", "--bogus"], "tandem spawn-local has no option '--bogus'"),
 ]
 
 
@@ -63,3 +79,21 @@ def test_help_exits_0(tandem_bin_dir):
     proc = subprocess.run([str(tandem_bin_dir / "tandem"), "launch", "--help"],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0 and "--nproc-per-node" in proc.stdout, proc.stderr
+
+
+def test_version_subcommand_prints_what_the_flag_prints(tandem_bin_dir):
+    outputs = [subprocess.run([str(tandem_bin_dir / "tandem"), arg], capture_output=True,
+                              text=True, timeout=30).stdout for arg in ("version", "--version")]
+    assert outputs[0] == outputs[1], outputs
+
+
+def test_an_error_of_the_command_itself_keeps_its_exit_code(tandem_bin_dir, tmp_path):
+    """Only parse errors become 2: a file that parses as a command line but is
+    no trace is an InvalidArgument of the command, 78 (docs/deploy.md)."""
+    junk = tmp_path / "junk.json"
+    junk.write_text("hello\n")
+    proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o",
+                           str(tmp_path / "out.json"), str(junk)], capture_output=True, text=True,
+                          timeout=30)
+    assert proc.returncode == 78, (proc.returncode, proc.stderr)
+    assert proc.stderr.startswith("tandem: error: ") and "is not a trace file" in proc.stderr
