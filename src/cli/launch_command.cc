@@ -23,6 +23,7 @@
 #include "base/environment.h"
 #include "cli/commands.h"
 #include "launch/hostfile.h"
+#include "launch/launch_plan.h"
 #include "launch/local_launcher.h"
 #include "launch/mpi_launcher.h"
 #include "launch/process_supervisor.h"
@@ -65,100 +66,28 @@ struct LaunchArguments {
   std::vector<std::string> srun_args;
 };
 
-bool IsThisHost(const std::string& host) {
-  return host == "localhost" || host == "127.0.0.1" || host == "::1";
-}
-
-// -H's host list, "host1:2,host2:2" (a host without ":N" has one slot).
-std::vector<launch::HostSlots> ParseHostList(const std::string& list) {
-  std::string lines = list;
-  for (char& c : lines) {
-    if (c == ',') c = '\n';
-  }
-  return launch::ParseHostfile(lines, "-H " + list);
-}
-
-// The number of workers from -n/-np, --nproc-per-node x --nnodes or the
-// slots of -H, whichever the command line gives; they must agree.
-int WorkerCount(const LaunchArguments& args, const std::vector<launch::HostSlots>& hosts) {
-  const int nodes = args.nnodes > 0 ? args.nnodes : 1;
-  if (args.nproc_per_node > 0) {
-    const int from_torchrun = args.nproc_per_node * nodes;
-    if (args.num_workers > 0 && args.num_workers != from_torchrun) {
-      throw InvalidArgument(fmt::format(
-          "-n {} disagrees with --nproc-per-node {} x --nnodes {} = {} workers: give one of them",
-          args.num_workers, args.nproc_per_node, nodes, from_torchrun));
-    }
-    return from_torchrun;
-  }
-  if (args.num_workers > 0) return args.num_workers;
-  if (!hosts.empty()) {
-    int slots = 0;
-    for (const auto& h : hosts) slots += h.slots;
-    return slots;
-  }
-  throw InvalidArgument(
-      "how many workers? give -n N (or -np N as horovodrun, --nproc-per-node N as torchrun, or "
-      "-H host:SLOTS,...)");
-}
-
-// Where and how many: the launcher (-H naming another host implies ssh,
-// as horovodrun), the hosts (none for the local launcher) and the workers.
-struct LaunchPlan {
-  std::string launcher;
-  std::vector<launch::HostSlots> hosts;
-  int num_workers = 0;
-};
-
-// Checks the command line's hosts and counts against each other and plans
-// the job; `hosts` are those of -H or --hostfile. Throws InvalidArgument
-// naming the flags that disagree. Pure.
-LaunchPlan PlanLaunch(const LaunchArguments& args, bool launcher_given,
-                      std::vector<launch::HostSlots> hosts) {
-  LaunchPlan plan;
-  plan.launcher = args.launcher;
-  // As horovodrun: hosts other than this one are reached over ssh.
-  const bool remote = std::any_of(hosts.begin(), hosts.end(),
-                                  [](const launch::HostSlots& h) { return !IsThisHost(h.host); });
-  if (!launcher_given && remote) plan.launcher = "ssh";
-  plan.num_workers = WorkerCount(args, hosts);
-  if (plan.launcher == "local" && !hosts.empty() && !remote) hosts.clear();  // -H localhost:2
-  if (args.nnodes > 1) {
-    if (plan.launcher == "local") {
-      throw InvalidArgument(fmt::format(
-          "--nnodes {}: the local launcher starts the job on this host only; use --launcher "
-          "slurm, or -H with {} hosts (ssh, mpi)",
-          args.nnodes, args.nnodes));
-    }
-    if ((plan.launcher == "ssh" || plan.launcher == "mpi") &&
-        static_cast<int>(hosts.size()) != args.nnodes) {
-      throw InvalidArgument(fmt::format("--nnodes {} but -H/--hostfile names {} host{}",
-                                        args.nnodes, hosts.size(), hosts.size() == 1 ? "" : "s"));
-    }
-  }
-  if (args.nproc_per_node > 0) {
-    for (auto& h : hosts) h.slots = args.nproc_per_node;  // torchrun: the same on every node
-  }
-  if (args.no_scheduler && args.num_servers > 0) {
-    throw InvalidArgument(fmt::format(
-        "--no-scheduler starts only the workers, but -s asks for {} server{}: drop one of them",
-        args.num_servers, args.num_servers == 1 ? "" : "s"));
-  }
-  plan.hosts = std::move(hosts);
-  return plan;
+// The counts and choices that PlanLaunch checks and resolves.
+launch::LaunchRequest Request(const LaunchArguments& args, bool launcher_given) {
+  return {.launcher = args.launcher,
+          .launcher_given = launcher_given,
+          .num_workers = args.num_workers,
+          .nproc_per_node = args.nproc_per_node,
+          .nnodes = args.nnodes,
+          .num_servers = args.num_servers,
+          .no_scheduler = args.no_scheduler};
 }
 
 int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
-  std::vector<launch::HostSlots> hosts;
-  if (!args.hosts.empty()) hosts = ParseHostList(args.hosts);
-  if (!args.hostfile.empty()) hosts = launch::ReadHostfile(args.hostfile);
-  const LaunchPlan plan = PlanLaunch(args, launcher_given, std::move(hosts));
+  std::vector<launch::HostSlots> named;  // by -H or --hostfile
+  if (!args.hosts.empty()) named = launch::ParseHostList(args.hosts);
+  if (!args.hostfile.empty()) named = launch::ReadHostfile(args.hostfile);
+  const launch::LaunchPlan plan =
+      launch::PlanLaunch(Request(args, launcher_given), std::move(named));
   const std::string& launcher = plan.launcher;
-  const int num_workers = plan.num_workers;
-  hosts = plan.hosts;
+  const std::vector<launch::HostSlots>& hosts = plan.hosts;
 
   launch::LocalJobOptions options;
-  options.num_workers = num_workers;
+  options.num_workers = plan.num_workers;
   // Without -s, as torchrun and horovodrun: no servers, and worker 0 hosts
   // the rendezvous, so a plain command (`-- hostname`) ends at once. MXNet's
   // launch.py started one server per worker; `-s N` asks for servers.
@@ -417,9 +346,9 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
     }
     if (args->hostfile.empty()) {
       try {
-        PlanLaunch(
-            *args, launcher_given,
-            args->hosts.empty() ? std::vector<launch::HostSlots>{} : ParseHostList(args->hosts));
+        launch::PlanLaunch(Request(*args, launcher_given),
+                           args->hosts.empty() ? std::vector<launch::HostSlots>{}
+                                               : launch::ParseHostList(args->hosts));
       } catch (const InvalidArgument& e) {
         throw CLI::ValidationError(e.what());
       }

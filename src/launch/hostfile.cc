@@ -32,15 +32,16 @@ int ParseSlots(std::string_view text, const std::string& where) {
   return slots;
 }
 
-}  // namespace
-
-std::vector<HostSlots> ParseHostfile(std::string_view text, const std::string& source) {
+// The hosts of `text`, one per `separator`-ended item, which errors call
+// "<source> <item> <number>".
+std::vector<HostSlots> ParseHosts(std::string_view text, const std::string& source, char separator,
+                                  const char* item) {
   std::vector<HostSlots> hosts;
   std::set<std::string> seen;
   std::istringstream in{std::string(text)};
   std::string raw;
-  for (int number = 1; std::getline(in, raw); ++number) {
-    std::string where = fmt::format("{} line {}", source, number);
+  for (int number = 1; std::getline(in, raw, separator); ++number) {
+    std::string where = fmt::format("{} {} {}", source, item, number);
     std::string line = Trim(std::string_view(raw).substr(0, raw.find('#')));
     if (line.empty()) continue;
     HostSlots h;
@@ -93,6 +94,16 @@ std::vector<HostSlots> ParseHostfile(std::string_view text, const std::string& s
   }
   if (hosts.empty()) throw InvalidArgument(fmt::format("{} names no host", source));
   return hosts;
+}
+
+}  // namespace
+
+std::vector<HostSlots> ParseHostfile(std::string_view text, const std::string& source) {
+  return ParseHosts(text, source, '\n', "line");
+}
+
+std::vector<HostSlots> ParseHostList(const std::string& list) {
+  return ParseHosts(list, "-H " + list, ',', "entry");
 }
 
 std::vector<HostSlots> ReadHostfile(const std::string& path) {

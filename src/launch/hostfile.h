@@ -1,5 +1,6 @@
-// Hostfiles of `tandem launch --launcher ssh -H FILE`, in the forms MPI and
-// MXNet users already write:
+// Hostfiles of `tandem launch --hostfile FILE` and host lists of `-H
+// host1:2,host2:2`, in the forms MPI, Horovod and MXNet users already write
+// (one host per line in a file, per comma in a list):
 //
 //   # comment            (a '#' starts a comment anywhere on a line)
 //   node1                one slot
@@ -26,6 +27,11 @@ struct HostSlots {
 /// InvalidArgument naming the source, the line number and what is wrong (a
 /// bad slot count, an unknown option, a repeated host, no host at all).
 std::vector<HostSlots> ParseHostfile(std::string_view text, const std::string& source);
+
+/// Parses horovodrun's and mpirun's `-H` list, "host1:2,host2:2" (each
+/// entry as a hostfile line; a host without ":N" has one slot). Throws
+/// InvalidArgument as ParseHostfile, naming "-H <list> entry <n>".
+std::vector<HostSlots> ParseHostList(const std::string& list);
 
 /// Reads and parses the file `path`. Throws IoError when it cannot be read,
 /// InvalidArgument as ParseHostfile.

@@ -110,7 +110,7 @@ CONFLICTS = [
      "-n 3 disagrees with --nproc-per-node 2 x --nnodes 1 = 2 workers"),
     (["-H", "localhost:2", "--hostfile", "/etc/hosts"],
      "-H/--hosts and --hostfile both name the hosts"),
-    (["-H", "localhost:x"], "slot count 'x' is not a number"),
+    (["-H", "localhost:x"], "-H localhost:x entry 1: slot count 'x' is not a number"),
     (["-H", "h1:2,h2:2", "--nnodes", "3"], "--nnodes 3 but -H/--hostfile names 2 hosts"),
     (["-n", "2", "-s", "1", "--no-scheduler"], "--no-scheduler starts only the workers"),
 ]

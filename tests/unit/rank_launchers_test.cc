@@ -358,7 +358,7 @@ INSTANTIATE_TEST_SUITE_P(Launchers, RankWorkerVariables,
                                                           {"GROUP_WORLD_SIZE", "1"},
                                                           {"MASTER_ADDR", "127.0.0.1"},
                                                           {"MASTER_PORT", "42000"}}}),
-                         [](const auto& info) { return std::string(info.param.name); });
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
 
 }  // namespace
 }  // namespace tandem::launch

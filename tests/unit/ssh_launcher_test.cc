@@ -211,8 +211,8 @@ INSTANTIATE_TEST_SUITE_P(Processes, SshWorkerVariables,
                                                              {"HOROVOD_RANK", "-"},
                                                              {"MASTER_ADDR", "-"},
                                                              {"MASTER_PORT", "-"}}}),
-                         [](const auto& info) {
-                           return "process" + std::to_string(info.param.process);
+                         [](const auto& param_info) {
+                           return "process" + std::to_string(param_info.param.process);
                          });
 
 TEST(RemoteEnvironment, RoundTripsAnyBytesAndRejectsGarbage) {

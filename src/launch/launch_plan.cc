@@ -1,0 +1,78 @@
+#include "launch/launch_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "tandem/error.h"
+
+namespace tandem::launch {
+namespace {
+
+// The number of workers from -n/-np, --nproc-per-node x --nnodes or the
+// slots of the hosts, whichever the command line gives; they must agree.
+int WorkerCount(const LaunchRequest& r, const std::vector<HostSlots>& hosts) {
+  const int nodes = r.nnodes > 0 ? r.nnodes : 1;
+  if (r.nproc_per_node > 0) {
+    const int from_torchrun = r.nproc_per_node * nodes;
+    if (r.num_workers > 0 && r.num_workers != from_torchrun) {
+      throw InvalidArgument(fmt::format(
+          "-n {} disagrees with --nproc-per-node {} x --nnodes {} = {} workers: give one of them",
+          r.num_workers, r.nproc_per_node, nodes, from_torchrun));
+    }
+    return from_torchrun;
+  }
+  if (r.num_workers > 0) return r.num_workers;
+  if (!hosts.empty()) {
+    int slots = 0;
+    for (const auto& h : hosts) slots += h.slots;
+    return slots;
+  }
+  throw InvalidArgument(
+      "how many workers? give -n N (or -np N as horovodrun, --nproc-per-node N as torchrun, or "
+      "-H host:SLOTS,...)");
+}
+
+// The names of this host that -H may give.
+bool IsThisHost(const std::string& host) {
+  return host == "localhost" || host == "127.0.0.1" || host == "::1";
+}
+
+}  // namespace
+
+LaunchPlan PlanLaunch(const LaunchRequest& request, std::vector<HostSlots> hosts) {
+  LaunchPlan plan;
+  plan.launcher = request.launcher;
+  // As horovodrun: hosts other than this one are reached over ssh.
+  const bool remote = std::any_of(hosts.begin(), hosts.end(),
+                                  [](const HostSlots& h) { return !IsThisHost(h.host); });
+  if (!request.launcher_given && remote) plan.launcher = "ssh";
+  plan.num_workers = WorkerCount(request, hosts);
+  if (plan.launcher == "local" && !hosts.empty() && !remote) hosts.clear();  // -H localhost:2
+  if (request.nnodes > 1) {
+    if (plan.launcher == "local") {
+      throw InvalidArgument(fmt::format(
+          "--nnodes {}: the local launcher starts the job on this host only; use --launcher "
+          "slurm, or -H with {} hosts (ssh, mpi)",
+          request.nnodes, request.nnodes));
+    }
+    if ((plan.launcher == "ssh" || plan.launcher == "mpi") &&
+        static_cast<int>(hosts.size()) != request.nnodes) {
+      throw InvalidArgument(fmt::format("--nnodes {} but -H/--hostfile names {} host{}",
+                                        request.nnodes, hosts.size(),
+                                        hosts.size() == 1 ? "" : "s"));
+    }
+  }
+  if (request.nproc_per_node > 0) {
+    for (auto& h : hosts) h.slots = request.nproc_per_node;  // torchrun: the same on every node
+  }
+  if (request.no_scheduler && request.num_servers > 0) {
+    throw InvalidArgument(fmt::format(
+        "--no-scheduler starts only the workers, but -s asks for {} server{}: drop one of them",
+        request.num_servers, request.num_servers == 1 ? "" : "s"));
+  }
+  plan.hosts = std::move(hosts);
+  return plan;
+}
+
+}  // namespace tandem::launch
