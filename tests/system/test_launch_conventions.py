@@ -125,3 +125,10 @@ def test_disagreeing_flags_are_usage_errors(tandem_bin_dir, args, message):
     assert len(lines) == 1 and lines[0].startswith("tandem: usage error: "), proc.stderr
     assert message in lines[0], proc.stderr
     assert proc.stdout == "", proc.stdout
+
+
+def test_dash_np_after_the_separator_is_the_programs(tandem_bin_dir):
+    """-np is rewritten for the launcher only: the program's own -np stays."""
+    proc, _ = run(tandem_bin_dir, ["-np", "1"], ["echo", "-np", "3"], timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["[worker 0] -np 3"], proc.stdout
