@@ -102,7 +102,8 @@ def test_tandem_processes_keep_the_dmlc_contract(tandem_bin_dir, args):
     assert {name for _, name in contracts} == {"dmlc"}, out
 
 
-# Flags that disagree: one line, exit 2, before anything starts.
+# Flags that disagree or malformed counts: one line, exit 2, before anything
+# starts.
 CONFLICTS = [
     (["--nproc-per-node", "2", "--nnodes", "2"],
      "--nnodes 2: the local launcher starts the job on this host only; use --launcher slurm"),
@@ -113,6 +114,9 @@ CONFLICTS = [
     (["-H", "localhost:x"], "-H localhost:x entry 1: slot count 'x' is not a number"),
     (["-H", "h1:2,h2:2", "--nnodes", "3"], "--nnodes 3 but -H/--hostfile names 2 hosts"),
     (["-n", "2", "-s", "1", "--no-scheduler"], "--no-scheduler starts only the workers"),
+    (["-np", "x"], "--num-workers: 'x' is not a whole number"),
+    (["--nproc-per-node", "0"], "the number of workers per node must be between 1 and 65536"),
+    (["--nnodes", "x", "--nproc-per-node", "2"], "--nnodes: 'x' is not a whole number"),
 ]
 
 
