@@ -72,7 +72,8 @@ def test_max_restarts_runs_srun_again_and_the_job_succeeds(launch, tandem_bin_di
 def _srun_tasks(slurm_env, argv, tasks: int, extra_env=None, timeout=180) -> list[str]:
     """Runs `srun --label` itself (no tandem launch): each task finds its
     role from Slurm's variables alone. Returns each task's output lines."""
-    env = dict(os.environ, **slurm_env, **(extra_env or {}))
+    # The job's secret, as a user exports it before srun (docs/security.md).
+    env = dict(os.environ, TANDEM_SECRET="5e" * 32, **slurm_env, **(extra_env or {}))
     proc = subprocess.run(["srun", f"--ntasks={tasks}", "--overcommit", "--label",
                            "--kill-on-bad-exit=0", "--wait=20"] + [str(a) for a in argv],
                           env=env, capture_output=True, text=True, timeout=timeout)
