@@ -181,6 +181,7 @@ TimelineMerge MergeTimelines(const std::string& output, const std::vector<std::s
                              const std::vector<std::string>& missing,
                              const std::vector<std::string>& labels) {
   std::vector<std::string> unfinished_names;
+  std::vector<std::string> missing_names = missing;
   TimelineMerge result;
   nlohmann::json merged = {{"traceEvents", nlohmann::json::array()}};
   std::set<int64_t> used_pids;
@@ -189,9 +190,13 @@ TimelineMerge MergeTimelines(const std::string& output, const std::vector<std::s
     const std::string& path = inputs[i];
     bool unfinished = false;
     std::vector<nlohmann::json> events = ReadTraceEvents(path, &unfinished);
-    if (unfinished) {
+    const std::string& name = labels.size() == inputs.size() ? labels[i] : path;
+    if (unfinished && events.empty()) {
+      result.empty.push_back(path);
+      missing_names.push_back(name);
+    } else if (unfinished) {
       result.unfinished.push_back(path);
-      unfinished_names.push_back(labels.size() == inputs.size() ? labels[i] : path);
+      unfinished_names.push_back(name);
     }
     // Files from different hosts may carry the same pid: a pid taken by an
     // earlier file gets a new number, so each process keeps a track of its own.
@@ -211,8 +216,9 @@ TimelineMerge MergeTimelines(const std::string& output, const std::vector<std::s
       highest_pid = std::max(highest_pid, to);
     }
   }
-  if (!missing.empty() || !result.unfinished.empty()) {
-    merged["otherData"] = {{"tandem_missing", missing}, {"tandem_unfinished", unfinished_names}};
+  if (!missing_names.empty() || !result.unfinished.empty()) {
+    merged["otherData"] = {{"tandem_missing", missing_names},
+                           {"tandem_unfinished", unfinished_names}};
   }
   std::ofstream out(output, std::ios::trunc);
   if (!out) throw IoError(fmt::format("cannot create the timeline file {}", output));

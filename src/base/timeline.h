@@ -75,6 +75,9 @@ struct TimelineMerge {
   /// Inputs without their end (a process killed before it closed its
   /// timeline): their complete events were kept, a cut last one dropped.
   std::vector<std::string> unfinished;
+  /// Inputs that held no event at all (a process killed before its first
+  /// write): counted with the missing processes, not the unfinished ones.
+  std::vector<std::string> empty;
 };
 
 /// Joins the trace files `inputs` (each as Timeline writes it) into one
@@ -82,12 +85,13 @@ struct TimelineMerge {
 /// of processes on different hosts) is renumbered above 4194304 (Linux's
 /// largest pid), so that every process keeps its own track. An unfinished
 /// file (a killed process's) contributes every complete event. `missing`
-/// names the processes that left no file; they and the unfinished inputs
-/// (by `labels`, parallel to `inputs`, when given; else by path; an empty
-/// file counts as unfinished) are recorded in the output's "otherData"
-/// ("tandem_missing", "tandem_unfinished"), which trace viewers show as the
-/// trace's metadata. Throws IoError (unreadable or unwritable file) or
-/// InvalidArgument (a file that is not a trace at all), naming the file.
+/// names the processes that left no file; they, the empty inputs (no event:
+/// as good as missing) and the unfinished inputs (by `labels`, parallel to
+/// `inputs`, when given; else by path) are recorded in the output's
+/// "otherData" ("tandem_missing": the missing then the empty ones,
+/// "tandem_unfinished"), which trace viewers show as the trace's metadata. Throws IoError
+/// (unreadable or unwritable file) or InvalidArgument (a file that is not a trace at all), naming
+/// the file.
 TimelineMerge MergeTimelines(const std::string& output, const std::vector<std::string>& inputs,
                              const std::vector<std::string>& missing = {},
                              const std::vector<std::string>& labels = {});

@@ -42,6 +42,9 @@ void RegisterTimelineCommand(CLI::App& app, CommandBody* body) {
       for (const auto& f : merged.unfinished) {
         line += fmt::format("; {} was unfinished (its complete events kept)", f);
       }
+      for (const auto& f : merged.empty) {
+        line += fmt::format("; {} was empty (its process wrote no event; named as missing)", f);
+      }
       std::fprintf(stderr, "%s\n", line.c_str());
       return 0;
     };

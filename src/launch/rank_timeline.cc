@@ -2,6 +2,7 @@
 #include "launch/rank_timeline.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +13,19 @@
 #include "base/timeline.h"
 
 namespace tandem::launch {
+namespace {
+
+// The labels of those `files` whose path is in `paths`, in the files' order.
+std::vector<std::string> LabelsOf(const std::vector<LabelledTimeline>& files,
+                                  const std::vector<std::string>& paths) {
+  std::vector<std::string> labels;
+  for (const auto& f : files) {
+    if (std::find(paths.begin(), paths.end(), f.file) != paths.end()) labels.push_back(f.label);
+  }
+  return labels;
+}
+
+}  // namespace
 
 std::string RankTimelineFile(const std::string& path, std::string_view label) {
   std::string name(label);
@@ -75,26 +89,19 @@ void MergeTimelineFiles(const std::string& path, const std::vector<LabelledTimel
   try {
     const base::TimelineMerge merged = base::MergeTimelines(path, inputs, missing, labels);
     for (const auto& f : inputs) ::unlink(f.c_str());
-    std::string line =
-        fmt::format("[launcher] timeline: merged {} of {} processes ({} events) into {}",
-                    files.size(), files.size() + missing.size(), merged.events, path);
-    if (!missing.empty()) {
-      line += "; missing: ";
-      for (size_t i = 0; i < missing.size(); ++i) {
-        line += fmt::format("{}{} (no file)", i == 0 ? "" : ", ", missing[i]);
-      }
-    }
+    // A process whose file holds no event (killed before its first write)
+    // is as missing as one without a file.
+    std::vector<std::string> absent;
+    for (const auto& label : missing) absent.push_back(label + " (no file)");
+    for (const auto& label : LabelsOf(files, merged.empty))
+      absent.push_back(label + " (empty file)");
+    std::string line = fmt::format(
+        "[launcher] timeline: merged {} of {} processes ({} events) into {}",
+        files.size() - merged.empty.size(), files.size() + missing.size(), merged.events, path);
+    if (!absent.empty()) line += fmt::format("; missing: {}", fmt::join(absent, ", "));
     if (!merged.unfinished.empty()) {
-      line += "; unfinished (killed before closing it; its complete events kept): ";
-      bool first = true;
-      for (const auto& f : files) {
-        if (std::find(merged.unfinished.begin(), merged.unfinished.end(), f.file) ==
-            merged.unfinished.end()) {
-          continue;
-        }
-        line += fmt::format("{}{}", first ? "" : ", ", f.label);
-        first = false;
-      }
+      line += fmt::format("; unfinished (killed before closing it; its complete events kept): {}",
+                          fmt::join(LabelsOf(files, merged.unfinished), ", "));
     }
     sink.WriteLine(line + "\n");
   } catch (const std::exception& e) {

@@ -45,9 +45,10 @@ struct LabelledTimeline {
 /// Joins the timeline `files` into `path` (base::MergeTimelines, which
 /// keeps the complete events of an unfinished file) and removes them, saying
 /// so on `sink`: how many of the job's processes it holds, and by label the
-/// processes in `missing` (no file: killed before they wrote one, or on
-/// another host) and those whose file was unfinished; `missing` is also
-/// recorded in the merged file. A merge that fails is reported there and
+/// missing processes (those in `missing`, "(no file)": killed before they
+/// created one, or on another host; and those whose file holds no event,
+/// "(empty file)") and those whose file was unfinished; both are also
+/// recorded in the merged file's otherData. A merge that fails is reported there and
 /// leaves the files. Thread: the launcher's.
 void MergeTimelineFiles(const std::string& path, const std::vector<LabelledTimeline>& files,
                         const std::vector<std::string>& missing, OutputSink sink);

@@ -243,6 +243,14 @@ def test_timeline_merge_command_joins_the_files_of_a_job(tandem_bin_dir, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert f"{tmp_path / 'cut'} was unfinished (its complete events kept)" in proc.stderr
     assert any(e.get("pid") == 7 for e in json.loads(merged.read_text())["traceEvents"])
+    # An empty file (killed before its first write) is named as missing.
+    (tmp_path / "empty").write_text("")
+    proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),
+                           str(files[0]), str(tmp_path / "empty")], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0 and f"{tmp_path / 'empty'} was empty" in proc.stderr, proc.stderr
+    assert json.loads(merged.read_text())["otherData"]["tandem_missing"] == [
+        str(tmp_path / "empty")]
     # A file that is not a trace is refused, naming it.
     (tmp_path / "broken").write_text('no trace at all')
     proc = subprocess.run([str(tandem_bin_dir / "tandem"), "timeline", "merge", "-o", str(merged),

@@ -154,6 +154,33 @@ TEST_F(MergeRankTimelinesTest, KeepsTheCompleteEventsOfAKilledProcesssFile) {
   EXPECT_EQ(doc["otherData"]["tandem_unfinished"], nlohmann::json::array({"worker 1"}));
 }
 
+// After a failed job: a file that is not there and one that holds no event
+// (killed before its first write) are both missing; the complete events of
+// a cut one are kept; the survivors' are all there.
+TEST_F(MergeRankTimelinesTest, AfterAFailureNamesEmptyAndAbsentFilesAsMissing) {
+  const std::string path = (dir_.path / "trace.json").string();
+  WriteTimeline(path + ".worker-0", 100, "worker 0");
+  std::ofstream(path + ".worker-1") << "";
+  std::ofstream(path + ".worker-2")
+      << "{\"traceEvents\": [\n{\"name\":\"a\",\"ph\":\"i\",\"pid\":300,\"ts\":1},\n{\"na";
+  WriteTimeline(path + ".worker-4", 500, "worker 4");
+  MergeRankTimelines(Job(path, {"worker 0", "worker 1", "worker 2", "worker 3", "worker 4"}),
+                     OutputSink(sink_fd_));
+  EXPECT_THAT(Captured(sink_fd_),
+              HasSubstr("timeline: merged 3 of 5 processes (7 events) into " + path +
+                        "; missing: worker 3 (no file), worker 1 (empty file)"
+                        "; unfinished (killed before closing it; its complete events kept): "
+                        "worker 2\n"));
+  std::ifstream in(path);
+  auto doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["traceEvents"].size(), 7u);
+  EXPECT_EQ(doc["otherData"]["tandem_missing"], nlohmann::json::array({"worker 3", "worker 1"}));
+  EXPECT_EQ(doc["otherData"]["tandem_unfinished"], nlohmann::json::array({"worker 2"}));
+  for (const char* rank : {"0", "1", "2", "4"}) {
+    EXPECT_FALSE(fs::exists(path + ".worker-" + rank)) << rank;
+  }
+}
+
 TEST_F(MergeRankTimelinesTest, DoesNothingWithoutATimeline) {
   MergeRankTimelines(Job("", {"worker 0"}), OutputSink(sink_fd_));
   EXPECT_EQ(Captured(sink_fd_), "");

@@ -100,9 +100,19 @@ TEST_F(TimelineTest, MergeJoinsProcessesAndKeepsWhatUnfinishedFilesHold) {
   EXPECT_EQ(merged.unfinished, std::vector<std::string>{Path("cut.json")});
   EXPECT_EQ(Read(Path("x.json"))["otherData"]["tandem_missing"],
             nlohmann::json::array({"worker 9"}));
-  std::ofstream(Path("empty.json")) << "";  // killed before its first flush
-  EXPECT_EQ(MergeTimelines(Path("x.json"), {Path("empty.json")}).unfinished,
-            std::vector<std::string>{Path("empty.json")});
+  // Killed before its first flush, or after the header alone: as good as
+  // missing, and named with the missing ones.
+  std::ofstream(Path("empty.json")) << "";
+  std::ofstream(Path("header.json")) << "{\"traceEvents\": [\n";
+  const TimelineMerge empty =
+      MergeTimelines(Path("x.json"), {Path("empty.json"), Path("cut.json"), Path("header.json")},
+                     {"worker 9"}, {"worker 1", "worker 2", "worker 3"});
+  EXPECT_EQ(empty.empty, (std::vector<std::string>{Path("empty.json"), Path("header.json")}));
+  EXPECT_EQ(empty.unfinished, std::vector<std::string>{Path("cut.json")});
+  EXPECT_EQ(Read(Path("x.json"))["otherData"]["tandem_missing"],
+            nlohmann::json::array({"worker 9", "worker 1", "worker 3"}));
+  EXPECT_EQ(Read(Path("x.json"))["otherData"]["tandem_unfinished"],
+            nlohmann::json::array({"worker 2"}));
   std::ofstream(Path("junk.json")) << "not a trace";
   EXPECT_THROW(MergeTimelines(Path("x.json"), {Path("junk.json")}), InvalidArgument);
   std::ofstream(Path("array.json")) << "[1, 2]";
