@@ -330,6 +330,10 @@ TEST(RunLocalJobTest, EveryRoleGetsExactlyTheSpecifiedEnvironment) {
   ASSERT_GT(port, 0);
   ASSERT_LT(port, 65536);
   id.scheduler_port = static_cast<uint16_t>(port);
+  // MASTER_PORT: a second port, the same for every worker, not the scheduler's.
+  const int master = std::stoi(envs["worker 0"]["MASTER_PORT"]);
+  ASSERT_TRUE(master > 0 && master < 65536 && master != port) << master;
+  id.master_port = static_cast<uint16_t>(master);
   const Env overrides = {{"EXTRA", "from --env"}, {"SHARED", "overridden"}};
   // The first (and only) attempt: restart 0 of 0 (job_restarts.h).
   const Env attempt = AttemptEnvironment(launcher, 0, 0);
