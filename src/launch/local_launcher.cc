@@ -238,8 +238,11 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
   if (resolved.job_id.empty()) resolved.job_id = GenerateJobId();
 
   auto attempt = [&](ProcessSupervisor& supervisor, const std::map<std::string, std::string>& env) {
-    LocalJobIdentity identity = NewJobIdentity(resolved.job_id, PickFreeLoopbackPort());
-    identity.master_port = MasterPortBeside(identity.scheduler_port, PickFreeLoopbackPort);
+    // Below the ephemeral ports: a port the kernel hands out for outgoing
+    // connections can be taken (even by a node's own retried connect to the
+    // scheduler, a TCP self-connect) before the scheduler binds it.
+    LocalJobIdentity identity = NewJobIdentity(resolved.job_id, RandomSchedulerPort());
+    identity.master_port = MasterPortBeside(identity.scheduler_port, RandomSchedulerPort);
     std::vector<ProcessSpec> specs = BuildLocalJob(resolved, identity, env);
     // A misspelt program fails here, before any process of the job exists.
     for (const auto& spec : specs) FindExecutable(spec.argv[0], spec.env);

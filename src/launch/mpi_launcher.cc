@@ -76,13 +76,10 @@ int RunMpiJob(const MpiJobOptions& options, const SupervisorOptions& supervisor_
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
   if (o.job.job_id.empty()) o.job.job_id = GenerateJobId();
   auto build = [&o](const std::map<std::string, std::string>& env) {
-    const uint16_t port = o.scheduler_port != 0 ? o.scheduler_port
-                          : o.hosts.empty()     ? PickFreeLoopbackPort()
-                                                : RandomSchedulerPort();
+    // Below the ephemeral ports, on this host or not (RandomSchedulerPort).
+    const uint16_t port = o.scheduler_port != 0 ? o.scheduler_port : RandomSchedulerPort();
     LocalJobIdentity identity = NewJobIdentity(o.job.job_id, port);
-    identity.master_port =
-        MasterPortBeside(port, o.hosts.empty() ? std::function<uint16_t()>(PickFreeLoopbackPort)
-                                               : std::function<uint16_t()>(RandomSchedulerPort));
+    identity.master_port = MasterPortBeside(port, RandomSchedulerPort);
     RankLaunch launch{BuildMpirunCommand(o, identity, env), {}};
     launch.announcement = fmt::format(
         "job {}: scheduler at {}:{}{} through {}, {} server{}, {} worker{}{}", identity.job_id,

@@ -30,7 +30,7 @@ struct MpiJobOptions {
   std::vector<HostSlots> hosts;       ///< -H; empty: every rank on this host
   std::string mpirun = "mpirun";      ///< TANDEM_MPIRUN or the default
   std::vector<std::string> mpi_args;  ///< --mpi-arg, before the program
-  uint16_t scheduler_port = 0;        ///< 0: a free loopback port, or random with hosts
+  uint16_t scheduler_port = 0;        ///< 0: random below the ephemeral ports
 };
 
 /// The mpirun process of the job: argv (mpirun, its options, `-x` for each
