@@ -69,9 +69,9 @@ def closure(packages: set[str] | frozenset[str]) -> set[str]:
     installed on this machine (KeyError naming it otherwise)."""
     db = installed()
     done: set[str] = set()
-    todo = list(packages)
-    while todo:
-        name = todo.pop()
+    pending = list(packages)
+    while pending:
+        name = pending.pop()
         if name in done:
             continue
         if name not in db:
@@ -85,7 +85,7 @@ def closure(packages: set[str] | frozenset[str]) -> set[str]:
             if chosen is None:
                 chosen = next((p for a in alternatives for p in _providers().get(a, [])), None)
             if chosen is not None:
-                todo.append(chosen)
+                pending.append(chosen)
     return done
 
 

@@ -128,9 +128,9 @@ def cmake_lookups() -> dict[str, str]:
     a true condition), each with the file and line that asks for it."""
     options = configure_options()
     found: dict[str, str] = {}
-    todo = [ROOT / "CMakeLists.txt"]
-    while todo:
-        path = todo.pop()
+    pending = [ROOT / "CMakeLists.txt"]
+    while pending:
+        path = pending.pop()
         taken: list[bool] = []
         for n, line in enumerate(path.read_text().splitlines(), 1):
             code = line.split("#")[0].strip()
@@ -146,7 +146,7 @@ def cmake_lookups() -> dict[str, str]:
                 continue
             elif m := re.match(r"add_subdirectory\s*\(\s*([\w/.${}]+)", code):
                 sub = m[1].replace("${CMAKE_CURRENT_SOURCE_DIR}/", "")
-                todo.append(path.parent / sub / "CMakeLists.txt")
+                pending.append(path.parent / sub / "CMakeLists.txt")
             elif m := re.match(r"find_package\s*\(\s*([\w-]+)", code):
                 found.setdefault(m[1], f"{path.relative_to(ROOT)}:{n}")
             elif m := re.match(r"pkg_check_modules\s*\(\s*\w+\s+(?:IMPORTED_TARGET\s+)?(\w+)", code):
