@@ -12,8 +12,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/k8s_job_description.h"
-#include "cli/k8s_render.h"
+#include "k8s/job_description.h"
+#include "k8s/render.h"
 #include "launch/job_credentials.h"
 #include "tandem/error.h"
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <string_view>
 
-#include "cli/k8s_job_description.h"
-#include "cli/k8s_render.h"
 #include "fuzz_check.h"
+#include "k8s/job_description.h"
+#include "k8s/render.h"
 #include "tandem/error.h"
 
 namespace {
@@ -20,7 +20,7 @@ namespace {
 constexpr const char* kTarget = "job_description_fuzz";
 constexpr const char* kSource = "fuzzed.json";
 
-void CheckRanges(const tandem::cli::k8s::JobDescription& d) {
+void CheckRanges(const tandem::k8s::JobDescription& d) {
   FUZZ_CHECK(kTarget, !d.name.empty() && d.name.size() <= 40);
   FUZZ_CHECK(kTarget, !d.command.empty() && !d.command[0].empty());
   FUZZ_CHECK(kTarget, d.workers >= 1 && d.workers <= 65536);
@@ -36,7 +36,7 @@ void CheckRanges(const tandem::cli::k8s::JobDescription& d) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace k8s = tandem::cli::k8s;
+  namespace k8s = tandem::k8s;
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   k8s::JobDescription d;
   try {

@@ -9,11 +9,11 @@
 #include <map>
 #include <string>
 
-#include "cli/k8s_job_description.h"
-#include "cli/k8s_render.h"
 #include "cluster/contract_detection.h"
+#include "k8s/job_description.h"
+#include "k8s/render.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 namespace {
 
 using nlohmann::json;
@@ -279,4 +279,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -2,8 +2,6 @@
 // named) and the properties each kind's manifests must have for tandem's
 // contract readers (docs/contracts.md). Schema validation of the same
 // manifests is in tests/system/test_k8s_render.py.
-#include "cli/k8s_render.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,11 +11,12 @@
 #include <tuple>
 #include <vector>
 
-#include "cli/k8s_job_description.h"
-#include "cli/k8s_json_scan.h"
+#include "k8s/job_description.h"
+#include "k8s/json_scan.h"
+#include "k8s/render.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 namespace {
 
 using nlohmann::json;
@@ -765,4 +764,4 @@ TEST(K8sJobDescription, ClusterRuntimeMustBeABool) {
 }
 
 }  // namespace
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -5,11 +5,11 @@
 // RANK, WORLD_SIZE and PET_*; tandem reads them as the torchrun/PyTorchJob
 // contract (docs/contracts.md). The operator needs the container named
 // "pytorch".
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<json> RenderPyTorchJob(const JobDescription& d) {
   if (d.strategy != Strategy::kCollectives) {
@@ -48,4 +48,4 @@ std::vector<json> RenderPyTorchJob(const JobDescription& d) {
   return {job};
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

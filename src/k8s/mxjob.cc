@@ -6,11 +6,11 @@
 // per pod; it needs the container named "mxnet".
 #include <fmt/format.h>
 
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<json> RenderMXJob(const JobDescription& d) {
   if (d.strategy != Strategy::kParameterServer) {
@@ -47,4 +47,4 @@ std::vector<json> RenderMXJob(const JobDescription& d) {
   return {job};
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

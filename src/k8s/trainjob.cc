@@ -11,11 +11,11 @@
 // `tandem spawn-local --`, which starts the N processes.
 #include <fmt/format.h>
 
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<json> RenderTrainJob(const JobDescription& d) {
   if (d.strategy != Strategy::kCollectives) {
@@ -59,4 +59,4 @@ std::vector<json> RenderTrainJob(const JobDescription& d) {
   return {runtime, trainjob};
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 /// How the job exchanges gradients: a parameter server (a scheduler, servers
 /// and workers, the DMLC contract) or collectives among peer workers.
@@ -106,4 +106,4 @@ JobDescription LoadJobDescription(const std::string& path);
 /// "parameter-server" or "collectives".
 const char* StrategyName(Strategy strategy);
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

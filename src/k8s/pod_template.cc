@@ -1,10 +1,10 @@
-#include "cli/k8s_pod_template.h"
+#include "k8s/pod_template.h"
 
 #include <fmt/format.h>
 
 #include "base/exit_code.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 const char* RoleName(Role role) {
   switch (role) {
@@ -252,4 +252,4 @@ std::string KubeflowRestartPolicy(const JobDescription& d) {
   return "Never";
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

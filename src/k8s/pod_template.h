@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/k8s_job_description.h"
+#include "k8s/job_description.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 using nlohmann::json;
 
@@ -116,4 +116,4 @@ json JobSetFailurePolicy(const JobDescription& d);
 /// The Kubeflow replica restart policy: "ExitCode", "OnFailure" or "Never".
 std::string KubeflowRestartPolicy(const JobDescription& d);
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -1,6 +1,6 @@
-// `tandem k8s render`: a job description (k8s_job_description.h) becomes
+// `tandem k8s render`: a job description (job_description.h) becomes
 // the manifests of one kind of Kubernetes controller, one file per kind
-// (k8s_<kind>.cc). docs/deploy.md shows each kind's output and what tandem
+// (<kind>.cc). docs/deploy.md shows each kind's output and what tandem
 // reads inside its pods (docs/contracts.md).
 #pragma once
 
@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/k8s_job_description.h"
+#include "k8s/job_description.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 /// The controllers tandem renders for.
 enum class Kind { kMXJob, kPyTorchJob, kMPIJob, kTrainJob, kJobSet, kIndexedJob, kVolcanoJob };
@@ -44,7 +44,7 @@ std::string ToYamlStream(const std::vector<nlohmann::json>& objects);
 /// One value as the YAML block above, each line indented by `indent` spaces.
 std::string ToYaml(const nlohmann::json& value, int indent = 0);
 
-// One renderer per kind (k8s_<kind>.cc); Render() adds the Secret.
+// One renderer per kind (<kind>.cc); Render() adds the Secret.
 std::vector<nlohmann::json> RenderMXJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderPyTorchJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderMPIJob(const JobDescription& d);
@@ -53,4 +53,4 @@ std::vector<nlohmann::json> RenderJobSet(const JobDescription& d);
 std::vector<nlohmann::json> RenderIndexedJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderVolcanoJob(const JobDescription& d);
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -14,7 +14,7 @@
 #include <string>
 #include <string_view>
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 /// What ScanJsonText found first in the text, in the order of the text.
 struct JsonScanFinding {
@@ -52,4 +52,4 @@ JsonScanFinding ScanJsonText(std::string_view text, size_t max_depth);
 /// JsonScanFinding::path. Meant for a parser's error position.
 std::string JsonPathAt(std::string_view text, size_t byte);
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

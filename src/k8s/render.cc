@@ -1,11 +1,11 @@
-#include "cli/k8s_render.h"
+#include "k8s/render.h"
 
 #include <fmt/format.h>
 
-#include "cli/k8s_pod_template.h"
+#include "k8s/pod_template.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<Kind> AllKinds() {
   return {Kind::kMXJob,  Kind::kPyTorchJob, Kind::kMPIJob,    Kind::kTrainJob,
@@ -163,4 +163,4 @@ std::string ToYamlStream(const std::vector<nlohmann::json>& objects) {
   return out;
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

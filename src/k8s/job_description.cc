@@ -1,4 +1,4 @@
-#include "cli/k8s_job_description.h"
+#include "k8s/job_description.h"
 
 #include <fmt/format.h>
 
@@ -11,10 +11,10 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "cli/k8s_json_scan.h"
+#include "k8s/json_scan.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 namespace {
 
 using nlohmann::json;
@@ -478,4 +478,4 @@ JobDescription LoadJobDescription(const std::string& path) {
   return ParseJobDescriptionText(text.str(), path);
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -6,10 +6,10 @@
 // rendezvous port is MASTER_PORT. Volcano gangs the job's pods itself
 // (minAvailable); policies map tandem's exit codes (src/base/exit_code.h).
 #include "base/exit_code.h"
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 namespace {
 
@@ -64,4 +64,4 @@ std::vector<json> RenderVolcanoJob(const JobDescription& d) {
   return {job};
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -9,10 +9,10 @@
 //     NAME-scheduler-0.NAME.
 #include <fmt/format.h>
 
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<json> RenderIndexedJob(const JobDescription& d) {
   std::vector<json> objects;
@@ -47,4 +47,4 @@ std::vector<json> RenderIndexedJob(const JobDescription& d) {
   return objects;
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

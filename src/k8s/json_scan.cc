@@ -1,4 +1,4 @@
-#include "cli/k8s_json_scan.h"
+#include "k8s/json_scan.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 namespace {
 
 // Keys longer than this are shortened in a reported path.
@@ -146,4 +146,4 @@ std::string JsonPathAt(std::string_view text, size_t byte) {
   return walker.Path();
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

@@ -10,10 +10,10 @@
 // exit code fails it (src/base/exit_code.h).
 #include <fmt/format.h>
 
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<json> RenderJobSet(const JobDescription& d) {
   std::vector<json> objects;
@@ -55,4 +55,4 @@ std::vector<json> RenderJobSet(const JobDescription& d) {
   return objects;
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s

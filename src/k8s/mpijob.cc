@@ -8,11 +8,11 @@
 // openssh-server (deploy/Dockerfile).
 #include <fmt/format.h>
 
-#include "cli/k8s_pod_template.h"
-#include "cli/k8s_render.h"
+#include "k8s/pod_template.h"
+#include "k8s/render.h"
 #include "tandem/error.h"
 
-namespace tandem::cli::k8s {
+namespace tandem::k8s {
 
 std::vector<json> RenderMPIJob(const JobDescription& d) {
   if (d.strategy != Strategy::kCollectives) {
@@ -93,4 +93,4 @@ std::vector<json> RenderMPIJob(const JobDescription& d) {
   return {job};
 }
 
-}  // namespace tandem::cli::k8s
+}  // namespace tandem::k8s
