@@ -6,18 +6,6 @@
 
 namespace tandem::k8s {
 
-const char* RoleName(Role role) {
-  switch (role) {
-    case Role::kScheduler:
-      return "scheduler";
-    case Role::kServer:
-      return "server";
-    case Role::kWorker:
-      return "worker";
-  }
-  return "worker";
-}
-
 int ReplicasOf(const JobDescription& d, Role role) {
   switch (role) {
     case Role::kScheduler:
@@ -44,7 +32,7 @@ std::vector<std::string> RoleCommand(const JobDescription& d, Role role) {
     return argv;
   }
   if (role == Role::kWorker || d.command_runs_all_roles) return d.command;
-  return {"tandem", RoleName(role)};
+  return {"tandem", std::string(RoleName(role))};
 }
 
 json EnvVar(const std::string& name, const std::string& value) {
@@ -57,7 +45,7 @@ json NodeHostEnv() {
 }
 
 json DmlcEnv(const JobDescription& d, Role role, const std::string& scheduler_host) {
-  return json::array({EnvVar("DMLC_ROLE", RoleName(role)),
+  return json::array({EnvVar("DMLC_ROLE", std::string(RoleName(role))),
                       EnvVar("DMLC_PS_ROOT_URI", scheduler_host),
                       EnvVar("DMLC_PS_ROOT_PORT", std::to_string(d.port)),
                       EnvVar("DMLC_NUM_SERVER", std::to_string(d.servers)),
@@ -65,15 +53,15 @@ json DmlcEnv(const JobDescription& d, Role role, const std::string& scheduler_ho
                       EnvVar("DMLC_USE_KUBERNETES", "1"), NodeHostEnv()});
 }
 
-json Labels(const JobDescription& d, const std::string& role) {
+json Labels(const JobDescription& d, std::string_view role) {
   json labels = json::object();
   for (const auto& [key, value] : d.labels) labels[key] = value;
   labels["tandem.io/job"] = d.name;
-  if (!role.empty()) labels["tandem.io/role"] = role;
+  if (!role.empty()) labels["tandem.io/role"] = std::string(role);
   return labels;
 }
 
-json ObjectMetadata(const JobDescription& d, const std::string& name, const std::string& role) {
+json ObjectMetadata(const JobDescription& d, const std::string& name, std::string_view role) {
   return {{"name", name}, {"namespace", d.namespace_}, {"labels", Labels(d, role)}};
 }
 

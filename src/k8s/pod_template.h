@@ -8,19 +8,20 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "k8s/job_description.h"
+#include "tandem/cluster.h"
 
 namespace tandem::k8s {
 
 using nlohmann::json;
 
-/// A pod's part in the job. Collectives jobs have workers only.
-enum class Role { kScheduler, kServer, kWorker };
-
-/// "scheduler", "server" or "worker" (DMLC_ROLE's values).
-const char* RoleName(Role role);
+// A pod's part in the job is a tandem::Role (tandem/cluster.h); its
+// RoleName() ("scheduler", "server", "worker") is DMLC_ROLE's value, the
+// tandem.io/role label and the name of the role's replicas or tasks.
+// Collectives jobs have workers only.
 
 /// Pods of `role` in the job.
 int ReplicasOf(const JobDescription& d, Role role);
@@ -58,10 +59,10 @@ json NodeHostEnv();
 
 /// Labels of every object: tandem.io/job, tandem.io/role (when not empty)
 /// and the description's labels.
-json Labels(const JobDescription& d, const std::string& role);
+json Labels(const JobDescription& d, std::string_view role);
 
 /// {"name", "namespace", "labels"} for an object of this job.
-json ObjectMetadata(const JobDescription& d, const std::string& name, const std::string& role);
+json ObjectMetadata(const JobDescription& d, const std::string& name, std::string_view role);
 
 /// One container: image, command, TANDEM_SECRET (from the Secret),
 /// TANDEM_JOB_ID, the description's env, TANDEM_METRICS_PORT, ports,
