@@ -16,6 +16,8 @@ keeps its tensors referenced until it is waited for.
 
 from __future__ import annotations
 
+import operator
+
 from typing import Any, Sequence
 
 from tandem import _core, _exit
@@ -241,10 +243,24 @@ def _open_distributed() -> bool:
     return any(not s.closed for s in _MEMBERS)
 
 
+_MAX_ROW_ID = 2**63 - 1
+
+
 def _row_list(row_ids) -> list[int]:
+    """Row ids as ints in 0..2**63-1; anything else (a float, a huge int)
+    raises tandem.InvalidArgument naming it before anything is sent."""
     if hasattr(row_ids, "tolist"):
         row_ids = row_ids.tolist()
-    return [int(r) for r in row_ids]
+    rows = []
+    for r in row_ids:
+        try:
+            i = operator.index(r)
+        except TypeError:
+            raise _core.InvalidArgument(f"row id {r!r} is not an integer") from None
+        if not 0 <= i <= _MAX_ROW_ID:
+            raise _core.InvalidArgument(f"row id {i} is outside 0..{_MAX_ROW_ID}")
+        rows.append(i)
+    return rows
 
 
 def _close_all() -> None:

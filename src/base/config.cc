@@ -33,6 +33,13 @@ Config Config::FromEnvironment(const Environment& env) {
       env.GetInt("TANDEM_MAX_UNAUTHENTICATED", c.max_unauthenticated, 1, int64_t{1} << 24);
   c.start_timeout = env.GetSeconds("TANDEM_START_TIMEOUT", c.start_timeout);
   c.barrier_timeout = env.GetSeconds("TANDEM_BARRIER_TIMEOUT", c.barrier_timeout);
+  c.wait_report_interval = env.GetSeconds("TANDEM_WAIT_REPORT_SECONDS", c.wait_report_interval);
+  if (c.wait_report_interval.count() <= 0) {
+    throw ConfigError(
+        fmt::format("TANDEM_WAIT_REPORT_SECONDS must be above 0 (got {} ms): a wait that goes on "
+                    "always says so",
+                    c.wait_report_interval.count()));
+  }
   c.max_meta_bytes = static_cast<uint32_t>(
       env.GetInt("TANDEM_MAX_META_BYTES", c.max_meta_bytes, 1024, int64_t{1} << 30));
   c.max_payload_bytes = static_cast<uint64_t>(env.GetInt(

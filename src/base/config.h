@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/environment.h"
+#include "base/wait_report.h"
 
 namespace tandem::base {
 
@@ -51,6 +52,10 @@ struct Config {
   /// TANDEM_BARRIER_TIMEOUT (seconds): how long a barrier may wait for its
   /// members.
   std::chrono::milliseconds barrier_timeout{std::chrono::seconds(600)};
+  /// TANDEM_WAIT_REPORT_SECONDS (seconds): how often a wait for another
+  /// process (a store call, a barrier, the node table, a connection, a
+  /// collective's pieces) logs what it still waits for (base/wait_report.h).
+  std::chrono::milliseconds wait_report_interval = kDefaultWaitReportInterval;
 
   /// TANDEM_MAX_META_BYTES: the largest metadata section a peer may send.
   uint32_t max_meta_bytes = 16u << 20;

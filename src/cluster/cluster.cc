@@ -98,6 +98,7 @@ struct Cluster::Impl {
     topts.limits.max_payload_bytes = config.max_payload_bytes;
     topts.handshake_timeout = config.handshake_timeout;
     topts.max_unauthenticated = static_cast<size_t>(config.max_unauthenticated);
+    topts.wait_report_interval = config.wait_report_interval;
     // TANDEM_TLS=1: the files are checked here, so a bad one stops this
     // process with its name rather than failing connections elsewhere.
     if (config.tls)
@@ -137,6 +138,7 @@ struct Cluster::Impl {
     m.barrier_timeout = config.barrier_timeout;
     m.heartbeat_interval = config.heartbeat_interval;
     m.heartbeat_timeout = config.heartbeat_timeout;
+    m.wait_report_interval = config.wait_report_interval;
     if (desc.role == Role::kScheduler) {
       // A name (a Kubernetes Service, say) may not be an address of this
       // host, so bind every interface then; MXJob asks for that explicitly.
@@ -147,6 +149,7 @@ struct Cluster::Impl {
       s.num_workers = desc.num_workers;
       s.heartbeat_timeout = config.heartbeat_timeout;
       s.start_timeout = config.start_timeout;
+      s.wait_report_interval = config.wait_report_interval;
       s.barrier_timeout = config.barrier_timeout;
       scheduler = std::make_unique<cluster::Scheduler>(s, *transport, log, clock);
       dispatcher.Register(cluster::msg::kRegister, cluster::msg::kSchedulerBoundLast,

@@ -71,10 +71,20 @@ void Membership::Join() {
   // The scheduler's own start timeout fires first and says who is missing;
   // ours is the backstop for a scheduler that went silent.
   auto limit = options_.start_timeout + options_.heartbeat_timeout;
+  base::WaitReport report(clock_, options_.wait_report_interval);
   std::unique_lock lock(mu_);
-  bool arrived = cv_.wait_for(lock, limit, [&] { return table_.has_value() || failure_; });
+  auto arrived = [&] { return table_.has_value() || failure_.has_value(); };
+  while (!cv_.wait_for(lock, std::min(report.NextIn(), limit - report.Waited()), arrived) &&
+         report.Waited() < limit) {
+    if (report.TakeDue()) {
+      log_.Warn(
+          "still waiting for the node table from the scheduler at {} {}: it comes once every "
+          "node of the job registered (gives up after {:.0f} s, TANDEM_START_TIMEOUT)",
+          options_.scheduler.ToString(), report.Lasted(), Seconds(limit));
+    }
+  }
   if (failure_) ThrowFailure();
-  if (!arrived) {
+  if (!table_) {
     throw Timeout(fmt::format(
         "no node table from the scheduler at {} within {:.0f} s (TANDEM_START_TIMEOUT plus "
         "PS_HEARTBEAT_TIMEOUT)",
@@ -267,25 +277,25 @@ void Membership::Barrier(int groups, bool final) {
   // bound it instead of a limit); for the others, the scheduler's barrier
   // timeout fires first and names the missing nodes, and this limit is the
   // backstop for a silent scheduler. Either way a wait that goes on says so
-  // every kWaitReportInterval.
+  // every report interval (TANDEM_WAIT_REPORT_SECONDS).
   const auto limit = options_.barrier_timeout + options_.heartbeat_timeout;
-  const auto since = std::chrono::system_clock::now();
-  const auto wait_start = std::chrono::steady_clock::now();
-  while (!cv_.wait_for(lock, std::min<milliseconds>(kWaitReportInterval, limit), ready)) {
-    const auto waited = duration_cast<milliseconds>(std::chrono::steady_clock::now() - wait_start);
-    if (!final && waited >= limit) {
+  base::WaitReport report(clock_, options_.wait_report_interval);
+  while (!cv_.wait_for(
+      lock, final ? report.NextIn() : std::min(report.NextIn(), limit - report.Waited()), ready)) {
+    if (!final && report.Waited() >= limit) {
       barrier_waits_.erase(request_id);
       throw Timeout(fmt::format(
           "barrier #{} over {}: no answer from the scheduler at {} within "
           "{:.0f} s",
           req.sequence, GroupsName(groups), options_.scheduler.ToString(), Seconds(limit)));
     }
-    log_.Warn(
-        "still in {}barrier #{} over {} after {:.0f} s (since {:%H:%M:%S} UTC): the "
-        "scheduler releases it when every node of the group arrived{}",
-        final ? "the final " : "", req.sequence, GroupsName(groups), Seconds(waited),
-        std::chrono::floor<std::chrono::seconds>(since),
-        final ? " (the others are still working)" : "");
+    if (report.TakeDue()) {
+      log_.Warn(
+          "still in {}barrier #{} over {} {}: the scheduler releases it when every node of the "
+          "group arrived{}",
+          final ? "the final " : "", req.sequence, GroupsName(groups), report.Lasted(),
+          final ? " (the others are still working)" : "");
+    }
   }
   BarrierWait result = barrier_waits_[request_id];
   barrier_waits_.erase(request_id);

@@ -17,6 +17,7 @@
 
 #include "base/clock.h"
 #include "base/logger.h"
+#include "base/wait_report.h"
 #include "cluster/cluster_messages.h"
 #include "net/transport.h"
 
@@ -39,6 +40,8 @@ class Membership final : public net::TransportHandler {
     std::chrono::milliseconds barrier_timeout{600000};
     std::chrono::milliseconds heartbeat_interval{1000};
     std::chrono::milliseconds heartbeat_timeout{10000};
+    /// How often a wait for the node table or a barrier logs that it goes on.
+    std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
   };
 
   /// Receives node-bound cluster messages (msg::kNodeBoundFirst..Last) and
@@ -58,9 +61,6 @@ class Membership final : public net::TransportHandler {
   /// The job's node table and this node's entry; valid after Join().
   const NodeTable& table() const { return *table_; }
   const NodeInfo& self() const { return table_->nodes[static_cast<size_t>(self_id_)]; }
-
-  /// How often a barrier that goes on logs that it still waits.
-  static constexpr std::chrono::seconds kWaitReportInterval{30};
 
   /// See tandem::Cluster::Barrier. `final` marks Finalize()'s barrier.
   void Barrier(int groups, bool final = false);

@@ -36,6 +36,7 @@ Scheduler::Scheduler(Options options, net::Transport& transport, const base::Log
       log_(log),
       clock_(clock),
       start_(clock.Now()),
+      start_report_(clock, options_.wait_report_interval),
       watchdog_([this] { WatchdogLoop(); }) {}
 
 Scheduler::~Scheduler() {
@@ -419,6 +420,12 @@ void Scheduler::WatchdogLoop() {
             p.conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0, net::flags::kError));
       }
       FailJob(text, out);
+    }
+    if (!table_ && !failure_ && start_report_.TakeDue()) {
+      log_.Warn(
+          "scheduler: still waiting for every node to register {}: {} (gives up after {:.0f} "
+          "s, TANDEM_START_TIMEOUT)",
+          start_report_.Lasted(), MissingFromStart(), Seconds(options_.start_timeout));
     }
     if (table_ && !failure_) {
       for (size_t id = 0; id < states_.size(); ++id) {

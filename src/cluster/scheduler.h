@@ -18,6 +18,7 @@
 
 #include "base/clock.h"
 #include "base/logger.h"
+#include "base/wait_report.h"
 #include "cluster/cluster_messages.h"
 #include "net/transport.h"
 
@@ -36,6 +37,8 @@ class Scheduler final : public net::TransportHandler {
     std::chrono::milliseconds heartbeat_timeout{10000};
     std::chrono::milliseconds start_timeout{300000};
     std::chrono::milliseconds barrier_timeout{600000};
+    /// How often the wait for every node to register logs who is missing.
+    std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
   };
 
   /// `transport` must already listen; the scheduler receives its callbacks
@@ -110,6 +113,7 @@ class Scheduler final : public net::TransportHandler {
   const base::Logger& log_;
   const base::Clock& clock_;
   const base::SteadyTime start_;
+  base::WaitReport start_report_;  // the wait for registrations; watchdog thread only
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

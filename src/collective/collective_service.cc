@@ -16,6 +16,7 @@ CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& 
   s.mesh.connections_per_peer =
       static_cast<int>(env.GetInt("TANDEM_COLLECTIVE_CONNECTIONS", 1, 1, 16));
   s.mesh.connect_timeout = config.connect_timeout;
+  s.mesh.wait_report_interval = config.wait_report_interval;
   s.mesh.same_host_copy = env.GetInt("TANDEM_COLLECTIVE_SAME_HOST_COPY", 1, 0, 1) == 1;
   s.mesh.mailbox = env.GetInt("TANDEM_COLLECTIVE_MAILBOX", 1, 0, 1) == 1;
   if (env.Get("TANDEM_COLLECTIVE_SPIN_US")) {
@@ -47,8 +48,10 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
       mesh_(settings_.mesh, services.transport, services.log, services.traffic) {
   services.dispatcher.Register(msg::kHello, msg::kLast, &mesh_);
   PeerMesh* mesh = &mesh_;
-  membership_.AddFailureListener([mesh](const std::string& text, const std::exception_ptr&) {
-    mesh->Fail(FailureKind::kPeerLost, text);
+  // A stopped job fails the collectives with the stopping process's kind
+  // (a server's IoError, say), a lost node with PeerLost.
+  membership_.AddFailureListener([mesh](const std::string& text, const std::exception_ptr& error) {
+    mesh->Fail(FailureKindOf(error), text);
   });
 }
 

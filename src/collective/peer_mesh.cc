@@ -33,8 +33,39 @@ void MeshFailure::Throw(const std::string& prefix) const {
       throw ProtocolError(prefix + text);
     case FailureKind::kMismatch:
       throw CallMismatch(prefix + text);
+    case FailureKind::kIo:
+      throw IoError(prefix + text);
+    case FailureKind::kInvalidArgument:
+      throw InvalidArgument(prefix + text);
+    case FailureKind::kConfig:
+      throw ConfigError(prefix + text);
+    case FailureKind::kOther:
+      break;
   }
   throw Error(prefix + text);
+}
+
+FailureKind FailureKindOf(const std::exception_ptr& error) {
+  if (!error) return FailureKind::kPeerLost;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLost&) {
+    return FailureKind::kPeerLost;
+  } catch (const Timeout&) {
+    return FailureKind::kTimeout;
+  } catch (const ProtocolError&) {
+    return FailureKind::kProtocol;
+  } catch (const CallMismatch&) {
+    return FailureKind::kMismatch;
+  } catch (const IoError&) {
+    return FailureKind::kIo;
+  } catch (const InvalidArgument&) {
+    return FailureKind::kInvalidArgument;
+  } catch (const ConfigError&) {
+    return FailureKind::kConfig;
+  } catch (...) {
+    return FailureKind::kOther;
+  }
 }
 
 namespace {
@@ -148,8 +179,22 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
     }
     return out;
   };
+  const base::SteadyClock steady;
+  base::WaitReport report(steady, options_.wait_report_interval);
   while (!failure_ && !missing().empty()) {
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+    const auto wake = std::min(deadline, Clock::now() + report.NextIn());
+    if (cv_.wait_until(lock, wake) == std::cv_status::timeout && Clock::now() >= deadline) break;
+    if (report.TakeDue()) {
+      std::string names;
+      for (int r : missing()) names += (names.empty() ? "" : ", ") + Describe(r);
+      if (!names.empty()) {
+        log_.Warn(
+            "forming the collective mesh: worker rank {} still waits for {} {} (gives up "
+            "after {} s, TANDEM_CONNECT_TIMEOUT)",
+            self_rank, names, report.Lasted(),
+            std::chrono::duration_cast<std::chrono::seconds>(options_.connect_timeout).count());
+      }
+    }
   }
   if (failure_) failure_->Throw("forming the collective mesh failed: ");
   auto absent = missing();
@@ -563,7 +608,8 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
     }
   }
   const auto started = Clock::now();
-  auto next_report = started + kWaitReportInterval;
+  const base::SteadyClock steady;
+  base::WaitReport report(steady, options_.wait_report_interval);
   std::vector<std::pair<int, CallNotice>> crossing_notices;
   const uint32_t communicator = pieces.empty() ? 0 : pieces.front().key.communicator;
   const uint64_t sequence = pieces.empty() ? 0 : pieces.front().key.sequence;
@@ -599,16 +645,15 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       }
     }
     if (last_look) return {WaitResult::kTimedOut, 0};
-    if (!pieces.empty() && Clock::now() >= next_report) {
-      // No wait goes kWaitReportInterval without a line saying what for.
+    if (!pieces.empty() && report.TakeDue()) {
+      // No wait goes a report interval without a line saying what for.
       std::string from;
       for (const SlotKey& piece : pieces) from += (from.empty() ? "" : ", ") + Describe(piece.peer);
       log_.Warn(
-          "collective operation {} of communicator {}: still waiting after {:.0f} s for {} "
+          "collective operation {} of communicator {}: still waiting for {} {} "
           "(TANDEM_COLLECTIVE_TIMEOUT gives up in {:.0f} s)",
-          sequence, communicator, std::chrono::duration<double>(Clock::now() - started).count(),
-          from, std::chrono::duration<double>(deadline - Clock::now()).count());
-      next_report += kWaitReportInterval;
+          sequence, communicator, from, report.Lasted(),
+          std::chrono::duration<double>(deadline - Clock::now()).count());
     }
     if (spin.count() > 0) {
       // Poll before sleeping: a piece due within the spin budget is seen

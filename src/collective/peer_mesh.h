@@ -65,6 +65,7 @@
 
 #include "base/doorbell.h"
 #include "base/logger.h"
+#include "base/wait_report.h"
 #include "cluster/cluster_messages.h"
 #include "collective/call_description.h"
 #include "collective/collective_messages.h"
@@ -75,7 +76,24 @@
 namespace tandem::collective {
 
 /// Why the mesh is unusable.
-enum class FailureKind { kPeerLost, kTimeout, kProtocol, kMismatch };
+/// Which tandem error a failed mesh throws. The last four come from a job
+/// stopped by another process (a server that could not load its optimizer
+/// states, say): each caller then fails with that process's kind, as the
+/// store's calls do (docs/protocol-cluster.md, "Stopping the job").
+enum class FailureKind {
+  kPeerLost,
+  kTimeout,
+  kProtocol,
+  kMismatch,
+  kIo,
+  kInvalidArgument,
+  kConfig,
+  kOther
+};
+
+/// The kind of `error` (a tandem error; anything else is kOther); a null
+/// pointer is kPeerLost, the job's failure without a cause.
+FailureKind FailureKindOf(const std::exception_ptr& error);
 
 struct MeshFailure {
   FailureKind kind = FailureKind::kPeerLost;
@@ -109,6 +127,9 @@ class PeerMesh final : public net::TransportHandler {
     /// it sleeps on the doorbell; 0 sleeps at once. Unset: kMailboxSpin for
     /// a wait whose pieces all come from mailbox peers, else 0.
     std::optional<std::chrono::microseconds> spin;
+    /// TANDEM_WAIT_REPORT_SECONDS: how often forming the mesh, or a wait
+    /// for pieces, logs what it still waits for.
+    std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
   };
   /// The polling of waits on mailbox peers unless TANDEM_COLLECTIVE_SPIN_US
   /// says otherwise (docs/collectives.md "Waiting": 4 ranks on 2 cores,
@@ -233,7 +254,6 @@ class PeerMesh final : public net::TransportHandler {
   /// operations between communicators.
   static constexpr std::chrono::milliseconds kCrossWait{400};
   /// How often a wait for pieces that goes on logs what it waits for.
-  static constexpr std::chrono::seconds kWaitReportInterval{30};
   /// Call notices about more communicators than this (a broken peer's) are
   /// ignored, so that they cannot grow the call states without bound.
   static constexpr size_t kMaxCommunicators = 1 << 16;

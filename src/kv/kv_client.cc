@@ -73,7 +73,7 @@ void KvClient::Start() {
 }
 
 void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<ClientRequest> requests) {
-  op->SetLogger(&services_.log);
+  op->SetLogger(&services_.log, services_.config.wait_report_interval);
   if (requests.empty()) {  // nothing to ask: done at once
     op->Expect(-1, 1);
     op->Event(-1);

@@ -53,9 +53,10 @@ void KvOperation::Event(int server, std::exception_ptr error) {
   cv_.notify_all();
 }
 
-void KvOperation::SetLogger(const base::Logger* log) {
+void KvOperation::SetLogger(const base::Logger* log, std::chrono::milliseconds interval) {
   std::lock_guard lock(mu_);
   log_ = log;
+  report_interval_ = interval;
 }
 
 std::string KvOperation::OutstandingText() const {
@@ -68,27 +69,22 @@ std::string KvOperation::OutstandingText() const {
 }
 
 void KvOperation::Wait(std::chrono::milliseconds timeout) const {
-  using std::chrono::steady_clock;
+  static const base::SteadyClock kClock;
   std::unique_lock lock(mu_);
-  const auto started = steady_clock::now();
-  const auto since = std::chrono::system_clock::now();
-  const auto deadline = started + timeout;
-  // No wait goes kWaitReportInterval without a line saying what it waits
-  // for (a dist_sync round, for one, lasts until every worker pushed).
-  while (!cv_.wait_until(lock, std::min(deadline, steady_clock::now() + kWaitReportInterval),
-                         [&] { return finished_; })) {
-    const auto now = steady_clock::now();
-    if (now >= deadline) {
+  // No wait goes report_interval_ without a line saying what it waits for
+  // (a dist_sync round, for one, lasts until every worker pushed).
+  base::WaitReport report(kClock, report_interval_);
+  while (!cv_.wait_for(lock, std::min(report.NextIn(), timeout - report.Waited()),
+                       [&] { return finished_; })) {
+    if (report.Waited() >= timeout) {
       throw Timeout(fmt::format("waited {} ms for {}; still waiting for: {}", timeout.count(),
                                 what_, OutstandingText()));
     }
-    if (log_ != nullptr) {
-      log_->Warn(
-          "still waiting for {} after {:.0f} s (since {:%H:%M:%S} UTC; gives up after {} s, "
-          "TANDEM_KV_TIMEOUT): waiting for {}",
-          what_, std::chrono::duration<double>(now - started).count(),
-          std::chrono::floor<std::chrono::seconds>(since),
-          std::chrono::duration_cast<std::chrono::seconds>(timeout).count(), OutstandingText());
+    if (log_ != nullptr && report.TakeDue()) {
+      log_->Warn("still waiting for {} {} (gives up after {} s, TANDEM_KV_TIMEOUT): waiting for {}",
+                 what_, report.Lasted(),
+                 std::chrono::duration_cast<std::chrono::seconds>(timeout).count(),
+                 OutstandingText());
     }
   }
   if (error_) std::rethrow_exception(error_);

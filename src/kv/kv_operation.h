@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/logger.h"
+#include "base/wait_report.h"
 
 namespace tandem::kv {
 
@@ -42,11 +43,10 @@ class KvOperation {
   void Wait(std::chrono::milliseconds timeout) const;
   void Wait() const { Wait(default_timeout_); }
   bool done() const;
-  /// Where Wait reports a wait that goes on (every kWaitReportInterval);
-  /// none by default. Any thread.
-  void SetLogger(const base::Logger* log);
-  /// How often a long Wait logs what it still waits for.
-  static constexpr std::chrono::seconds kWaitReportInterval{30};
+  /// Where Wait reports a wait that goes on, every `interval`
+  /// (TANDEM_WAIT_REPORT_SECONDS); none by default. Any thread.
+  void SetLogger(const base::Logger* log,
+                 std::chrono::milliseconds interval = base::kDefaultWaitReportInterval);
   const std::string& what() const { return what_; }
 
  private:
@@ -56,12 +56,13 @@ class KvOperation {
   std::function<void()> on_success_;
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
-  std::map<int, int> outstanding_;           // events per server; guarded by mu_
-  int total_ = 0;                            // guarded by mu_
-  bool finished_ = false;                    // guarded by mu_
-  std::exception_ptr error_;                 // guarded by mu_
-  const base::Logger* log_ = nullptr;        // guarded by mu_
-  std::vector<std::shared_ptr<void>> keep_;  // guarded by mu_
+  std::map<int, int> outstanding_;     // events per server; guarded by mu_
+  int total_ = 0;                      // guarded by mu_
+  bool finished_ = false;              // guarded by mu_
+  std::exception_ptr error_;           // guarded by mu_
+  const base::Logger* log_ = nullptr;  // guarded by mu_
+  std::chrono::milliseconds report_interval_ = base::kDefaultWaitReportInterval;  // guarded by mu_
+  std::vector<std::shared_ptr<void>> keep_;                                       // guarded by mu_
 };
 
 }  // namespace tandem::kv

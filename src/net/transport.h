@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "base/wait_report.h"
 #include "net/endpoint.h"
 #include "net/message.h"
 #include "net/tls_context.h"
@@ -67,6 +68,9 @@ struct TransportOptions {
   /// finished the handshake yet, at most; past it the oldest is dropped
   /// (docs/protocol-handshake.md, "Resources"). At least 1.
   size_t max_unauthenticated = 1024;
+  /// TANDEM_WAIT_REPORT_SECONDS: how often a Connect that keeps retrying
+  /// logs what it waits for (base/wait_report.h).
+  std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
   /// TANDEM_TLS=1: every TCP connection runs TLS 1.3 with mutual certificate
   /// checks first, and the HMAC handshake inside it (docs/transport.md,
   /// "TLS"). Null: plaintext. Must agree on both ends. The in-process

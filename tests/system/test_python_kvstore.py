@@ -158,6 +158,40 @@ print("keys refused", len(calls))
 """
 
 
+# Row ids must be ints in 0..2**63-1; ROW is replaced by the id under test.
+ROW_RANGE = r"""
+import numpy as np, tandem
+kv = tandem.kvstore.create("local")
+kv.init(0, np.zeros((2, 3), np.float32))
+rows = np.ones((1, 3), np.float32)
+for call in (lambda: kv.row_sparse_push(0, rows, [ROW]),
+             lambda: kv.row_sparse_pull(0, out=rows, row_ids=[ROW]),
+             lambda: kv.row_sparse_pull(0, out=rows, row_ids=np.array([ROW], dtype=object))):
+    try:
+        call()
+    except tandem.InvalidArgument as e:
+        print("refused:", e)
+    else:
+        raise AssertionError(f"row id {ROW!r} taken")
+a = np.zeros((2, 3), np.float32)
+kv.pull(0, out=a)
+assert a.tolist() == [[0.0] * 3] * 2, a
+print("rows refused")
+"""
+
+
+@pytest.mark.parametrize("row,message", [
+    ("2**63", "row id 9223372036854775808 is outside 0..9223372036854775807"),
+    ("-1", "row id -1 is outside 0..9223372036854775807"),
+    ("-2**64", "row id -18446744073709551616 is outside 0..9223372036854775807"),
+    ("1.5", "row id 1.5 is not an integer"),
+])
+def test_row_ids_outside_the_range_raise_invalid_argument(tandem_bin_dir, row, message):
+    out = run_alone(tandem_bin_dir, ROW_RANGE.replace("ROW", f"({row})"))
+    assert out.stdout.count(f"refused: {message}\n") == 3, out.stdout
+    assert "rows refused" in out.stdout, out.stdout
+
+
 @pytest.mark.parametrize("key", ["2**63", "-1", "2**31", "-2**64", "2**200"])
 def test_keys_outside_the_range_raise_invalid_argument(tandem_bin_dir, key):
     out = run_alone(tandem_bin_dir, KEY_RANGE.replace("KEY", f"({key})"))

@@ -35,6 +35,7 @@ TEST(ConfigTest, EmptyEnvironmentGivesTheDocumentedDefaults) {
   EXPECT_EQ(c.handshake_timeout, seconds(10));
   EXPECT_EQ(c.start_timeout, seconds(300));
   EXPECT_EQ(c.barrier_timeout, seconds(600));
+  EXPECT_EQ(c.wait_report_interval, seconds(30));
   EXPECT_EQ(c.max_meta_bytes, 16u << 20);
   EXPECT_EQ(c.max_payload_bytes, uint64_t{16} << 30);
 }
@@ -49,6 +50,7 @@ TEST(ConfigTest, ParsesEveryVariable) {
                           {"TANDEM_HANDSHAKE_TIMEOUT", "1.5"},
                           {"TANDEM_START_TIMEOUT", "60"},
                           {"TANDEM_BARRIER_TIMEOUT", "0.25"},
+                          {"TANDEM_WAIT_REPORT_SECONDS", "1.5"},
                           {"TANDEM_MAX_META_BYTES", "2048"},
                           {"TANDEM_MAX_PAYLOAD_BYTES", "1048576"}});
   EXPECT_EQ(c.verbose, 2);
@@ -60,6 +62,7 @@ TEST(ConfigTest, ParsesEveryVariable) {
   EXPECT_EQ(c.handshake_timeout, milliseconds(1500));
   EXPECT_EQ(c.start_timeout, milliseconds(60000));
   EXPECT_EQ(c.barrier_timeout, milliseconds(250));
+  EXPECT_EQ(c.wait_report_interval, milliseconds(1500));
   EXPECT_EQ(c.max_meta_bytes, 2048u);
   EXPECT_EQ(c.max_payload_bytes, 1048576u);
 }
@@ -140,7 +143,10 @@ INSTANTIATE_TEST_SUITE_P(Values, ConfigBadValueTest,
                                            BadValueCase{"TANDEM_START_TIMEOUT", "forever"},
                                            BadValueCase{"TANDEM_MAX_META_BYTES", "512"},
                                            BadValueCase{"TANDEM_MAX_META_BYTES", "2147483648"},
-                                           BadValueCase{"TANDEM_MAX_PAYLOAD_BYTES", "-1"}));
+                                           BadValueCase{"TANDEM_MAX_PAYLOAD_BYTES", "-1"},
+                                           BadValueCase{"TANDEM_WAIT_REPORT_SECONDS", "0"},
+                                           BadValueCase{"TANDEM_WAIT_REPORT_SECONDS", "-1"},
+                                           BadValueCase{"TANDEM_WAIT_REPORT_SECONDS", "often"}));
 
 }  // namespace
 }  // namespace tandem::base

@@ -75,6 +75,36 @@ INSTANTIATE_TEST_SUITE_P(GroupsAndAlgorithms, PeerDeath,
                                               std::get<2>(info.param).count());
                          });
 
+// A job stopped by one process (as a server stops it when it cannot load its
+// optimizer states) fails every worker's pending and later collectives with
+// that process's error kind and text, not with PeerLost.
+TEST(StoppedJob, CollectivesFailWithTheStoppingProcesssKind) {
+  const std::string cause = "optimizer states file /ckpt/kv-optimizer.server0: cannot write";
+  CollectiveJob job(3, testing::TestSettings(std::chrono::seconds(20)));
+  auto errors = job.Run([&](int rank, CollectiveService& s) {
+    Buffer b(DType::kF32, 1000);
+    s.World().AllReduce(b.view(), b.view(), {});  // all alive: works
+    if (rank == 2) {
+      job.node(rank).membership->StopJob(IoError(cause));
+      return;
+    }
+    const auto start = Clock::now();
+    // Rank 2 never joins this one: the stop must end it.
+    EXPECT_THROW(s.World().AllReduce(b.view(), b.view(), {}), IoError) << "rank " << rank;
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+    try {
+      s.World().Barrier();
+      ADD_FAILURE() << "rank " << rank << ": a barrier passed after the job stopped";
+    } catch (const IoError& e) {
+      EXPECT_NE(std::string(e.what()).find(cause), std::string::npos) << e.what();
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(errors[static_cast<size_t>(r)], nullptr)
+        << "rank " << r << ": " << What(errors[static_cast<size_t>(r)]);
+  }
+}
+
 // With a polling budget (1 s) longer than the operation's time-out (300 ms),
 // the time-out still ends the wait.
 class CollectiveTimeout : public ::testing::TestWithParam<std::chrono::microseconds> {};
