@@ -256,7 +256,7 @@ net::TransportOptions BenchOptions(std::shared_ptr<const net::TlsContext> tls) {
     tls_port = tls_transport->Listen({"127.0.0.1", 0}).port;
   }
   Endpoint base_bound;
-  net::UniqueFd base_fd = net::ListenOn({"127.0.0.1", 0}, &base_bound);
+  base::UniqueFd base_fd = net::ListenOn({"127.0.0.1", 0}, &base_bound);
   // The listener is non-blocking; the baseline wants a plain blocking one.
   int flags = ::fcntl(base_fd.get(), F_GETFL);
   ::fcntl(base_fd.get(), F_SETFL, flags & ~O_NONBLOCK);
@@ -546,7 +546,7 @@ int RunParent(uint16_t tandem_port, uint16_t base_port, int rounds, bool quick, 
   client.SetTransport(&transport);
   ConnectionId id = transport.Connect({"127.0.0.1", tandem_port}, std::chrono::seconds(10));
 
-  net::UniqueFd base;
+  base::UniqueFd base;
   auto resolved = net::Resolve({"127.0.0.1", base_port}, false);
   if (net::ConnectBefore(resolved.addresses.at(0), Clock::now() + std::chrono::seconds(10),
                          &base) != 0) {

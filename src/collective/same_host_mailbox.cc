@@ -247,7 +247,7 @@ void MailboxRegion::Prefault(int sender) {
 MailboxLink::MailboxLink(int32_t pid, int32_t fd, uint64_t cookie, int self_rank)
     : self_rank_(self_rank) {
   const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
-  net::UniqueFd file(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  base::UniqueFd file(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!file) throw IoError(fmt::format("opening the mailbox {}: {}", path, std::strerror(errno)));
   struct stat st {};
   if (::fstat(file.get(), &st) != 0) {

@@ -27,8 +27,8 @@
 #include <span>
 
 #include "base/doorbell.h"
+#include "base/unique_fd.h"
 #include "collective/collective_messages.h"
-#include "net/unique_fd.h"
 
 namespace tandem::collective {
 
@@ -99,7 +99,7 @@ class MailboxRegion {
   void Prefault(int sender);
 
  private:
-  net::UniqueFd fd_;
+  base::UniqueFd fd_;
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
   int rings_ = 0;

@@ -70,7 +70,7 @@ bool IsExecutableFile(const std::string& path) {
 // Moves `fd` to a number above 2 when it is one of 0, 1, 2 (the launcher
 // was started with a standard descriptor closed), so that the child's dup2
 // calls onto 0, 1 and 2 cannot overwrite a descriptor they still need.
-void MoveAboveStdio(const std::string& label, net::UniqueFd* fd) {
+void MoveAboveStdio(const std::string& label, base::UniqueFd* fd) {
   if (fd->get() > STDERR_FILENO) return;
   int moved = ::fcntl(fd->get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
   if (moved < 0) ThrowErrno(label, "fcntl(F_DUPFD_CLOEXEC)");
@@ -79,7 +79,7 @@ void MoveAboveStdio(const std::string& label, net::UniqueFd* fd) {
 
 // Two pipe ends; the read end becomes non-blocking for the launcher's poll
 // loop, the write end stays blocking for the child.
-void MakePipe(const std::string& label, net::UniqueFd* read_end, net::UniqueFd* write_end) {
+void MakePipe(const std::string& label, base::UniqueFd* read_end, base::UniqueFd* write_end) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) ThrowErrno(label, "pipe2");
   read_end->Reset(fds[0]);
@@ -167,7 +167,7 @@ StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal
   envp.push_back(nullptr);
 
   StartedProcess started;
-  net::UniqueFd stdout_write, stderr_write, report_read, report_write;
+  base::UniqueFd stdout_write, stderr_write, report_read, report_write;
   MakePipe(spec.label, &started.stdout_pipe, &stdout_write);
   MakePipe(spec.label, &started.stderr_pipe, &stderr_write);
   {
@@ -177,7 +177,7 @@ StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal
     report_write.Reset(fds[1]);
     MoveAboveStdio(spec.label, &report_write);
   }
-  net::UniqueFd stdin_read;
+  base::UniqueFd stdin_read;
   if (spec.stdin_data) {
     if (spec.stdin_data->size() > kMaxStdinData) {
       throw InvalidArgument(fmt::format("cannot start {}: {} bytes of stdin data, at most {}",

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "net/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace tandem::launch {
 
@@ -73,9 +73,9 @@ inline constexpr size_t kMaxStdinData = 60 * 1024;
 /// Thread-safety: a value type; the owner's thread.
 struct StartedProcess {
   pid_t pid = -1;
-  net::UniqueFd stdout_pipe;  ///< read end of the child's stdout, non-blocking
-  net::UniqueFd stderr_pipe;  ///< read end of the child's stderr, non-blocking
-  net::UniqueFd stdin_pipe;   ///< write end of the child's stdin (with stdin_data)
+  base::UniqueFd stdout_pipe;  ///< read end of the child's stdout, non-blocking
+  base::UniqueFd stderr_pipe;  ///< read end of the child's stderr, non-blocking
+  base::UniqueFd stdin_pipe;   ///< write end of the child's stdin (with stdin_data)
 };
 
 /// The file `program` names: itself when it contains a '/', else the first

@@ -12,12 +12,12 @@
 #include <fstream>
 #include <random>
 
+#include "base/unique_fd.h"
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
 #include "launch/rank_timeline.h"
 #include "launch/worker_variables.h"
 #include "net/hmac_handshake.h"
-#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -104,7 +104,7 @@ std::pair<int, int> SchedulerPortRange(std::pair<int, int> ephemeral) {
 }
 
 bool PortFreeHere(uint16_t port) {
-  net::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) return true;  // cannot tell; the scheduler's own bind will say
   int one = 1;
   ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
@@ -200,7 +200,7 @@ std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,
 }
 
 uint16_t PickFreeLoopbackPort() {
-  net::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  base::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw IoError(fmt::format("socket(AF_INET) failed: {}", std::strerror(errno)));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;

@@ -20,8 +20,8 @@
 #include <limits>
 
 #include "base/exit_code.h"
+#include "base/unique_fd.h"
 #include "launch/restart_policy.h"
-#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -31,7 +31,7 @@ namespace {
 // process is gone: open fails with ENOENT, read with ESRCH). Plain read(2):
 // a std::ifstream throws from inside its buffer on ESRCH.
 std::string ReadProcStat(const std::filesystem::path& path) {
-  net::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) return {};
   std::string text;
   char buf[1024];
@@ -100,14 +100,14 @@ struct ProcessSupervisor::Child {
   // reported, if any.
   std::optional<ProcessExit> relayed_failure;
   double relayed_seen_at = 0;  // of relayed_failure; infinity when not said
-  net::UniqueFd stdout_pipe;   // closed at EOF
-  net::UniqueFd stderr_pipe;   // closed at EOF
-  net::UniqueFd stdin_pipe;    // with stdin data: held open until the child exits
+  base::UniqueFd stdout_pipe;  // closed at EOF
+  base::UniqueFd stderr_pipe;  // closed at EOF
+  base::UniqueFd stdin_pipe;   // with stdin data: held open until the child exits
   LinePrefixer stdout_lines;
   LinePrefixer stderr_lines;
   // With a log directory: the log file and the unprefixed copies of both
   // streams written to it.
-  net::UniqueFd log_fd;
+  base::UniqueFd log_fd;
   std::unique_ptr<OutputSink> log_sink;
   std::unique_ptr<LinePrefixer> stdout_log;
   std::unique_ptr<LinePrefixer> stderr_log;
@@ -203,7 +203,7 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
     throw InvalidArgument(
         fmt::format("cannot start {}: the supervisor's Run() has already been called", spec.label));
   }
-  net::UniqueFd log_fd;
+  base::UniqueFd log_fd;
   std::string log_path;
   if (!options_.log_dir.empty()) {
     log_path = (std::filesystem::path(options_.log_dir) / LogFileName(spec.label)).string();
@@ -619,7 +619,7 @@ bool ProcessSupervisor::AllExited() const {
 bool ProcessSupervisor::Finished() const { return AllExited() && LiveGroups() == 0; }
 
 void ProcessSupervisor::Drain(Child& child, bool from_stderr, int max_reads) {
-  net::UniqueFd& pipe = from_stderr ? child.stderr_pipe : child.stdout_pipe;
+  base::UniqueFd& pipe = from_stderr ? child.stderr_pipe : child.stdout_pipe;
   LinePrefixer& lines = from_stderr ? child.stderr_lines : child.stdout_lines;
   LinePrefixer* log = from_stderr ? child.stderr_log.get() : child.stdout_log.get();
   char buffer[64 * 1024];

@@ -45,10 +45,10 @@
 #include <string_view>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "launch/child_process.h"
 #include "launch/exit_status.h"
 #include "launch/prefixed_output.h"
-#include "net/unique_fd.h"
 
 namespace tandem::launch {
 
@@ -259,7 +259,7 @@ class ProcessSupervisor {
 
   sigset_t handled_signals_;
   sigset_t saved_mask_;  // the thread's mask before; children start with it
-  net::UniqueFd signal_fd_;
+  base::UniqueFd signal_fd_;
   bool restore_sigchld_ = false;
   struct sigaction saved_sigchld_ {};
   bool restore_subreaper_ = false;

@@ -11,10 +11,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/unique_fd.h"
 #include "launch/child_process.h"
 #include "launch/exit_status.h"
 #include "launch/rank_timeline.h"
-#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -138,9 +138,9 @@ int RunRemoteExec(const RemoteExecOptions& options) {
   if (::sigprocmask(SIG_BLOCK, &handled, &saved) != 0) {
     throw IoError(fmt::format("remote-exec: sigprocmask: {}", std::strerror(errno)));
   }
-  net::UniqueFd sfd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
+  base::UniqueFd sfd(::signalfd(-1, &handled, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!sfd) throw IoError(fmt::format("remote-exec: signalfd: {}", std::strerror(errno)));
-  net::UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  base::UniqueFd dev_null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   const char* cwd = options.working_directory.empty() ? nullptr : options.working_directory.c_str();
   const pid_t parent = ::getpid();
 

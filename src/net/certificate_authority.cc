@@ -14,9 +14,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include "base/unique_fd.h"
 #include "net/openssl_error.h"
 #include "net/openssl_handles.h"
-#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -153,7 +153,7 @@ void WriteTextFile(const std::filesystem::path& path, const std::string& text,
   // Created with its final permissions, so a key is never readable by
   // others, not even for a moment.
   std::filesystem::remove(path);
-  UniqueFd fd(
+  base::UniqueFd fd(
       ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, static_cast<mode_t>(mode)));
   if (!fd) throw IoError(fmt::format("cannot create {}: {}", path.string(), std::strerror(errno)));
   size_t done = 0;

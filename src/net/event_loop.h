@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "net/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace tandem::net {
 
@@ -107,8 +107,8 @@ class EventLoop {
   int WaitMillis();
   void Wake();
 
-  UniqueFd epoll_fd_;
-  UniqueFd wake_fd_;
+  base::UniqueFd epoll_fd_;
+  base::UniqueFd wake_fd_;
 
   // Loop thread only.
   std::unordered_map<uint64_t, std::shared_ptr<FdCallback>> callbacks_;

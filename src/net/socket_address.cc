@@ -95,14 +95,15 @@ Resolution Resolve(const Endpoint& ep, bool passive) {
   return out;
 }
 
-UniqueFd ListenOn(const Endpoint& local, Endpoint* bound) {
+base::UniqueFd ListenOn(const Endpoint& local, Endpoint* bound) {
   Resolution r = Resolve(local, /*passive=*/true);
   if (r.addresses.empty()) {
     throw IoError(fmt::format("cannot listen on {}: resolving the host failed: {}",
                               local.ToString(), r.error_text));
   }
   const SocketAddress& addr = r.addresses.front();
-  UniqueFd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+  base::UniqueFd fd(
+      ::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd) {
     throw IoError(
         fmt::format("cannot listen on {}: socket: {}", local.ToString(), ErrnoText(errno)));
@@ -128,8 +129,9 @@ UniqueFd ListenOn(const Endpoint& local, Endpoint* bound) {
 }
 
 int ConnectBefore(const SocketAddress& addr, std::chrono::steady_clock::time_point deadline,
-                  UniqueFd* out) {
-  UniqueFd fd(::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
+                  base::UniqueFd* out) {
+  base::UniqueFd fd(
+      ::socket(addr.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP));
   if (!fd) return errno;
   if (::connect(fd.get(), addr.get(), addr.size()) != 0) {
     if (errno != EINPROGRESS) return errno;

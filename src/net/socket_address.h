@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "net/endpoint.h"
-#include "net/unique_fd.h"
 
 namespace tandem::net {
 
@@ -64,7 +64,7 @@ Resolution Resolve(const Endpoint& ep, bool passive);
 /// also accepts IPv4. Stores the address actually bound in `*bound` (the
 /// port chosen by the kernel when `local.port` is 0). Throws IoError naming
 /// the address and the failing call.
-UniqueFd ListenOn(const Endpoint& local, Endpoint* bound);
+base::UniqueFd ListenOn(const Endpoint& local, Endpoint* bound);
 
 /// Connects a new non-blocking socket to `addr`, waiting at most until
 /// `deadline` for the TCP handshake (in the calling thread). Returns 0 and
@@ -73,7 +73,7 @@ UniqueFd ListenOn(const Endpoint& local, Endpoint* bound);
 /// back to its own port (TCP simultaneous open on a free local port) is
 /// reported as ECONNREFUSED, since nobody listens there.
 int ConnectBefore(const SocketAddress& addr, std::chrono::steady_clock::time_point deadline,
-                  UniqueFd* out);
+                  base::UniqueFd* out);
 
 /// True for connect errors that a listener appearing later, or a network
 /// coming up, can cure (ECONNREFUSED, ENETUNREACH, EHOSTUNREACH, ETIMEDOUT,

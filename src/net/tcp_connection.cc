@@ -51,8 +51,8 @@ std::span<const std::byte> TcpConnection::PendingSend::Piece(size_t i) const {
   return msg.payload[i - 2];
 }
 
-TcpConnection::TcpConnection(ConnectionId id, UniqueFd fd, PeerInfo peer, std::string peer_name,
-                             Role role, Context ctx)
+TcpConnection::TcpConnection(ConnectionId id, base::UniqueFd fd, PeerInfo peer,
+                             std::string peer_name, Role role, Context ctx)
     : id_(id),
       peer_(std::move(peer)),
       peer_name_(std::move(peer_name)),

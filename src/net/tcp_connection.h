@@ -51,13 +51,13 @@
 #include <vector>
 
 #include "base/logger.h"
+#include "base/unique_fd.h"
 #include "net/event_loop.h"
 #include "net/frame_reader.h"
 #include "net/hmac_handshake.h"
 #include "net/send_queue_bound.h"
 #include "net/tls_session.h"
 #include "net/transport.h"
-#include "net/unique_fd.h"
 
 namespace tandem::net {
 
@@ -101,7 +101,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   /// Takes a connected, non-blocking socket. `peer_name` names the peer in
   /// messages (for outbound connections the address the caller asked for and
   /// the one it resolved to). Any thread; does no I/O.
-  TcpConnection(ConnectionId id, UniqueFd fd, PeerInfo peer, std::string peer_name, Role role,
+  TcpConnection(ConnectionId id, base::UniqueFd fd, PeerInfo peer, std::string peer_name, Role role,
                 Context ctx);
   ~TcpConnection() override;
 
@@ -260,7 +260,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   // Guarded by mu_. fd_ and watch_ change only on the loop thread (under
   // mu_, when closing), so the loop thread reads them without the lock.
   mutable std::mutex mu_;
-  UniqueFd fd_;
+  base::UniqueFd fd_;
   FdWatch watch_;
   bool registered_ = false;
   bool want_write_ = false;

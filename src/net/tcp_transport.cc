@@ -136,7 +136,7 @@ void TcpTransport::OnAcceptable(Listener* listener) {
                    ErrnoText(err));
       return;
     }
-    UniqueFd owned(fd);
+    base::UniqueFd owned(fd);
     PeerInfo peer{SocketAddress(reinterpret_cast<sockaddr*>(&ss), len).ToEndpoint(), true};
     try {
       ConfigureSocket(fd);
@@ -150,7 +150,7 @@ void TcpTransport::OnAcceptable(Listener* listener) {
 }
 
 std::shared_ptr<TcpConnection> TcpTransport::Adopt(
-    UniqueFd fd, PeerInfo peer, std::string peer_name, TcpConnection::Role role,
+    base::UniqueFd fd, PeerInfo peer, std::string peer_name, TcpConnection::Role role,
     std::shared_ptr<std::promise<DeferredError>> waiter) {
   ConnectionId id = next_id_.fetch_add(1);
   auto c = std::make_shared<TcpConnection>(id, std::move(fd), std::move(peer), std::move(peer_name),
@@ -234,8 +234,9 @@ bool TcpTransport::SleepUnlessShutdown(std::chrono::steady_clock::duration d) {
   return !shutdown_cv_.wait_for(lock, d, [this] { return shutting_down_; });
 }
 
-UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote, std::chrono::milliseconds timeout,
-                                     std::string* peer_name, PeerInfo* peer) {
+base::UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote,
+                                           std::chrono::milliseconds timeout,
+                                           std::string* peer_name, PeerInfo* peer) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto backoff =
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(tuning_.initial_backoff);
@@ -258,7 +259,7 @@ UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote, std::chrono::millis
       }
     }
     for (const SocketAddress& addr : r.addresses) {
-      UniqueFd fd;
+      base::UniqueFd fd;
       int err = ConnectBefore(addr, deadline, &fd);
       Endpoint resolved = addr.ToEndpoint();
       if (err == 0) {
@@ -296,7 +297,7 @@ ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::millisec
   }
   std::string peer_name;
   PeerInfo peer;
-  UniqueFd fd = ConnectSocket(remote, timeout, &peer_name, &peer);
+  base::UniqueFd fd = ConnectSocket(remote, timeout, &peer_name, &peer);
   ConfigureSocket(fd.get());
 
   auto done = std::make_shared<std::promise<DeferredError>>();
@@ -306,7 +307,7 @@ ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::millisec
   // and is owned again on the loop thread.
   int raw = fd.Release();
   bool posted = loop_->Post([this, raw, peer, peer_name, done, id] {
-    UniqueFd owned(raw);
+    base::UniqueFd owned(raw);
     if (closed_everything_) {
       done->set_value(DeferredError::From(std::make_exception_ptr(
           Error(fmt::format("the transport shut down while connecting to {}", peer_name)))));

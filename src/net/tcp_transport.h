@@ -20,12 +20,12 @@
 
 #include "base/environment.h"
 #include "base/logger.h"
+#include "base/unique_fd.h"
 #include "net/deferred_error.h"
 #include "net/event_loop.h"
 #include "net/send_queue_bound.h"
 #include "net/tcp_connection.h"
 #include "net/transport.h"
-#include "net/unique_fd.h"
 
 namespace tandem::net {
 
@@ -121,7 +121,7 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
 
  private:
   struct Listener {
-    UniqueFd fd;
+    base::UniqueFd fd;
     FdWatch watch;
     Endpoint bound;
   };
@@ -137,13 +137,13 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   // Creates and starts a connection on the loop thread; returns it. A
   // `waiter` learns the outcome of the handshake (Connect() waits on it).
   std::shared_ptr<TcpConnection> Adopt(
-      UniqueFd fd, PeerInfo peer, std::string peer_name, TcpConnection::Role role,
+      base::UniqueFd fd, PeerInfo peer, std::string peer_name, TcpConnection::Role role,
       std::shared_ptr<std::promise<DeferredError>> waiter = nullptr);
   // Applies the socket options every connection gets. Throws IoError.
   void ConfigureSocket(int fd);
   // Connects the TCP socket, with retries; in the calling thread.
-  UniqueFd ConnectSocket(const Endpoint& remote, std::chrono::milliseconds timeout,
-                         std::string* peer_name, PeerInfo* peer);
+  base::UniqueFd ConnectSocket(const Endpoint& remote, std::chrono::milliseconds timeout,
+                               std::string* peer_name, PeerInfo* peer);
   // Sleeps `d` or until Shutdown; returns false on Shutdown.
   bool SleepUnlessShutdown(std::chrono::steady_clock::duration d);
   void CloseEverything();  // loop thread

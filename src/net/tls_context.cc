@@ -15,9 +15,9 @@
 #include <memory>
 #include <vector>
 
+#include "base/unique_fd.h"
 #include "net/openssl_error.h"
 #include "net/openssl_handles.h"
-#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -43,7 +43,7 @@ using Cert = X509Handle;
 // variable) and the path.
 Bio ReadPemFile(const std::string& what, const std::string& path) {
   if (path.empty()) throw ConfigError(fmt::format("{} is empty: it must name a PEM file", what));
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  base::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd) {
     throw ConfigError(fmt::format("{}: cannot read {}: {}", what, path, std::strerror(errno)));
   }

@@ -197,7 +197,7 @@ class Net {
   uint16_t FreePort() const {
     if (kind_ == Kind::kInProc) return 7;
     Endpoint bound;
-    UniqueFd fd = ListenOn(Address(0), &bound);
+    base::UniqueFd fd = ListenOn(Address(0), &bound);
     return bound.port;
   }
   bool is_tcp() const { return kind_ != Kind::kInProc; }
@@ -718,10 +718,10 @@ class TcpMisbehaviourTest : public ::testing::TestWithParam<Kind> {
     bound_ = server_->Listen(net_->Address());
   }
 
-  UniqueFd RawConnect() {
+  base::UniqueFd RawConnect() {
     Resolution r = Resolve(bound_, false);
     EXPECT_FALSE(r.addresses.empty());
-    UniqueFd fd;
+    base::UniqueFd fd;
     EXPECT_EQ(ConnectBefore(r.addresses.at(0), std::chrono::steady_clock::now() + 10s, &fd), 0);
     return fd;
   }
@@ -767,7 +767,7 @@ TEST_P(TcpMisbehaviourTest, TheOldestUnauthenticatedConnectionsGoPastTheBound) {
   bound_ = server_->Listen(net_->Address());
   auto* tcp = dynamic_cast<TcpTransport*>(server_.get());
   ASSERT_NE(tcp, nullptr);
-  std::vector<UniqueFd> idle;
+  std::vector<base::UniqueFd> idle;
   for (int i = 0; i < 6; ++i) {
     idle.push_back(RawConnect());
     std::this_thread::sleep_for(20ms);  // accepted in this order
@@ -787,7 +787,7 @@ TEST_P(TcpMisbehaviourTest, TheOldestUnauthenticatedConnectionsGoPastTheBound) {
 }
 
 TEST_P(TcpMisbehaviourTest, GarbageBytesAreDroppedWithAWarning) {
-  UniqueFd fd = RawConnect();
+  base::UniqueFd fd = RawConnect();
   std::string garbage = "GET / HTTP/1.1\r\nHost: tandem\r\n\r\n" + std::string(100, '\x7f');
   ASSERT_EQ(::send(fd.get(), garbage.data(), garbage.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(garbage.size()));
@@ -798,7 +798,7 @@ TEST_P(TcpMisbehaviourTest, GarbageBytesAreDroppedWithAWarning) {
 }
 
 TEST_P(TcpMisbehaviourTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
-  UniqueFd fd = RawConnect();
+  base::UniqueFd fd = RawConnect();
   EXPECT_TRUE(ServerHangsUp(fd.get()));
   Endpoint me = SocketAddress::LocalOf(fd.get()).ToEndpoint();
   EXPECT_TRUE(
@@ -807,7 +807,7 @@ TEST_P(TcpMisbehaviourTest, SilentClientIsDroppedAfterTheHandshakeTimeout) {
 }
 
 TEST_P(TcpMisbehaviourTest, ClientThatHangsUpMidFrameIsDropped) {
-  UniqueFd fd = RawConnect();
+  base::UniqueFd fd = RawConnect();
   std::string half_header(30, '\0');
   std::memcpy(half_header.data(), "TNDM", 4);
   ASSERT_GT(::send(fd.get(), half_header.data(), half_header.size(), MSG_NOSIGNAL), 0);
@@ -848,7 +848,7 @@ TEST_P(TcpMisbehaviourTest, PeerVanishingInTheMiddleOfALargePayloadIsReported) {
   // The client authenticates by hand, announces 8 MiB and sends 3 MiB: the
   // server is then waiting for a large rest (with a raised SO_RCVLOWAT) and
   // must still notice the hang-up.
-  UniqueFd fd = RawConnect();
+  base::UniqueFd fd = RawConnect();
   int flags = ::fcntl(fd.get(), F_GETFL);
   ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
   ClientHandshake hs(HandshakeCredentials{"job-a", "s3cret"});

@@ -10,9 +10,9 @@
 #include <string>
 
 #include "base/environment.h"
+#include "base/unique_fd.h"
 #include "net/socket_address.h"
 #include "net/tcp_transport.h"
-#include "net/unique_fd.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -54,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(Values, TcpTuningBadRto, ::testing::Values("-1", "201",
 class RtoFloorOnASocket : public ::testing::TestWithParam<int> {};
 
 TEST_P(RtoFloorOnASocket, ReadsBackAtLeastWhatWasSet) {
-  UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  base::UniqueFd fd(::socket(AF_INET, SOCK_STREAM, 0));
   ASSERT_GE(fd.get(), 0);
   const auto floor = std::chrono::milliseconds(GetParam());
   if (!SetRtoMin(fd.get(), floor)) {

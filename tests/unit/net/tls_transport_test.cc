@@ -421,8 +421,8 @@ class RecordingRelay {
     while (!stop_.load() && ::poll(&lp, 1, 20) <= 0) {
     }
     if (stop_.load()) return;
-    UniqueFd down(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK));
-    UniqueFd up;
+    base::UniqueFd down(::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK));
+    base::UniqueFd up;
     auto r = Resolve(upstream_, false);
     if (!down || r.addresses.empty() ||
         ConnectBefore(r.addresses[0], std::chrono::steady_clock::now() + 10s, &up) != 0) {
@@ -457,7 +457,7 @@ class RecordingRelay {
 
   Endpoint upstream_;
   Endpoint bound_;
-  UniqueFd listener_;
+  base::UniqueFd listener_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::string recorded_;

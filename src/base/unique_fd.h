@@ -5,7 +5,7 @@
 
 #include <utility>
 
-namespace tandem::net {
+namespace tandem::base {
 
 /// Closes the descriptor it owns when destroyed. Move-only.
 /// Thread-safety: like an int; the owner's thread.
@@ -39,4 +39,4 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-}  // namespace tandem::net
+}  // namespace tandem::base
