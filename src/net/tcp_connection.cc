@@ -205,7 +205,20 @@ void TcpConnection::WaitForRoomLocked(std::unique_lock<std::mutex>& lock, uint64
   SendQueueMeter* meter = ctx_.send_queue->meter;
   if (meter) meter->CountWait(role);
   const auto timeout = ctx_.send_queue->wait_timeout;
-  if (room_cv_.wait_for(lock, timeout, has_room)) return;
+  const base::SteadyClock steady;
+  base::WaitReport report(steady, ctx_.options->wait_report_interval);
+  while (!room_cv_.wait_for(lock, std::min(report.NextIn(), timeout - report.Waited()), has_room)) {
+    if (report.Waited() >= timeout) break;
+    if (report.TakeDue()) {
+      ctx_.logger->Warn(
+          "still waiting for room in the send queue to {} (connection {}) {}: {} B queued of "
+          "the {} B allowed; the peer is not reading (gives up after {} s, "
+          "TANDEM_SEND_WAIT_TIMEOUT)",
+          peer_name_, id_, report.Lasted(), queued_bytes_, limit,
+          std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+    }
+  }
+  if (has_room()) return;
   if (meter) meter->CountTimeout(role);
   throw Timeout(fmt::format(
       "sending {} B to {} (connection {}): waited {} ms for room in the send queue, which still "

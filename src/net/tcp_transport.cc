@@ -242,6 +242,8 @@ base::UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote,
       std::chrono::duration_cast<std::chrono::steady_clock::duration>(tuning_.initial_backoff);
   std::string last_error = "none";
   int attempts = 0;
+  const base::SteadyClock steady;
+  base::WaitReport report(steady, options_.wait_report_interval);
   for (;;) {
     {
       std::lock_guard lock(mu_);
@@ -260,7 +262,12 @@ base::UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote,
     }
     for (const SocketAddress& addr : r.addresses) {
       base::UniqueFd fd;
-      int err = ConnectBefore(addr, deadline, &fd);
+      // One attempt lasts at most a report interval, so that a peer whose
+      // packets vanish (no refusal) is reported too.
+      int err = ConnectBefore(
+          addr,
+          std::min(deadline, std::chrono::steady_clock::now() + options_.wait_report_interval),
+          &fd);
       Endpoint resolved = addr.ToEndpoint();
       if (err == 0) {
         peer->address = resolved;
@@ -282,7 +289,15 @@ base::UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote,
                       "error: {}",
                       remote.ToString(), timeout.count(), attempts, last_error));
     }
-    if (!SleepUnlessShutdown(std::min(backoff, deadline - now))) {
+    if (report.TakeDue()) {
+      logger_.Warn(
+          "still connecting to {} {} ({} attempts; last error: {}; gives up after {} s, "
+          "TANDEM_CONNECT_TIMEOUT)",
+          remote.ToString(), report.Lasted(), attempts, last_error,
+          std::chrono::duration_cast<std::chrono::seconds>(timeout).count());
+    }
+    if (!SleepUnlessShutdown(std::min<std::chrono::steady_clock::duration>(
+            std::min(backoff, deadline - now), report.NextIn()))) {
       throw Error(fmt::format("the transport shut down while connecting to {}", remote.ToString()));
     }
     backoff = std::min<std::chrono::steady_clock::duration>(backoff * 2, tuning_.max_backoff);
