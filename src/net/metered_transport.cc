@@ -3,51 +3,39 @@
 #include <utility>
 
 namespace tandem::net {
-namespace {
 
-constexpr std::array<const char*, 4> kServices = {"cluster", "kv", "collective", "other"};
-
-int ServiceOf(uint16_t type) {
-  if (type >= msgtype::kClusterFirst && type < msgtype::kKvFirst) return 0;
-  if (type >= msgtype::kKvFirst && type < msgtype::kCollectiveFirst) return 1;
-  if (type >= msgtype::kCollectiveFirst && type <= msgtype::kLast) return 2;
-  return 3;
-}
-
-}  // namespace
-
-int TrafficMeter::RoleIndex(const char* role) {
-  for (size_t i = 0; i < 3; ++i) {
-    if (std::string_view(role) == kRoles[i]) return static_cast<int>(i);
-  }
-  return 3;
-}
-
-TrafficMeter::TrafficMeter(base::StatsRegistry& stats, RoleOf role_of)
-    : role_of_(std::move(role_of)) {
+TrafficMeter::TrafficMeter(base::StatsRegistry& stats, TrafficLabels labels)
+    : labels_(std::move(labels)) {
+  const size_t roles = labels_.peer_roles.size();
+  const size_t services = labels_.services.size();
+  series_.resize(2 * roles * services);
   for (int sent = 0; sent < 2; ++sent) {
     const std::string dir = sent ? "sent" : "received";
     const std::string toward = sent ? "to" : "from";
-    for (size_t r = 0; r < kRoles.size(); ++r) {
-      for (size_t s = 0; s < kServices.size(); ++s) {
-        base::StatLabels labels = {{"peer_role", kRoles[r]}, {"service", kServices[s]}};
-        Pair& p = series_[static_cast<size_t>(sent)][r][s];
+    for (size_t r = 0; r < roles; ++r) {
+      for (size_t s = 0; s < services; ++s) {
+        base::StatLabels series_labels = {{"peer_role", labels_.peer_roles[r]},
+                                          {"service", labels_.services[s]}};
+        Pair& p = series_[(static_cast<size_t>(sent) * roles + r) * services + s];
         p.messages = &stats.GetCounter(
             "tandem_" + dir + "_messages_total",
             "Messages " + dir + " " + toward + " peers of a role, by the service owning the type.",
-            labels);
+            series_labels);
         p.bytes = &stats.GetCounter("tandem_" + dir + "_bytes_total",
                                     "Bytes (64-byte header, metadata and payload) " + dir + " " +
                                         toward + " peers of a role, by service.",
-                                    labels);
+                                    series_labels);
       }
     }
   }
 }
 
 TrafficMeter::Pair& TrafficMeter::At(bool sent, int peer, uint16_t type) {
-  int role = peer < 0 ? 3 : RoleIndex(role_of_(peer));
-  return series_[sent ? 1 : 0][static_cast<size_t>(role)][static_cast<size_t>(ServiceOf(type))];
+  const size_t roles = labels_.peer_roles.size();
+  const size_t services = labels_.services.size();
+  const size_t role = labels_.peer_role_of(peer);
+  const size_t service = labels_.service_of(type);
+  return series_[((sent ? 1 : 0) * roles + role) * services + service];
 }
 
 void TrafficMeter::Sent(const Header& h, uint64_t bytes) {

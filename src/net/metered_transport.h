@@ -1,45 +1,61 @@
 // Counting what crosses a transport: messages and bytes sent and received,
-// by the role of the peer node and by the service that owns the message
-// type (cluster 64..127, kv 128..191, collective 192..255; wire_format.h).
-// docs/metrics.md names the metrics.
+// by a label of the peer node (peer_role) and one of the message type
+// (service). The net layer gives the labels no meaning: whoever builds the
+// meter names their values and maps node ids and message types onto them
+// (a cluster node: cluster/traffic_labels.h). docs/metrics.md names the
+// metrics.
 //
 // MeteredTransport sits between the services and a real transport on both
 // paths: services send through it, and the real transport delivers to it,
 // which passes everything on to the upper handler (the dispatcher).
 #pragma once
 
-#include <array>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/stats.h"
 #include "net/transport.h"
 
 namespace tandem::net {
 
+/// The labels one process counts its traffic by. Every value is listed up
+/// front, so that every series exists (at zero) from the start. A value type.
+struct TrafficLabels {
+  /// The values of label peer_role.
+  std::vector<std::string> peer_roles;
+  /// The index in peer_roles of node `node_id`, which is negative for a
+  /// sender that has no id yet. Called on transport threads.
+  std::function<size_t(int node_id)> peer_role_of;
+  /// The values of label service.
+  std::vector<std::string> services;
+  /// The index in services of message type `type`. Called on transport threads.
+  std::function<size_t(uint16_t type)> service_of;
+};
+
 /// The counters of one process. Thread-safety: any thread (lock-free after
 /// construction).
 class TrafficMeter {
  public:
-  /// The role label ("scheduler", "server", "worker") of node `id`, or
-  /// "unknown" for a sender that has no id yet. Called on transport threads.
-  using RoleOf = std::function<const char*(int node_id)>;
-
   /// Creates every series in `stats` (tandem_{sent,received}_{messages,bytes}_total
-  /// with labels peer_role and service).
+  /// with labels peer_role and service, one per pair of values of `labels`).
+  TrafficMeter(base::StatsRegistry& stats, TrafficLabels labels);
+
+  /// A node id's role label, as cluster::NodeTrafficLabels reads it, for
+  /// the constructor below.
+  using RoleOf = std::function<const char*(int node_id)>;
+  /// Counts by cluster::NodeTrafficLabels(role_of). Defined with it, in the
+  /// cluster layer (src/cluster/traffic_labels.cc), which names a node's
+  /// peers and services; for the call sites that build a node's meters
+  /// from its role labels (src/cluster/cluster.cc, node.cc).
   TrafficMeter(base::StatsRegistry& stats, RoleOf role_of);
 
   /// One message of `bytes` bytes (header, meta and payload) sent to or
   /// received from `h.recipient` / `h.sender`.
   void Sent(const Header& h, uint64_t bytes);
   void Received(const Header& h, uint64_t bytes);
-
-  /// The label of a role index used here: 0 scheduler, 1 server, 2 worker,
-  /// 3 unknown.
-  static constexpr std::array<const char*, 4> kRoles = {"scheduler", "server", "worker", "unknown"};
-  /// The index in kRoles of a role label; 3 for any other text.
-  static int RoleIndex(const char* role);
 
  private:
   struct Pair {
@@ -48,9 +64,9 @@ class TrafficMeter {
   };
   Pair& At(bool sent, int peer, uint16_t type);
 
-  RoleOf role_of_;
-  // [sent?][role][service: cluster, kv, collective, other]
-  std::array<std::array<std::array<Pair, 4>, 4>, 2> series_;
+  TrafficLabels labels_;
+  // [sent?][peer role][service], flattened.
+  std::vector<Pair> series_;
 };
 
 /// A Transport that counts, then forwards to `inner`; and the handler

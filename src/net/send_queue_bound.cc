@@ -21,27 +21,25 @@ SendQueueBound SendQueueBound::FromEnvironment(const base::Environment& env) {
   return b;
 }
 
-SendQueueMeter::SendQueueMeter(base::StatsRegistry& stats, TrafficMeter::RoleOf role_of)
-    : role_of_(std::move(role_of)) {
-  for (size_t r = 0; r < TrafficMeter::kRoles.size(); ++r) {
-    const base::StatLabels labels = {{"peer_role", TrafficMeter::kRoles[r]}};
+SendQueueMeter::SendQueueMeter(base::StatsRegistry& stats, TrafficLabels labels)
+    : role_of_(std::move(labels.peer_role_of)), series_(labels.peer_roles.size()) {
+  for (size_t r = 0; r < series_.size(); ++r) {
+    const base::StatLabels role_label = {{"peer_role", labels.peer_roles[r]}};
     series_[r].queued = &stats.GetGauge(
         "tandem_send_queued_bytes",
         "Bytes queued in this process's connections and not yet written, by the peer's role.",
-        labels);
+        role_label);
     series_[r].waits = &stats.GetCounter(
         "tandem_send_queue_waits_total",
-        "Sends that waited for room in a full send queue (TANDEM_MAX_INFLIGHT_BYTES).", labels);
+        "Sends that waited for room in a full send queue (TANDEM_MAX_INFLIGHT_BYTES).", role_label);
     series_[r].timeouts = &stats.GetCounter(
         "tandem_send_queue_wait_timeouts_total",
         "Sends that gave up waiting for room in a full send queue (TANDEM_SEND_WAIT_TIMEOUT).",
-        labels);
+        role_label);
   }
 }
 
-int SendQueueMeter::RoleOf(int recipient) const {
-  return recipient < 0 ? 3 : TrafficMeter::RoleIndex(role_of_(recipient));
-}
+int SendQueueMeter::RoleOf(int recipient) const { return static_cast<int>(role_of_(recipient)); }
 
 void SendQueueMeter::AddQueued(int role, int64_t delta) {
   series_[static_cast<size_t>(role)].queued->Add(static_cast<double>(delta));

@@ -4,9 +4,11 @@
 // it (docs/metrics.md).
 #pragma once
 
-#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <vector>
 
 #include "base/environment.h"
 #include "base/stats.h"
@@ -42,12 +44,15 @@ struct SendQueueBound {
 /// peer_role. Thread-safety: any thread (lock-free after construction).
 class SendQueueMeter {
  public:
-  /// Creates every series in `stats`; `role_of` names the role of a node id
-  /// (as for TrafficMeter). Both must outlive the meter's users.
+  /// Creates every series in `stats`, one per value of
+  /// `labels.peer_roles` (its services are not used). `stats` must outlive
+  /// the meter's users.
+  SendQueueMeter(base::StatsRegistry& stats, TrafficLabels labels);
+  /// Counts by cluster::NodeTrafficLabels(role_of); defined with it, in the
+  /// cluster layer (src/cluster/traffic_labels.cc), as TrafficMeter's.
   SendQueueMeter(base::StatsRegistry& stats, TrafficMeter::RoleOf role_of);
 
-  /// The index (TrafficMeter::kRoles) of the role of node `recipient`; 3 for
-  /// a negative id.
+  /// The index (in the labels' peer_roles) of the role of node `recipient`.
   int RoleOf(int recipient) const;
   /// `delta` bytes more (or fewer) queued toward a peer of role `role`.
   void AddQueued(int role, int64_t delta);
@@ -62,8 +67,8 @@ class SendQueueMeter {
     base::Counter* waits = nullptr;
     base::Counter* timeouts = nullptr;
   };
-  TrafficMeter::RoleOf role_of_;
-  std::array<Series, TrafficMeter::kRoles.size()> series_;
+  std::function<size_t(int node_id)> role_of_;
+  std::vector<Series> series_;  // by peer role
 };
 
 }  // namespace tandem::net

@@ -161,7 +161,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
     size_t piece = 0;
     size_t offset = 0;   // bytes of `piece` already written
     uint64_t bytes = 0;  // header + meta + payload, as counted in queued_bytes_
-    int role = 3;        // SendQueueMeter role index of the recipient
+    int role = 0;        // SendQueueMeter::RoleOf the recipient (with a meter)
     size_t piece_count() const { return 2 + msg.payload.size(); }
     std::span<const std::byte> Piece(size_t i) const;
   };

@@ -1,5 +1,6 @@
 // Traffic counted where services meet the transport: messages and bytes by
-// direction, peer role and service, exactly (docs/metrics.md).
+// direction, peer role and service, exactly (docs/metrics.md), with a
+// node's labels (cluster/traffic_labels.h) or any others a caller names.
 #include "net/metered_transport.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <tuple>
 
 #include "base/logger.h"
+#include "cluster/traffic_labels.h"
 #include "net/inproc_transport.h"
 
 namespace tandem::net {
@@ -44,8 +46,8 @@ const char* RoleOf(int id) {
   return "worker";
 }
 
-uint64_t Value(base::StatsRegistry& r, const std::string& name, const char* role,
-               const char* service) {
+uint64_t Value(base::StatsRegistry& r, const std::string& name, const std::string& role,
+               const std::string& service) {
   for (const auto& f : r.Families()) {
     if (f.name != name) continue;
     for (const auto& s : f.series) {
@@ -76,7 +78,8 @@ TEST_P(MeteredTransportTest, CountsBothEndsByRoleAndService) {
   o.job_id = "metered";
   o.secret = "s";
   base::StatsRegistry sender_stats, receiver_stats;
-  TrafficMeter sender_meter(sender_stats, RoleOf), receiver_meter(receiver_stats, RoleOf);
+  TrafficMeter sender_meter(sender_stats, cluster::NodeTrafficLabels(RoleOf));
+  TrafficMeter receiver_meter(receiver_stats, cluster::NodeTrafficLabels(RoleOf));
   Sink sender_sink, receiver_sink;
   MeteredTransport sender(sender_meter, &sender_sink), receiver(receiver_meter, &receiver_sink);
   sender.SetInner(std::make_unique<InProcTransport>(network, o, &sender, log));
@@ -116,6 +119,42 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{2, msgtype::kKvFirst + 1, 40, 4096, "server", "kv"},
                       Case{7, msgtype::kCollectiveFirst + 3, 0, 100000, "worker", "collective"},
                       Case{-1, msgtype::kClusterFirst, 5, 0, "unknown", "cluster"}));
+
+// A caller's own labels: the net layer counts by them, whatever they name.
+// (node id parity, message type's low bit) -> (peer_role, service).
+using OwnLabelsCase = std::tuple<int, uint16_t, const char*, const char*>;
+
+class TrafficMeterOwnLabelsTest : public ::testing::TestWithParam<OwnLabelsCase> {};
+
+TEST_P(TrafficMeterOwnLabelsTest, CountsByTheCallersLabels) {
+  const auto [peer, type, role, service] = GetParam();
+  TrafficLabels labels;
+  labels.peer_roles = {"even", "odd", "none"};
+  labels.peer_role_of = [](int id) { return id < 0 ? size_t{2} : static_cast<size_t>(id % 2); };
+  labels.services = {"low", "high"};
+  labels.service_of = [](uint16_t t) { return static_cast<size_t>(t & 1); };
+  base::StatsRegistry stats;
+  TrafficMeter meter(stats, labels);
+  Header h;
+  h.type = type;
+  h.recipient = peer;
+  h.sender = peer;
+  meter.Sent(h, 100);
+  meter.Received(h, 30);
+  for (const char* r : {"even", "odd", "none"}) {
+    for (const char* s : {"low", "high"}) {
+      const bool hit = std::string(r) == role && std::string(s) == service;
+      EXPECT_EQ(Value(stats, "tandem_sent_messages_total", r, s), hit ? 1u : 0u) << r << " " << s;
+      EXPECT_EQ(Value(stats, "tandem_sent_bytes_total", r, s), hit ? 100u : 0u) << r << " " << s;
+      EXPECT_EQ(Value(stats, "tandem_received_bytes_total", r, s), hit ? 30u : 0u) << r << " " << s;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ParityLabels, TrafficMeterOwnLabelsTest,
+                         ::testing::Values(OwnLabelsCase{4, 200, "even", "low"},
+                                           OwnLabelsCase{3, 65, "odd", "high"},
+                                           OwnLabelsCase{-1, 64, "none", "low"}));
 
 TEST(StatsRegistryRefresh, RunsRefreshersBeforeReading) {
   base::StatsRegistry r;
