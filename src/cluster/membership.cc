@@ -74,7 +74,9 @@ void Membership::Join() {
   base::WaitReport report(clock_, options_.wait_report_interval);
   std::unique_lock lock(mu_);
   auto arrived = [&] { return table_.has_value() || failure_.has_value(); };
-  while (!cv_.wait_for(lock, std::min(report.NextIn(), limit - report.Waited()), arrived) &&
+  while (!base::WaitUntil(cv_, lock, clock_,
+                          clock_.Now() + std::min(report.NextIn(), limit - report.Waited()),
+                          arrived) &&
          report.Waited() < limit) {
     if (report.TakeDue()) {
       log_.Warn(
@@ -96,7 +98,10 @@ void Membership::Join() {
                   : fmt::format("{} {}", RoleName(self().role), self().rank));
   log_.V1("joined: {} of a job with {} servers and {} workers", self().ToString(),
           table_->num_servers, table_->num_workers);
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  // The first beat's time is taken here, not on the new thread, so that it
+  // is fixed once Join returns (a test on a manual clock relies on that).
+  heartbeat_ = std::thread(
+      [this, first = clock_.Now() + options_.heartbeat_interval] { HeartbeatLoop(first); });
 }
 
 void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
@@ -186,7 +191,13 @@ void Membership::OnDisconnected(net::ConnectionId id, const std::string& reason)
 
 void Membership::Fail(FailureKind kind, std::string text, StopKind stop_kind) {
   if (failure_) return;
-  log_.Error("{}", text);
+  // One line per process: the scheduler's node learns the failure from its
+  // own scheduler service, which said it already ("scheduler: job failed").
+  if (options_.role == Role::kScheduler) {
+    log_.V1("{}", text);
+  } else {
+    log_.Error("{}", text);
+  }
   failure_.emplace(kind, std::move(text));
   stop_kind_ = stop_kind;
   if (failure_listeners_.empty()) return;
@@ -280,8 +291,10 @@ void Membership::Barrier(int groups, bool final) {
   // every report interval (TANDEM_WAIT_REPORT_SECONDS).
   const auto limit = options_.barrier_timeout + options_.heartbeat_timeout;
   base::WaitReport report(clock_, options_.wait_report_interval);
-  while (!cv_.wait_for(
-      lock, final ? report.NextIn() : std::min(report.NextIn(), limit - report.Waited()), ready)) {
+  while (!base::WaitUntil(
+      cv_, lock, clock_,
+      clock_.Now() + (final ? report.NextIn() : std::min(report.NextIn(), limit - report.Waited())),
+      ready)) {
     if (!final && report.Waited() >= limit) {
       barrier_waits_.erase(request_id);
       throw Timeout(fmt::format(
@@ -328,17 +341,13 @@ void Membership::Close() {
   if (close) transport_.Close(conn_);
 }
 
-void Membership::HeartbeatLoop() {
+void Membership::HeartbeatLoop(base::SteadyTime next) {
   std::unique_lock lock(mu_);
-  auto next = std::chrono::steady_clock::now() + options_.heartbeat_interval;
+  auto ending = [this] { return stopping_ || leaving_ || !connected_; };
   while (!stopping_) {
     // Other events notify cv_ too; only the interval's end sends a beat.
-    if (cv_.wait_until(lock, next) != std::cv_status::timeout) {
-      if (stopping_ || leaving_ || !connected_) break;
-      continue;
-    }
+    if (base::WaitUntil(cv_, lock, clock_, next, ending)) break;
     next += options_.heartbeat_interval;
-    if (stopping_ || leaving_ || !connected_) break;
     auto silent = duration_cast<milliseconds>(clock_.Now() - last_heard_);
     if (silent > options_.heartbeat_timeout) {
       Fail(FailureKind::kPeerLost,

@@ -27,6 +27,10 @@ namespace tandem::cluster {
 /// state under `mu_`; public methods may be called from any thread, and
 /// Barrier calls are serialised by `barrier_mu_`. Nothing is sent while
 /// `mu_` is held.
+///
+/// Time: heartbeats, the wait for the node table and barrier waits (and
+/// their time-outs) run on the clock given to the constructor
+/// (base/clock.h), so tests drive them with a ManualClock.
 class Membership final : public net::TransportHandler {
  public:
   struct Options {
@@ -112,7 +116,9 @@ class Membership final : public net::TransportHandler {
   void Fail(FailureKind kind, std::string text, StopKind stop_kind = StopKind::kError);
   std::exception_ptr FailureError() const;  // requires mu_ and a failure
   [[noreturn]] void ThrowFailure() const;   // requires mu_
-  void HeartbeatLoop();
+  // Beats every heartbeat_interval on clock_, the first at `first`, and
+  // fails the job when the scheduler stayed silent past heartbeat_timeout.
+  void HeartbeatLoop(base::SteadyTime first);
   void Send(uint16_t type, std::string meta, uint64_t request_id = 0);
 
   const Options options_;

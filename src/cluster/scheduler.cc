@@ -407,7 +407,9 @@ void Scheduler::WatchdogLoop() {
   auto tick = std::min(milliseconds(200), options_.heartbeat_timeout / 4);
   std::unique_lock lock(mu_);
   while (!stopping_) {
-    cv_.wait_for(lock, tick);
+    // Every wake looks, whatever woke it: the checks below depend on the
+    // clock's time alone. On a manual clock the sleep is short (base/clock.h).
+    cv_.wait_for(lock, clock_.SleepBound(clock_.Now() + tick));
     if (stopping_) break;
     Outbox out;
     auto now = clock_.Now();
@@ -471,6 +473,17 @@ bool Scheduler::WaitUntilAllLeft(std::chrono::milliseconds timeout) {
            (table_ && left_count_ == static_cast<int>(table_->nodes.size()));
   });
   return !failure_ && table_ && left_count_ == static_cast<int>(table_->nodes.size());
+}
+
+size_t Scheduler::Registered() const {
+  std::lock_guard lock(mu_);
+  return table_ ? table_->nodes.size() : pending_.size();
+}
+
+size_t Scheduler::AtBarrier(int groups) const {
+  std::lock_guard lock(mu_);
+  auto it = barriers_.find(groups);
+  return it == barriers_.end() ? 0 : it->second.arrived.size();
 }
 
 std::optional<std::string> Scheduler::failure() const {

@@ -29,6 +29,11 @@ namespace tandem::cluster {
 /// while `mu_` is held (a transport may call back synchronously), so every
 /// handler collects its sends in an Outbox and flushes it after unlocking.
 /// Public methods may be called from any thread.
+///
+/// Time: the watchdog's start, heartbeat and barrier time-outs run on the
+/// clock given to the constructor (base/clock.h), so tests drive them with
+/// a ManualClock; WaitUntilAllLeft and DrainConnections are a process's
+/// grace periods before it exits and wait in real time.
 class Scheduler final : public net::TransportHandler {
  public:
   struct Options {
@@ -51,20 +56,28 @@ class Scheduler final : public net::TransportHandler {
   ~Scheduler() override;
 
   /// Blocks until every node has left after its final barrier (true) or the
-  /// job failed or `timeout` passed (false).
+  /// job failed or `timeout` (real time) passed (false).
   bool WaitUntilAllLeft(std::chrono::milliseconds timeout);
 
   /// The reason the job failed (a lost node, a start timeout), if it did.
   std::optional<std::string> failure() const;
 
-  /// Blocks until every connection has closed or `timeout` passed: lets the
-  /// notices of a failure reach every node before the process exits.
+  /// Blocks until every connection has closed or `timeout` (real time)
+  /// passed: lets the notices of a failure reach every node before the
+  /// process exits.
   void DrainConnections(std::chrono::milliseconds timeout);
 
   /// For each node of the formed job that has not left: its id and the time
   /// since its last message (heartbeat or other). Empty before the job
   /// formed. Any thread.
   std::vector<std::pair<int, std::chrono::milliseconds>> Silences() const;
+
+  /// How many nodes have registered so far (every node once the job formed).
+  /// Any thread; for tests and monitoring.
+  size_t Registered() const;
+  /// How many nodes wait now at the barrier over the group mask `groups`
+  /// (0 when none is open). Any thread; for tests and monitoring.
+  size_t AtBarrier(int groups) const;
 
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;

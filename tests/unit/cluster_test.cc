@@ -1,8 +1,10 @@
 // The membership protocol with every node of a job as threads in one
 // process over the in-process transport: formation, ranks, barriers, lost
-// nodes, timeouts.
+// nodes, timeouts. The time-outs run on a manual clock the test advances
+// (support/manual_time.h), so no test waits for them in real time.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <future>
@@ -20,6 +22,7 @@
 #include "net/inproc_transport.h"
 #include "net/message_dispatcher.h"
 #include "support/inproc_job.h"
+#include "support/manual_time.h"
 #include "tandem/error.h"
 
 namespace tandem::cluster {
@@ -30,6 +33,7 @@ using testing::Is;
 using testing::TestJob;
 using testing::TestNode;
 using testing::Timings;
+using testing::WaitFor;
 using testing::What;
 
 class ClusterFormation : public ::testing::TestWithParam<std::pair<int, int>> {};
@@ -127,11 +131,20 @@ TEST(Cluster, AnExtraWorkerIsRejectedAndTheJobStillForms) {
 }
 
 TEST(Cluster, StartTimeoutNamesWhoIsMissing) {
+  base::ManualClock clock;
   Timings t;
   t.start_timeout = milliseconds(400);
-  TestJob job(1, 2, t);
+  TestJob job(1, 2, t, &clock);
   job.Add(Role::kWorker);  // the server and one worker never come
+  // Once the scheduler's own node and the worker registered, the clock
+  // passes the start time-out (and not the nodes' own backstop, which is
+  // the start time-out plus the heartbeat time-out).
+  std::thread driver([&] {
+    EXPECT_TRUE(WaitFor([&] { return job.scheduler().scheduler->Registered() == 2; }));
+    clock.Advance(t.start_timeout + milliseconds(1));
+  });
   auto errors = job.RunAll([](Membership& m) { m.Finalize(); });
+  driver.join();
   for (const auto& e : errors) {
     ASSERT_NE(e, nullptr);
     EXPECT_TRUE(Is<Timeout>(e)) << What(e);
@@ -243,19 +256,48 @@ TEST(Cluster, AStoppedJobFailsEveryNodeWithTheStoppingNodesError) {
 }
 
 TEST(Cluster, ASilentNodeIsDeclaredLostAfterTheHeartbeatTimeout) {
+  base::ManualClock clock;
   Timings t;
   t.heartbeat_timeout = milliseconds(600);
-  TestJob job(0, 2, t);
-  job.Add(Role::kWorker, 0);
+  TestJob job(0, 2, t, &clock);
+  TestNode* beating = job.Add(Role::kWorker, 0);
   Timings mute = t;
   mute.heartbeat_interval = milliseconds(60000);  // never beats
   mute.heartbeat_timeout = milliseconds(120000);
   job.Add(Role::kWorker, 1, &mute);
-  auto errors = job.RunAll([](Membership& m) {
+  std::atomic<int> joined{0};
+  // The clock moves one heartbeat interval at a time, and on only once the
+  // beating nodes' beats of that interval were answered: their silence
+  // never exceeds an interval, while the mute worker's grows by one each
+  // step. After the 7th (0.7 s, past the 0.6 s time-out) the clock stands
+  // still until the scheduler declared the mute worker lost.
+  std::thread driver([&] {
+    EXPECT_TRUE(WaitFor([&] { return joined == 3; }));
+    const std::vector<Membership*> beaters = {beating->membership.get(),
+                                              job.scheduler().membership.get()};
+    for (int step = 1; step <= 7; ++step) {
+      clock.Advance(t.heartbeat_interval);
+      EXPECT_TRUE(WaitFor([&] {
+        return std::all_of(beaters.begin(), beaters.end(), [&](Membership* m) {
+          return m->SinceLastHeard() < t.heartbeat_interval;
+        });
+      })) << "step "
+          << step;
+    }
+  });
+  auto errors = job.RunAll([&](Membership& m) {
+    ++joined;
     if (m.self().role == Role::kWorker && m.self().rank == 1) {
       // Stays connected but sends nothing past the scheduler's timeout;
       // then learns of its own loss as a closed connection.
-      std::this_thread::sleep_for(milliseconds(1500));
+      EXPECT_TRUE(WaitFor([&] {
+        try {
+          m.CheckHealth();
+          return false;
+        } catch (const PeerLost&) {
+          return true;
+        }
+      }));
       try {
         m.Finalize();
       } catch (const PeerLost&) {
@@ -264,20 +306,30 @@ TEST(Cluster, ASilentNodeIsDeclaredLostAfterTheHeartbeatTimeout) {
     }
     m.Finalize();
   });
+  driver.join();
   EXPECT_EQ(errors[1], nullptr);
   for (size_t i : {size_t{0}, size_t{2}}) {
     ASSERT_NE(errors[i], nullptr);
     EXPECT_TRUE(Is<PeerLost>(errors[i])) << What(errors[i]);
     EXPECT_NE(What(errors[i]).find("worker 1"), std::string::npos) << What(errors[i]);
-    EXPECT_NE(What(errors[i]).find("no heartbeat"), std::string::npos) << What(errors[i]);
+    EXPECT_NE(What(errors[i]).find("no heartbeat for 0.7 s (PS_HEARTBEAT_TIMEOUT=0.6 s)"),
+              std::string::npos)
+        << What(errors[i]);
   }
 }
 
 TEST(Cluster, BarrierTimeoutNamesTheMissingNodes) {
+  base::ManualClock clock;
   Timings t;
   t.barrier_timeout = milliseconds(400);
-  TestJob job(0, 3, t);
+  TestJob job(0, 3, t, &clock);
   job.AddAll();
+  // Once workers 0 and 1 wait at the barrier, the clock passes its time-out.
+  std::thread driver([&] {
+    EXPECT_TRUE(
+        WaitFor([&] { return job.scheduler().scheduler->AtBarrier(group::kWorkers) == 2; }));
+    clock.Advance(t.barrier_timeout + milliseconds(1));
+  });
   std::atomic<int> timeouts{0};
   auto errors = job.RunAll([&](Membership& m) {
     bool straggler = m.self().role == Role::kWorker && m.self().rank == 2;
@@ -294,15 +346,24 @@ TEST(Cluster, BarrierTimeoutNamesTheMissingNodes) {
     // barriers still work.
     m.Finalize();
   });
+  driver.join();
   for (const auto& e : errors) EXPECT_EQ(e, nullptr) << What(e);
   EXPECT_EQ(timeouts.load(), 2);
 }
 
 TEST(Cluster, ALateStragglerMeetsMismatchedCountsNotAWrongBarrier) {
+  base::ManualClock clock;
   Timings t;
   t.barrier_timeout = milliseconds(300);
-  TestJob job(0, 3, t);
+  TestJob job(0, 3, t, &clock);
   job.AddAll();
+  Scheduler& scheduler = *job.scheduler().scheduler;
+  // Once workers 0 and 1 wait at barrier #1, the clock passes its time-out.
+  std::thread driver([&] {
+    EXPECT_TRUE(WaitFor([&] { return scheduler.AtBarrier(group::kWorkers) == 2; }));
+    clock.Advance(t.barrier_timeout + milliseconds(1));
+  });
+  std::atomic<int> timed_out{0};
   std::atomic<int> errors_seen{0};
   std::atomic<int> mismatches{0};
   auto errors = job.RunAll([&](Membership& m) {
@@ -310,8 +371,11 @@ TEST(Cluster, ALateStragglerMeetsMismatchedCountsNotAWrongBarrier) {
       bool straggler = m.self().rank == 2;
       if (!straggler) {
         EXPECT_THROW(m.Barrier(group::kWorkers), Timeout);  // #1 times out without worker 2
+        ++timed_out;
       } else {
-        std::this_thread::sleep_for(milliseconds(600));
+        // Late: after #1 failed, once the others wait at #2.
+        EXPECT_TRUE(
+            WaitFor([&] { return timed_out == 2 && scheduler.AtBarrier(group::kWorkers) == 2; }));
       }
       // Now the others are at #2 and the straggler at #1: the scheduler must
       // not pair them.
@@ -324,9 +388,10 @@ TEST(Cluster, ALateStragglerMeetsMismatchedCountsNotAWrongBarrier) {
     }
     m.Finalize();
   });
+  driver.join();
   for (const auto& e : errors) EXPECT_EQ(e, nullptr) << What(e);
   EXPECT_EQ(errors_seen.load(), 3);
-  EXPECT_GE(mismatches.load(), 2);
+  EXPECT_EQ(mismatches.load(), 3);
 }
 
 // A worker's ordinary barrier over every group never pairs with the
@@ -340,7 +405,8 @@ TEST(Cluster, AnOrdinaryBarrierNeverPairsWithFinalize) {
   std::atomic<int> named_final{0};
   auto errors = job.RunAll([&](Membership& m) {
     if (m.self().role == Role::kWorker) {
-      std::this_thread::sleep_for(milliseconds(100));  // the others finalize first
+      // The others finalize first.
+      EXPECT_TRUE(WaitFor([&] { return job.scheduler().scheduler->AtBarrier(group::kAll) == 2; }));
       try {
         m.Barrier(group::kAll);
         ADD_FAILURE() << "the worker's barrier paired with Finalize";

@@ -76,10 +76,13 @@ struct TestNode {
   }
 };
 
-// A job of one scheduler, `servers` servers and `workers` workers.
+// A job of one scheduler, `servers` servers and `workers` workers. The
+// scheduler and the memberships run on `clock` (borrowed; null: the real
+// clock), e.g. a ManualClock the test advances.
 class TestJob {
  public:
-  TestJob(int servers, int workers, Timings t = {}) : servers_(servers), workers_(workers), t_(t) {
+  TestJob(int servers, int workers, Timings t = {}, const base::Clock* clock = nullptr)
+      : servers_(servers), workers_(workers), t_(t), clock_(clock ? *clock : steady_clock_) {
     scheduler_node_ = std::make_unique<TestNode>(network_, "scheduler");
     auto ep = scheduler_node_->transport->Listen({"sched", 0});
     scheduler_ep_ = ep;
@@ -168,7 +171,8 @@ class TestJob {
   int servers_;
   int workers_;
   Timings t_;
-  base::SteadyClock clock_;
+  base::SteadyClock steady_clock_;
+  const base::Clock& clock_;
   net::InProcNetwork network_;
   net::Endpoint scheduler_ep_;
   std::unique_ptr<TestNode> scheduler_node_;
