@@ -15,14 +15,15 @@
 namespace tandem::net {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Duration = std::chrono::steady_clock::duration;
 
-// The resend thread looks for expired messages this often, relative to the
-// timeout: a message is resent at most a quarter timeout late.
-Clock::duration ScanInterval(std::chrono::milliseconds timeout) {
-  auto quarter = std::chrono::duration_cast<Clock::duration>(timeout) / 4;
-  return std::clamp<Clock::duration>(quarter, std::chrono::milliseconds(1),
-                                     std::chrono::milliseconds(100));
+// The resend thread looks for expired messages this often (clock time),
+// relative to the timeout: a message is resent at most a quarter timeout
+// late.
+Duration ScanInterval(std::chrono::milliseconds timeout) {
+  auto quarter = std::chrono::duration_cast<Duration>(timeout) / 4;
+  return std::clamp<Duration>(quarter, std::chrono::milliseconds(1),
+                              std::chrono::milliseconds(100));
 }
 
 }  // namespace
@@ -49,8 +50,8 @@ struct ReliableTransport::Pending {
   bool fast_resent = false;  // resent once already because an ack showed a gap
   bool done = false;         // on_sent has been scheduled
   std::exception_ptr error;
-  Clock::time_point deadline = Clock::time_point::max();  // next resend
-  Clock::time_point first_sent{};                         // when its id was assigned
+  base::SteadyTime deadline = base::SteadyTime::max();  // next resend, on the clock
+  base::SteadyTime first_sent{};                        // when its id was assigned
 };
 
 // Both directions of one connection. Guarded by mu_, except send_mu.
@@ -78,8 +79,12 @@ struct ReliableTransport::Connection {
 };
 
 ReliableTransport::ReliableTransport(ReliableOptions options, TransportHandler* upper,
-                                     base::Logger& logger, const InnerFactory& make_inner)
-    : options_(options), upper_(upper), logger_(logger) {
+                                     base::Logger& logger, const InnerFactory& make_inner,
+                                     const base::Clock* clock)
+    : options_(options),
+      upper_(upper),
+      logger_(logger),
+      clock_(clock != nullptr ? *clock : steady_clock_) {
   if (upper_ == nullptr) throw InvalidArgument("ReliableTransport needs a TransportHandler");
   if (options_.resend_timeout.count() <= 0) {
     throw InvalidArgument(fmt::format("PS_RESEND_TIMEOUT must be positive, got {} ms",
@@ -129,6 +134,7 @@ void ReliableTransport::Shutdown() {
     // Linger: a process that sends its last message (a "leave", a final
     // response) and exits at once would otherwise take the message's
     // resends with it, and its peer would see the connection end instead.
+    // A grace period, so real time even on a manual clock (base/clock.h).
     std::unique_lock lock(mu_);
     if (!stopping_ && !abandoned_) {
       const auto linger = options_.resend_timeout * (options_.max_retries + 1);
@@ -213,7 +219,7 @@ void ReliableTransport::Send(ConnectionId id, OutgoingMessage msg) {
     p->id = c->next_id++;
     p->msg.header.message_id = p->id;
     p->copies = 1;
-    p->first_sent = Clock::now();
+    p->first_sent = clock_.Now();
     p->in_flight = 1;
     c->unacked.emplace(p->id, p);
     ++stats_.data_sent;
@@ -246,7 +252,7 @@ void ReliableTransport::OnCopySent(const std::shared_ptr<Pending>& p, std::excep
     } else if (!p->acked && !p->error) {
       // The timer starts once the copy is in the kernel, so a long queue in
       // the inner transport never counts against the peer.
-      p->deadline = Clock::now() + options_.resend_timeout;
+      p->deadline = clock_.Now() + options_.resend_timeout;
     }
     if ((p->acked || p->error) && p->in_flight == 0 && !p->done) {
       p->done = true;
@@ -270,7 +276,7 @@ void ReliableTransport::DrainWaiting(ConnectionId id, const std::shared_ptr<Conn
       p->id = c->next_id++;
       p->msg.header.message_id = p->id;
       p->copies = 1;
-      p->first_sent = Clock::now();
+      p->first_sent = clock_.Now();
       p->in_flight = 1;
       c->unacked.emplace(p->id, p);
       ++stats_.data_sent;
@@ -305,12 +311,12 @@ void ReliableTransport::SendAck(ConnectionId id, uint64_t expected,
 }
 
 void ReliableTransport::ResendLoop() {
-  const Clock::duration tick = ScanInterval(options_.resend_timeout);
+  const Duration tick = ScanInterval(options_.resend_timeout);
   std::unique_lock lock(mu_);
   while (!stopping_) {
-    resend_cv_.wait_for(lock, tick, [this] { return stopping_; });
+    base::WaitUntil(resend_cv_, lock, clock_, clock_.Now() + tick, [this] { return stopping_; });
     if (stopping_) break;
-    const auto now = Clock::now();
+    const auto now = clock_.Now();
     std::vector<std::pair<ConnectionId, std::shared_ptr<Pending>>> resend;
     std::vector<std::pair<ConnectionId, std::string>> give_up;
     for (auto& [cid, c] : connections_) {
@@ -349,7 +355,7 @@ void ReliableTransport::ResendLoop() {
         }
         ++p->copies;
         ++p->in_flight;
-        p->deadline = Clock::time_point::max();
+        p->deadline = base::SteadyTime::max();
         ++stats_.resent;
         resend.emplace_back(cid, p);
       }
@@ -566,13 +572,13 @@ void ReliableTransport::OnAck(ConnectionId id, Message&& msg) {
         for (auto u = c->unacked.begin(); u != c->unacked.end() && u->first < highest; ++u) {
           auto& p = u->second;
           if (p->acked || p->error || p->fast_resent || p->in_flight > 0 ||
-              p->deadline == Clock::time_point::max() || p->copies > options_.max_retries) {
+              p->deadline == base::SteadyTime::max() || p->copies > options_.max_retries) {
             continue;
           }
           p->fast_resent = true;
           ++p->copies;
           ++p->in_flight;
-          p->deadline = Clock::time_point::max();
+          p->deadline = base::SteadyTime::max();
           ++stats_.resent;
           resend.push_back(p);
         }

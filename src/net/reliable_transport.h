@@ -48,6 +48,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "base/clock.h"
 #include "base/config.h"
 #include "base/logger.h"
 #include "net/transport.h"
@@ -100,15 +101,21 @@ struct ReliableStats {
 /// thread. Connection state is guarded by mu_; per connection, send_mu keeps
 /// id assignment and the inner Send in the same order (taken before mu_).
 /// The drop RNG is touched on the inner loop thread only.
+///
+/// Time: resend deadlines, the resend thread's scans and the give-up after
+/// AbandonUnacknowledged run on the clock given to the constructor
+/// (base/clock.h), so tests count resends on a ManualClock; Shutdown's
+/// linger is a grace period before the process goes and waits in real time.
 class ReliableTransport final : public Transport, private TransportHandler {
  public:
   using InnerFactory = std::function<std::unique_ptr<Transport>(TransportHandler*)>;
 
   /// Builds the inner transport with `make_inner(this-as-handler)` and starts
-  /// the resend thread. `upper` and `logger` are borrowed and must outlive
-  /// this object. Throws InvalidArgument on unusable options.
+  /// the resend thread. `upper`, `logger` and `clock` are borrowed and must
+  /// outlive this object; a null `clock` is the real monotonic clock. Throws
+  /// InvalidArgument on unusable options.
   ReliableTransport(ReliableOptions options, TransportHandler* upper, base::Logger& logger,
-                    const InnerFactory& make_inner);
+                    const InnerFactory& make_inner, const base::Clock* clock = nullptr);
   /// Calls Shutdown(). Not from a callback.
   ~ReliableTransport() override;
   ReliableTransport(const ReliableTransport&) = delete;
@@ -130,7 +137,8 @@ class ReliableTransport final : public Transport, private TransportHandler {
   /// As the inner transport's Peer. Any thread.
   PeerInfo Peer(ConnectionId id) const override;
   /// Lingers until every message sent is acknowledged (at most the retry
-  /// budget's time: PS_RESEND_TIMEOUT x (TANDEM_RESEND_RETRIES + 1)), stops
+  /// budget's time in real time: PS_RESEND_TIMEOUT x (TANDEM_RESEND_RETRIES +
+  /// 1)), stops
   /// the resend thread, then shuts the inner transport down (what is still
   /// unacknowledged fails) and logs the counters at PS_VERBOSE=1.
   /// Idempotent; not from a callback.
@@ -182,6 +190,8 @@ class ReliableTransport final : public Transport, private TransportHandler {
   const ReliableOptions options_;
   TransportHandler* const upper_;
   base::Logger& logger_;
+  base::SteadyClock steady_clock_;  // clock_ when the constructor got none
+  const base::Clock& clock_;
 
   mutable std::mutex mu_;
   std::unordered_map<ConnectionId, std::shared_ptr<Connection>> connections_;  // guarded by mu_
