@@ -113,6 +113,10 @@ class FusionEngine {
   Stats stats() const;
 
  private:
+  // FusionEngineImpl::MakeEngine builds engines on another clock (tests).
+  friend class collective::FusionEngineImpl;
+  explicit FusionEngine(std::unique_ptr<collective::FusionEngineImpl> impl);
+
   std::unique_ptr<collective::FusionEngineImpl> impl_;
 };
 

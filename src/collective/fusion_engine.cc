@@ -21,17 +21,13 @@ namespace collective {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+// The cycle's pace is real time; stall ages come from the engine's clock_.
+using RealClock = std::chrono::steady_clock;
 
 // One rank's slot of the first exchange: u32 length, then the message's
 // first kSlot - 4 bytes.
 constexpr size_t kSlot = 256;
 constexpr size_t kInline = kSlot - 4;
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
-      .count();
-}
 
 void CompleteState(const std::shared_ptr<OpState>& state, std::exception_ptr error) {
   {
@@ -62,13 +58,27 @@ bool Fusable(const TensorRequest& a, const TensorRequest& b) {
 }  // namespace
 
 FusionEngineImpl::FusionEngineImpl(std::unique_ptr<Communicator> comm,
-                                   FusionEngine::Options options)
+                                   FusionEngine::Options options, const base::Clock* clock)
     : comm_(std::move(comm)),
       options_(options),
       log_(comm_->impl_->log()),
       rank_(comm_->rank()),
-      size_(comm_->size()) {
+      size_(comm_->size()),
+      clock_(clock != nullptr ? *clock : steady_clock_) {
   thread_ = std::thread([this] { Loop(); });
+}
+
+std::unique_ptr<FusionEngine> FusionEngineImpl::MakeEngine(std::unique_ptr<Communicator> comm,
+                                                           FusionEngine::Options options,
+                                                           const base::Clock& clock) {
+  if (!comm) throw InvalidArgument("FusionEngine needs a communicator, got null");
+  return std::unique_ptr<FusionEngine>(
+      new FusionEngine(std::make_unique<FusionEngineImpl>(std::move(comm), options, &clock)));
+}
+
+int64_t FusionEngineImpl::NowMs() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(clock_.Now().time_since_epoch())
+      .count();
 }
 
 FusionEngineImpl::~FusionEngineImpl() {
@@ -124,7 +134,7 @@ void FusionEngineImpl::Complete(const std::shared_ptr<Pending>& p, std::exceptio
 void FusionEngineImpl::Loop() {
   std::exception_ptr failure;
   bool announced = false;
-  auto next = Clock::now();
+  auto next = RealClock::now();
   for (;;) {
     next += options_.cycle_time;
     bool stopping = false;
@@ -136,7 +146,7 @@ void FusionEngineImpl::Loop() {
       incoming_.clear();
     }
     // A cycle that overran does not make the next ones run back to back.
-    if (const auto now = Clock::now(); next < now) next = now;
+    if (const auto now = RealClock::now(); next < now) next = now;
     announced = stopping;
     try {
       if (Cycle(stopping)) break;
@@ -529,6 +539,9 @@ FusionEngine::FusionEngine(std::unique_ptr<Communicator> communicator, Options o
   if (!communicator) throw InvalidArgument("FusionEngine needs a communicator, got null");
   impl_ = std::make_unique<collective::FusionEngineImpl>(std::move(communicator), options);
 }
+
+FusionEngine::FusionEngine(std::unique_ptr<collective::FusionEngineImpl> impl)
+    : impl_(std::move(impl)) {}
 
 FusionEngine::~FusionEngine() = default;
 

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/logger.h"
 #include "collective/negotiation_message.h"
 #include "collective/op_context.h"
@@ -46,10 +47,25 @@ struct OpState;
 /// incoming queue, the pending names, the stopping flag, the broken error and
 /// the counters are guarded by `mu_`; everything else belongs to the
 /// engine's thread.
+///
+/// Time: the ages of stalled tensors (stall report and shutdown) are read
+/// from the engine's clock (base/clock.h), so tests drive them with a
+/// ManualClock; the cycle's pace stays in real time (it only batches
+/// requests).
 class FusionEngineImpl {
  public:
-  FusionEngineImpl(std::unique_ptr<Communicator> comm, FusionEngine::Options options);
+  /// `clock` is borrowed and must outlive the engine; null is the real
+  /// monotonic clock.
+  FusionEngineImpl(std::unique_ptr<Communicator> comm, FusionEngine::Options options,
+                   const base::Clock* clock = nullptr);
   ~FusionEngineImpl();
+
+  /// A tandem::FusionEngine (as its public constructor builds, which
+  /// checks `comm` alike) whose stall times come from `clock`, which must
+  /// outlive it: for tests that drive time by hand.
+  static std::unique_ptr<FusionEngine> MakeEngine(std::unique_ptr<Communicator> comm,
+                                                  FusionEngine::Options options,
+                                                  const base::Clock& clock);
 
   /// Queues `request` on `in`/`out` (already checked by the caller).
   /// Throws InvalidArgument for a name already pending on this rank or an
@@ -71,6 +87,8 @@ class FusionEngineImpl {
     bool sent_in_full = false;  // engine thread: the last cycle sent it without the cache
   };
 
+  // clock_'s time in milliseconds, as a CycleMessage carries it.
+  int64_t NowMs() const;
   void Loop();
   // One cycle; returns true once every rank announced its stop.
   bool Cycle(bool stopping);
@@ -90,6 +108,8 @@ class FusionEngineImpl {
   base::Logger& log_;
   const int rank_;
   const int size_;
+  base::SteadyClock steady_clock_;  // clock_ when the constructor got none
+  const base::Clock& clock_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

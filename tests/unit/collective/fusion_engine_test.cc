@@ -5,7 +5,8 @@
 // fails on every rank that submitted the tensor with a message naming it
 // and what each rank sent, and the next request succeeds; a stall is
 // reported with the missing ranks; a lost peer fails pending and later
-// requests with PeerLost.
+// requests with PeerLost. Stall times run on a manual clock the test
+// advances (support/manual_time.h).
 #include "tandem/fusion_engine.h"
 
 #include <gtest/gtest.h>
@@ -15,12 +16,17 @@
 #include <random>
 #include <thread>
 
+#include "base/clock.h"
+#include "collective/fusion_engine.h"
 #include "collective/negotiation_message.h"
 #include "collective_job.h"
+#include "support/manual_time.h"
 
 namespace tandem::collective {
 namespace {
 
+using tandem::testing::AdvanceUntil;
+using tandem::testing::WaitFor;
 using testing::Buffer;
 using testing::CollectiveJob;
 using testing::What;
@@ -34,10 +40,25 @@ FusionEngine::Options TestOptions(size_t threshold) {
   return o;
 }
 
-std::unique_ptr<FusionEngine> MakeEngine(CollectiveService& s, int n, FusionEngine::Options o) {
+// An engine over every worker; on `clock` when given, else on the real one.
+std::unique_ptr<FusionEngine> MakeEngine(CollectiveService& s, int n, FusionEngine::Options o,
+                                         const base::Clock* clock = nullptr) {
   std::vector<int> all(static_cast<size_t>(n));
   std::iota(all.begin(), all.end(), 0);
+  if (clock != nullptr) return FusionEngineImpl::MakeEngine(s.NewGroup(all), o, *clock);
   return std::make_unique<FusionEngine>(s.NewGroup(all), o);
+}
+
+// Moves `clock` on by `step`, then waits until `engine` decided a cycle on
+// the new time. Cycle k's decision uses rank 0's time sampled when its
+// cycle k began; counted here after the step as c, this rank's own next
+// message (cycle c+2) leaves after the step, so rank 0 samples cycle c+3
+// after it, and that cycle is decided once this rank counts c+4.
+void StepAndObserve(base::ManualClock& clock, std::chrono::milliseconds step,
+                    const FusionEngine& engine) {
+  clock.Advance(step);
+  const uint64_t c = engine.stats().cycles;
+  EXPECT_TRUE(WaitFor([&] { return engine.stats().cycles >= c + 4; }));
 }
 
 // The tensors of one step: name, dtype, count, reduction, prescale.
@@ -185,12 +206,13 @@ TEST_P(FusionEngineMismatch, EveryRankThatSubmittedFailsNamingTheTensorAndTheNex
   const Mismatch kind = std::get<1>(GetParam());
   const bool cached = std::get<2>(GetParam());  // agreed once before the mismatch
   const int odd = n - 1;                        // the rank that sends something else
+  base::ManualClock clock;
   CollectiveJob job(n);
   job.RunOk([&](int rank, CollectiveService& s) {
     FusionEngine::Options options = TestOptions(size_t{1} << 20);
     options.stall_check = std::chrono::milliseconds(60);
     options.stall_shutdown = std::chrono::milliseconds(250);
-    auto engine = MakeEngine(s, n, options);
+    auto engine = MakeEngine(s, n, options, &clock);
     const bool broadcast = kind == Mismatch::kRoot;
     auto submit = [&](Buffer& b, bool deviate) {
       if (broadcast) return engine->Broadcast("bad", b.view(), deviate ? 1 : 0);
@@ -230,10 +252,11 @@ TEST_P(FusionEngineMismatch, EveryRankThatSubmittedFailsNamingTheTensorAndTheNex
         }
       } else {
         // No request to fail here: the report is logged and counted on
-        // every rank. Wait for the others' shutdown decision.
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (engine->stats().stalls_failed == 0 && std::chrono::steady_clock::now() < deadline) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        // every rank. This rank moves the clock, 100 ms at a time, each step
+        // seen by a decision: the stall is reported once (at 0.1 s, past
+        // the check time) and fails once (at 0.3 s, past the shutdown).
+        for (int i = 0; i < 10 && engine->stats().stalls_failed == 0; ++i) {
+          StepAndObserve(clock, std::chrono::milliseconds(100), *engine);
         }
       }
       const FusionEngine::Stats st = engine->stats();
@@ -296,15 +319,21 @@ INSTANTIATE_TEST_SUITE_P(Kinds, FusionEngineMismatch,
 
 TEST(FusionEngineStall, ALateRankIsReportedWithTheMissingRanksThenTheRequestRuns) {
   constexpr int n = 3;
+  base::ManualClock clock;
   CollectiveJob job(n);
   job.RunOk([&](int rank, CollectiveService& s) {
     FusionEngine::Options options = TestOptions(size_t{1} << 20);
     options.stall_check = std::chrono::milliseconds(50);
     options.stall_shutdown = std::chrono::milliseconds(0);  // report only
-    auto engine = MakeEngine(s, n, options);
+    auto engine = MakeEngine(s, n, options, &clock);
     Buffer b(DType::kI64, 9);
     for (int64_t e = 0; e < 9; ++e) b.Set(e, rank + 1);
-    if (rank >= 1) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    // The late ranks move the clock until the stall was reported (once,
+    // however the steps fall), then submit.
+    if (rank >= 1) {
+      EXPECT_TRUE(AdvanceUntil(clock, std::chrono::milliseconds(10),
+                               [&] { return engine->stats().stalls_reported == 1; }));
+    }
     engine->AllReduce("late.grad", b.view(), b.view()).Wait();
     for (int64_t e = 0; e < 9; ++e) ASSERT_EQ(b.Get(e), 6);
     const FusionEngine::Stats st = engine->stats();
