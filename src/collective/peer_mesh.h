@@ -1,51 +1,23 @@
 // The connections between a job's workers that every communicator of this
 // process uses, and the matching of arriving pieces to posted receives.
+// PeerMesh is one class; its member functions are defined by idea, each
+// file opening with the part of the protocol it holds:
 //
-// Mesh formation (docs/protocol-collective.md): worker rank i opens
-// `connections_per_peer` (K) connections to every worker j < i (so rank 0
-// only accepts) and sends kHello{i, k, K} first on connection k; j answers
-// kHelloAck once it knows the link. A worker's mesh is complete once every
-// connection it opened was acknowledged and it heard a hello on K
-// connections and a kCopyStatus from every higher rank; data flows only on
-// complete links.
-//
-// Data: a kData message carries a MessageKey (communicator, sequence, tag).
-// An operation posts a receive for (peer, key) with its destination; when
-// the header of the matching message arrives the transport reads the
-// payload straight into it (PayloadDestination). A message that arrives
-// before its receive is posted is kept (the transport allocated it) and
-// copied when the receive is posted.
-//
-// Same-host copy (docs/collectives.md): on connection 0 of each pair the
-// hello and its acknowledgement carry a probe (pid, address and value of a
-// cookie); a side that can read the peer's cookie with process_vm_readv
-// says so (in kHelloAck, or kCopyStatus from the connecting side). To a
-// peer that reads it, a piece larger than kCopySendBytes goes as kDataRef
-// (where its bytes are); the receiver copies them straight from the
-// sender's memory into the posted destination in Wait, then answers
-// kDataRefDone, which ends the send (on_sent). One copy instead of TCP's
-// two, and no socket traffic for the bytes.
-//
-// Mailbox (docs/collectives.md "Mailbox"): where the same-host copy works,
-// each worker also shares a region of rings (same_host_mailbox.h) and
-// small pieces, data refs and their answers go through it: the sending
-// thread writes them and the waiting thread drains them, so neither side's
-// transport thread is woken. Every wait sleeps on a doorbell (a futex) that
-// the mailbox's writers, the transport's callbacks and failures ring.
-//
-// Call checks (docs/collectives.md "Call checks"): every piece carries the
-// fingerprint of its sender's description of the operation
-// (MessageKey::call). A piece whose fingerprint differs from this process's
-// own for that operation is dropped unused and marks the operation
-// mismatched; a piece that arrives before its operation began is checked
-// when it begins. The members then exchange kCallNotice so that each can
-// name every rank's call. A wait that has lasted kCrossWait while the peer
-// it waits for has begun an operation of another communicator that this
-// process has not (and is not running one of) reports the crossed order.
-//
-// Failure: a mesh connection lost without our Close, or the membership's
-// news of a lost node, fails the mesh; every wait then returns kFailed at
-// once and every later operation fails with the same text.
+// - peer_mesh.cc: construction and the transport's entry point, which
+//   hands each message type to its part;
+// - peer_mesh_formation.cc: forming the mesh (hellos, their
+//   acknowledgements, the same-host probe's verdicts);
+// - peer_mesh_pieces.cc: sending pieces, posted receives and the matching
+//   of arriving pieces to them, abandoning a receive;
+// - peer_mesh_waits.cc: waiting for pieces (spinning, the doorbell, wait
+//   reports) and completing a piece sent by reference;
+// - peer_mesh_same_host_copy.cc: the same-host copy (probes, pieces sent
+//   by reference and their answers);
+// - peer_mesh_mailbox.cc: writing to the peers' mailboxes and draining
+//   this process's;
+// - peer_mesh_call_checks.cc: call checks, mismatches and crossed orders;
+// - peer_mesh_failure.cc: failure (lost links, the first failure and the
+//   later news, closing every link); mesh_failure.h: the failure's kinds.
 #pragma once
 
 #include <atomic>
@@ -69,43 +41,12 @@
 #include "cluster/cluster_messages.h"
 #include "collective/call_description.h"
 #include "collective/collective_messages.h"
+#include "collective/mesh_failure.h"
 #include "collective/same_host_mailbox.h"
 #include "net/metered_transport.h"
 #include "net/transport.h"
 
 namespace tandem::collective {
-
-/// Why the mesh is unusable.
-/// Which tandem error a failed mesh throws. The last four come from a job
-/// stopped by another process (a server that could not load its optimizer
-/// states, say): each caller then fails with that process's kind, as the
-/// store's calls do (docs/protocol-cluster.md, "Stopping the job").
-enum class FailureKind {
-  kPeerLost,
-  kTimeout,
-  kProtocol,
-  kMismatch,
-  kIo,
-  kInvalidArgument,
-  kConfig,
-  kOther
-};
-
-/// The kind of `error` (a tandem error; anything else is kOther); a null
-/// pointer is kPeerLost, the job's failure without a cause.
-FailureKind FailureKindOf(const std::exception_ptr& error);
-
-struct MeshFailure {
-  FailureKind kind = FailureKind::kPeerLost;
-  std::string text;
-  /// Later losses (other peers' connections, other news), in the order
-  /// learnt: when one death makes other workers exit, the first news to
-  /// arrive may be of a follower, so an error lists them all.
-  std::vector<std::string> later;
-  std::chrono::steady_clock::time_point when;
-  /// Throws the exception of `kind` with `prefix` + text (+ the later ones).
-  [[noreturn]] void Throw(const std::string& prefix) const;
-};
 
 /// Thread-safety: transport callbacks run on the transport's thread; every
 /// other method may be called from any thread. All state is guarded by
@@ -318,6 +259,7 @@ class PeerMesh final : public net::TransportHandler {
   uint64_t MailboxFullCount() const { return mailbox_full_.load(std::memory_order_relaxed); }
 
  private:
+  using Clock = std::chrono::steady_clock;
   struct Slot {
     // kRef: a kDataRef arrived; copied by Wait once posted.
     enum class State { kPosted, kFilling, kArrived, kRef, kDone } state = State::kPosted;
@@ -379,12 +321,93 @@ class PeerMesh final : public net::TransportHandler {
     std::chrono::steady_clock::time_point at{};
   };
 
+  // net::TransportHandler (peer_mesh.cc; PayloadDestination in
+  // peer_mesh_pieces.cc, OnDisconnected in peer_mesh_failure.cc).
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   std::span<std::byte> PayloadDestination(net::ConnectionId id, const net::Header& h,
                                           const std::string& meta) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
   void OnDisconnected(net::ConnectionId id, const std::string& reason) override;
-  void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
+  base::Doorbell& Bell() { return *doorbell_.load(std::memory_order_acquire); }
+
+  // Formation (peer_mesh_formation.cc).
+  // Connect()'s steps: the tables sized for `table`'s workers (and this
+  // process's mailbox); the hellos to every lower rank; the ranks whose
+  // links are not complete yet (requires mu_); the wait until none is,
+  // which throws as Connect() does; the line saying what formed.
+  void SetUpTables(const cluster::NodeTable& table, int self_rank, int self_id);
+  void SendHellos(std::chrono::steady_clock::time_point deadline);
+  std::vector<int> MissingLocked();
+  void WaitFormedLocked(std::unique_lock<std::mutex>& lock,
+                        std::chrono::steady_clock::time_point deadline);
+  void LogFormedLocked();
+  // Records the link; returns nothing (and fails the mesh) for a bad hello,
+  // else whether this process can read the peer's memory.
+  std::optional<bool> AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // mu_
+  void SendAck(net::ConnectionId id, bool reads_you);
+  // Handle kHello, kHelloAck and kCopyStatus; throw ProtocolError for a
+  // malformed message.
+  void OnHello(net::ConnectionId id, const net::Message& m);
+  void OnHelloAck(net::ConnectionId id, const net::Message& m);
+  void OnCopyStatus(net::ConnectionId id, const net::Message& m);
+
+  // Pieces (peer_mesh_pieces.cc).
+  // Handles kData; throws ProtocolError for a malformed message.
+  void OnData(net::ConnectionId id, net::Message&& m);
+  // A piece's bytes from `peer` (the mailbox's, or a TCP payload the
+  // transport did not place; `owned`, when given, holds `bytes` and is kept
+  // instead of a copy): fills the posted receive or keeps them. Throws
+  // ProtocolError for a piece sent twice.
+  void DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes,
+                    std::unique_ptr<std::byte[]> owned = nullptr);
+  int OpenLinksLocked(int peer) const;  // requires mu_
+
+  // Waits (peer_mesh_waits.cc).
+  // One look at a posted receive (under `lock`, which it may release to
+  // copy a piece sent by reference): kDone forgets it; throws ProtocolError
+  // for a piece of the wrong size.
+  enum class Progress { kPending, kDone, kFailed };
+  Progress TryCompleteLocked(std::unique_lock<std::mutex>& lock, const SlotKey& sk);
+
+  // Same-host copy (peer_mesh_same_host_copy.cc).
+  // This process's probe (pid 0 without same-host copy).
+  CopyProbe OwnProbe() const;
+  // True when `probe` names a process whose cookie this process can read.
+  bool CanRead(const CopyProbe& probe) const;
+  // Copies `dest.size()` bytes at `address` of worker `peer`'s memory;
+  // returns the error text (naming the peer), or empty.
+  std::string CopyFromPeer(int peer, uint64_t address, std::span<std::byte> dest,
+                           FailureKind& kind) const;
+  // Takes the by-reference sends to `peer` still unanswered (requires mu_).
+  std::vector<std::function<void(std::exception_ptr)>> TakeRefsLocked(int peer);
+  void SendRefDone(int peer, net::ConnectionId id, const MessageKey& key);
+  // Handle kDataRef and kDataRefDone.
+  void OnDataRef(net::ConnectionId id, const net::Message& m);
+  void OnDataRefDone(net::ConnectionId id, const net::Message& m);
+  // The two above once the sender's rank is known (also from the mailbox;
+  // `link` is where an answer goes over TCP).
+  void AcceptDataRef(int peer, net::ConnectionId link, const DataRef& ref);
+  void AcceptDataRefDone(int peer, const MessageKey& key);
+  // The worker rank at the other end of mesh connection `id` (takes mu_);
+  // throws ProtocolError for a connection that sent no hello.
+  int LinkRank(net::ConnectionId id) const;
+
+  // Mailbox (peer_mesh_mailbox.cc).
+  // Drains every ring of this process's mailbox (if another thread is not
+  // doing so already) and delivers the records; rings the doorbell when
+  // any arrived. A malformed ring fails the mesh. Never holds mu_ on entry.
+  void DrainMailbox();
+  void DeliverRecord(int peer, const MailboxRecord& r);
+  // Writes a record into `peer`'s mailbox: false when there is none or it
+  // is full (the caller sends over TCP instead).
+  bool WriteMailbox(int peer, uint16_t type, const MessageKey& key,
+                    std::span<const std::byte> payload, uint64_t address = 0, uint64_t length = 0,
+                    bool ring = true);
+  // Maps the mailbox of the peer whose probe this process can read
+  // (requires mu_, during formation); failing that, the pair uses TCP.
+  void OpenMailboxLocked(int peer, const CopyProbe& probe);
+
+  // Call checks (peer_mesh_call_checks.cc).
   // Checks an arriving piece's fingerprint (requires mu_): false when the
   // piece must be dropped unused (its operation is mismatched).
   bool AdmitLocked(int peer, const MessageKey& key);
@@ -405,56 +428,9 @@ class PeerMesh final : public net::TransportHandler {
   void OnCallNotice(net::ConnectionId id, const net::Message& m);
   // Sends notices (any thread, never under mu_); a lost link drops them.
   void SendNotices(const std::vector<std::pair<int, CallNotice>>& notices);
-  // One look at a posted receive (under `lock`, which it may release to
-  // copy a piece sent by reference): kDone forgets it; throws ProtocolError
-  // for a piece of the wrong size.
-  enum class Progress { kPending, kDone, kFailed };
-  Progress TryCompleteLocked(std::unique_lock<std::mutex>& lock, const SlotKey& sk);
-  base::Doorbell& Bell() { return *doorbell_.load(std::memory_order_acquire); }
-  // Drains every ring of this process's mailbox (if another thread is not
-  // doing so already) and delivers the records; rings the doorbell when
-  // any arrived. A malformed ring fails the mesh. Never holds mu_ on entry.
-  void DrainMailbox();
-  void DeliverRecord(int peer, const MailboxRecord& r);
-  // A piece's bytes from `peer` (the mailbox's, or a TCP payload the
-  // transport did not place; `owned`, when given, holds `bytes` and is kept
-  // instead of a copy): fills the posted receive or keeps them. Throws
-  // ProtocolError for a piece sent twice.
-  void DeliverPiece(int peer, const MessageKey& key, std::span<const std::byte> bytes,
-                    std::unique_ptr<std::byte[]> owned = nullptr);
-  // Writes a record into `peer`'s mailbox: false when there is none or it
-  // is full (the caller sends over TCP instead).
-  bool WriteMailbox(int peer, uint16_t type, const MessageKey& key,
-                    std::span<const std::byte> payload, uint64_t address = 0, uint64_t length = 0,
-                    bool ring = true);
-  // Maps the mailbox of the peer whose probe this process can read
-  // (requires mu_, during formation); failing that, the pair uses TCP.
-  void OpenMailboxLocked(int peer, const CopyProbe& probe);
-  int OpenLinksLocked(int peer) const;  // requires mu_
-  // Records the link; returns nothing (and fails the mesh) for a bad hello,
-  // else whether this process can read the peer's memory.
-  std::optional<bool> AcceptHelloLocked(net::ConnectionId id, const Hello& hello);  // mu_
-  void SendAck(net::ConnectionId id, bool reads_you);
-  void SendRefDone(int peer, net::ConnectionId id, const MessageKey& key);
-  // This process's probe (pid 0 without same-host copy).
-  CopyProbe OwnProbe() const;
-  // True when `probe` names a process whose cookie this process can read.
-  bool CanRead(const CopyProbe& probe) const;
-  // Copies `dest.size()` bytes at `address` of worker `peer`'s memory;
-  // returns the error text (naming the peer), or empty.
-  std::string CopyFromPeer(int peer, uint64_t address, std::span<std::byte> dest,
-                           FailureKind& kind) const;
-  // Takes the by-reference sends to `peer` still unanswered (requires mu_).
-  std::vector<std::function<void(std::exception_ptr)>> TakeRefsLocked(int peer);
-  // Handles kHelloAck, kCopyStatus, kDataRef and kDataRefDone.
-  void OnHelloAck(net::ConnectionId id, const net::Message& m);
-  void OnCopyStatus(net::ConnectionId id, const net::Message& m);
-  void OnDataRef(net::ConnectionId id, const net::Message& m);
-  void OnDataRefDone(net::ConnectionId id, const net::Message& m);
-  // The two above once the sender's rank is known (also from the mailbox;
-  // `link` is where an answer goes over TCP).
-  void AcceptDataRef(int peer, net::ConnectionId link, const DataRef& ref);
-  void AcceptDataRefDone(int peer, const MessageKey& key);
+
+  // Failure (peer_mesh_failure.cc).
+  void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
 
   const Options options_;
   net::Transport& transport_;
