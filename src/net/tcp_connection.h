@@ -1,5 +1,15 @@
 // One TCP connection of a TcpTransport: its socket, its frame reader, its
-// handshake and its send queue (docs/transport.md).
+// handshake and its send queue (docs/transport.md). One class, its member
+// functions defined by idea:
+//
+// - tcp_connection.cc: the life cycle (start, the handshake's stages,
+//   establishment, failure and closing) and the frames it delivers;
+// - tcp_connection_send_queue.cc: the send queue, its writers and
+//   back-pressure;
+// - tcp_connection_tls.cc: the TLS pump (encrypting the queue, decrypting
+//   into the frame reader, refusing a peer that speaks the other protocol);
+// - tcp_connection_reading.cc: reading the socket, the receive low-water
+//   mark, and the end of the stream.
 //
 // Life cycle: [TLS handshake ->] HMAC handshake -> established -> closed. With
 // TransportOptions::tls, a new connection first runs TLS 1.3 with mutual
@@ -167,11 +177,32 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   };
   using Completions = std::vector<std::function<void(std::exception_ptr)>>;
 
+  // The frame reader's staging buffer once authenticated; spans larger
+  // than this are direct reads.
+  static constexpr size_t kStagingBytes = 256 * 1024;
+  // Until then: the handshake's frames (a header and at most 512 bytes of
+  // metadata) fit, and a peer that never authenticates costs this, not
+  // kStagingBytes (docs/protocol-handshake.md, "Resources").
+  static constexpr size_t kHandshakeStagingBytes = 1024;
+
+  // Life cycle (tcp_connection.cc).
   void OnEvents(uint32_t events);
+  void OnHandshakeTimeout();
+  void Establish();
+  // Closes because of an exception thrown while reading or handshaking.
+  void Fail(std::exception_ptr error);
+
+  // Reading (tcp_connection_reading.cc).
   void OnReadable();
   // The `got` bytes were read into the frame reader's span (plaintext) or
   // the session's (TLS): hands them on. False when the connection closed.
   bool TakePlaintext(std::span<const std::byte> got);
+  // End of stream (err 0) or a read error: closes with the reason.
+  void OnEndOfStream(int err);
+  // Sets SO_RCVLOWAT for what the reader waits for next (see the .cc).
+  void UpdateReceiveLowWater();
+
+  // The TLS pump (tcp_connection_tls.cc).
   bool TakeCiphertext(std::span<const std::byte> got);
   // Decrypts what the session holds (advancing its handshake first) into
   // the frame reader. Returns false when the connection closed.
@@ -187,13 +218,21 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   // A TLS node's first bytes from the peer: a tandem frame means the peer
   // runs without TLS. Returns true (after closing) in that case.
   bool RefusePeerSpeakingPlaintext(std::span<const std::byte> first);
-  // End of stream (err 0) or a read error: closes with the reason.
-  void OnEndOfStream(int err);
-  // Writes what is pending (EPOLLOUT, or output the reader produced).
-  void OnWritable();
-  void OnHandshakeTimeout();
-  // Sets SO_RCVLOWAT for what the reader waits for next (see the .cc).
-  void UpdateReceiveLowWater();
+  // FlushLocked with TLS: sends ciphertext, encrypts more, until done or the
+  // socket is full.
+  void FlushTlsLocked(Completions& done);
+  // Encrypts queued pieces until the queue is empty or the session's buffer
+  // is full; returns true when it produced ciphertext. Requires mu_. Throws
+  // what TlsSession::Encrypt throws.
+  bool EncryptQueuedLocked(Completions& done);
+
+  // The send queue (tcp_connection_send_queue.cc).
+  // Writes what is pending (EPOLLOUT, output the reader produced, or with
+  // `posted_flush` the task a non-loop sender posts) and runs the on_sent
+  // callbacks of what got written, or failed. Loop thread.
+  void OnWritable(bool posted_flush = false);
+  // PeerLost for a message not sent because of `why`.
+  std::exception_ptr NotSent(const std::string& why) const;
   // Enqueues `msg` whatever the stage (handshake frames use this directly);
   // waits for room first when `may_wait` (see the file comment).
   void Enqueue(OutgoingMessage msg, bool may_wait);
@@ -210,13 +249,6 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   // messages' callbacks to `done`. On a write error, sets write_closed_ and
   // write_error_ and posts the Close; the caller then fails the queue.
   void FlushLocked(Completions& done);
-  // FlushLocked with TLS: sends ciphertext, encrypts more, until done or the
-  // socket is full.
-  void FlushTlsLocked(Completions& done);
-  // Encrypts queued pieces until the queue is empty or the session's buffer
-  // is full; returns true when it produced ciphertext. Requires mu_. Throws
-  // what TlsSession::Encrypt throws.
-  bool EncryptQueuedLocked(Completions& done);
   // One sendmsg() of `iov`, retried on EINTR. Returns the bytes the kernel
   // took, or -1 after arming EPOLLOUT (socket full) or stopping writes (an
   // error); the caller then returns. Requires mu_.
@@ -231,12 +263,6 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   void Complete(Completions done, std::exception_ptr error);
   // Runs `done` now; loop thread, never inside a caller's Send().
   void RunCompletions(Completions& done, std::exception_ptr error);
-  // The task a non-loop sender posts: writes the queue and runs the on_sent
-  // callbacks of what got written. Loop thread.
-  void RunPostedFlush();
-  void Establish();
-  // Closes because of an exception thrown while reading or handshaking.
-  void Fail(std::exception_ptr error);
 
   const ConnectionId id_;
   const PeerInfo peer_;
@@ -269,7 +295,7 @@ class TcpConnection final : public FrameSink, public std::enable_shared_from_thi
   std::deque<PendingSend> queue_;
   uint64_t queued_bytes_ = 0;        // sum of queue_[i].bytes
   std::condition_variable room_cv_;  // queued_bytes_ fell, or writing stopped
-  // A RunPostedFlush task is queued on the loop and will write the queue,
+  // An OnWritable(true) task is queued on the loop and will write the queue,
   // so senders only append meanwhile.
   bool flush_posted_ = false;
   // With TLS: small pieces gathered for one SSL_write, and how much of them
