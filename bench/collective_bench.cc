@@ -31,7 +31,7 @@
 
 #include "base/dtype.h"
 #include "base/environment.h"
-#include "cluster/node_services.h"
+#include "cluster/node.h"
 #include "collective/collective_service.h"
 #include "tandem/collective.h"
 #include "tandem/error.h"
@@ -86,10 +86,11 @@ Args Parse(int argc, char** argv) {
                     : v == "direct"           ? tandem::AllReduceAlgorithm::kDirect
                                               : tandem::AllReduceAlgorithm::kAuto;
     } else {
-      throw tandem::InvalidArgument("unknown argument " + k +
-                                    " (--op allreduce|broadcast|allgather|reduce_scatter, "
-                                    "--min-bytes, --max-bytes, --factor, --iters, --warmup, "
-                                    "--algorithm, --json, --compare-call-check ROUNDS, --both-checked)");
+      throw tandem::InvalidArgument(
+          "unknown argument " + k +
+          " (--op allreduce|broadcast|allgather|reduce_scatter, "
+          "--min-bytes, --max-bytes, --factor, --iters, --warmup, "
+          "--algorithm, --json, --compare-call-check ROUNDS, --both-checked)");
     }
   }
   if (a.op != "allreduce" && a.op != "broadcast" && a.op != "allgather" &&
@@ -247,8 +248,8 @@ int main(int argc, char** argv) {
     // Joined as tandem::Collectives::Join() does, keeping the service, whose
     // mesh --compare-call-check switches.
     std::unique_ptr<tandem::collective::CollectiveService> service;
-    auto cluster = tandem::cluster::JoinWithServices(
-        tandem::base::Environment::FromProcess().vars(), [&](tandem::cluster::NodeServices& s) {
+    auto node = tandem::cluster::JoinNode(
+        tandem::base::Environment::FromProcess(), [&](tandem::cluster::NodeServices& s) {
           service = std::make_unique<tandem::collective::CollectiveService>(
               s, tandem::collective::CollectiveSettings::FromEnvironment(s.env, s.config));
         });
@@ -258,7 +259,7 @@ int main(int argc, char** argv) {
       CompareCallCheck(*service, args);
       world.Barrier({"finalize", {}});
       service->StopWorld();
-      cluster->Finalize();
+      node->Finalize();
       return 0;
     }
     const int n = world.size();
@@ -301,7 +302,7 @@ int main(int argc, char** argv) {
     }
     world.Barrier({"finalize", {}});
     service->StopWorld();
-    cluster->Finalize();
+    node->Finalize();
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collective_bench: error: %s\n", e.what());

@@ -19,9 +19,9 @@
 
 namespace tandem {
 
-namespace cluster {
+namespace api {
 struct ClusterAccess;
-}  // namespace cluster
+}  // namespace api
 
 /// The three kinds of process in a job.
 enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
@@ -49,6 +49,13 @@ struct NodeInfo {
 
 /// A node's membership in a running job.
 ///
+/// A process joins once: on a worker, KVStore::Create(type, cluster) and
+/// Collectives::Open(cluster) then open the parameter server and the
+/// collectives on this one node, with the same worker rank (docs/cluster.md,
+/// "One node, both strategies"). Each of them holds the node too; the node
+/// leaves the job when the last of its users (this handle, each store, the
+/// collectives) has left.
+///
 /// Thread-safety: every method may be called from any thread; Barrier calls
 /// are serialised (one barrier at a time per node).
 class Cluster {
@@ -63,7 +70,8 @@ class Cluster {
   /// As Join(), with an explicit environment instead of the process's.
   static std::unique_ptr<Cluster> Join(const std::map<std::string, std::string>& env);
 
-  /// Leaves at once (no final barrier) if Finalize() was not called.
+  /// Gives up this handle's hold on the node; the last user to go without
+  /// Finalize() makes the node leave at once (no final barrier).
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
@@ -92,11 +100,13 @@ class Cluster {
   /// as the slowest node takes to finish its work (a server waits for the
   /// workers' training to end) but never past a lost node: heartbeats watch
   /// every node meanwhile. The scheduler additionally waits until every node
-  /// has left. Throws PeerLost.
+  /// has left. While a store or the collectives opened on this node are
+  /// still open, it only gives up this handle's hold: the last of them to
+  /// leave runs the barrier. Idempotent. Throws PeerLost.
   void Finalize();
 
  private:
-  friend struct cluster::ClusterAccess;  // src/cluster/node_services.h
+  friend struct api::ClusterAccess;  // src/api/cluster.cc
   struct Impl;
   explicit Cluster(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

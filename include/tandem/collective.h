@@ -190,12 +190,20 @@ class Collectives {
   /// Timeout (names the workers that did not connect).
   static std::unique_ptr<Collectives> Join();
   static std::unique_ptr<Collectives> Join(const std::map<std::string, std::string>& env);
+  /// Opens the collectives on a worker's node that joined already (with
+  /// Cluster::Join, or a store of KVStore::Create opened on it), then
+  /// connects to every other worker: the same worker ranks as the store's.
+  /// Every worker opens them; a node opens them once. The Collectives hold
+  /// the node as well. Throws InvalidArgument (not a worker, opened
+  /// already), Timeout (names the workers that did not connect).
+  static std::unique_ptr<Collectives> Open(Cluster& cluster);
 
   ~Collectives();
   Collectives(const Collectives&) = delete;
   Collectives& operator=(const Collectives&) = delete;
 
-  /// The job membership (rank, barriers, Finalize).
+  /// The job membership (rank, barriers, Finalize): this object's own
+  /// handle on the node.
   Cluster& cluster();
   /// The communicator over every worker.
   Communicator& world();
@@ -205,7 +213,9 @@ class Collectives {
   /// a member. Throws InvalidArgument.
   std::unique_ptr<Communicator> NewGroup(const std::vector<int>& world_ranks);
 
-  /// Waits for the world's queued operations, then Cluster::Finalize().
+  /// Waits for the world's queued operations, ends the world, then
+  /// Cluster::Finalize() of its handle (the final barrier when nothing else
+  /// holds the node).
   void Finalize();
 
  private:

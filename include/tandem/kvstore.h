@@ -30,6 +30,8 @@
 
 namespace tandem {
 
+class Cluster;
+
 namespace kv {
 class KvOperation;
 }  // namespace kv
@@ -101,6 +103,14 @@ class KVStore {
   /// is not a worker), ConfigError (a job without servers) and what
   /// Cluster::Join throws.
   static std::unique_ptr<KVStore> Create(const std::string& type);
+  /// Opens the distributed store `type` on a worker's node that joined
+  /// already (Cluster::Join, or Collectives::Join's cluster()), so that the
+  /// process uses the parameter server and the collectives together with
+  /// one worker rank (docs/cluster.md, "One node, both strategies"). The
+  /// store holds the node as well. A node opens one distributed store.
+  /// Throws InvalidArgument (not distributed, not a worker, a store open
+  /// already), ConfigError (a job without servers).
+  static std::unique_ptr<KVStore> Create(const std::string& type, Cluster& cluster);
 
   /// A distributed store leaves the job in order (a barrier of all nodes),
   /// unless Leave() did; errors then are logged, not thrown.

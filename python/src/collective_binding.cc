@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "held_tensor.h"
+#include "tandem/cluster.h"
 #include "tandem/collective.h"
 #include "tandem/error.h"
 #include "tandem/fusion_engine.h"
@@ -291,10 +292,13 @@ void RegisterCollectives(py::module_& m) {
   py::class_<Collectives>(m, "Collectives",
                           "A worker's collectives: its membership in the job and the mesh "
                           "of connections to the other workers.")
-      .def(py::init([] {
-        py::gil_scoped_release release;
-        return Collectives::Join();
-      }))
+      .def(py::init([](Cluster* cluster) {
+             py::gil_scoped_release release;
+             return cluster != nullptr ? Collectives::Open(*cluster) : Collectives::Join();
+           }),
+           py::arg("cluster") = nullptr,
+           "Joins the job, or opens the collectives on `cluster`'s node (which must outlive "
+           "this object's use of it only until this returns: the collectives hold the node).")
       .def_property_readonly("rank", [](Collectives& c) { return c.world().rank(); })
       .def_property_readonly("size", [](Collectives& c) { return c.world().size(); })
       .def("world", &Collectives::world, py::return_value_policy::reference_internal)

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "held_tensor.h"
+#include "tandem/cluster.h"
 #include "tandem/error.h"
 #include "tandem/kvstore.h"
 
@@ -146,15 +147,17 @@ void RegisterKVStore(py::module_& m) {
       .def("done", &PyKVHandle::Done, "True once the call completed; never blocks.");
 
   py::class_<PyKVStore>(m, "KVStore", "include/tandem/kvstore.h, one key per call.")
-      .def(py::init([](const std::string& type) {
+      .def(py::init([](const std::string& type, Cluster* cluster) {
              std::unique_ptr<KVStore> store;
              {
                py::gil_scoped_release release;
-               store = KVStore::Create(type);
+               store = cluster != nullptr ? KVStore::Create(type, *cluster) : KVStore::Create(type);
              }
              return std::make_unique<PyKVStore>(std::move(store));
            }),
-           py::arg("type"))
+           py::arg("type"), py::arg("cluster") = nullptr,
+           "Creates a store; a distributed one on `cluster`'s node when given (the store "
+           "holds the node), else joining the job.")
       .def("close", &PyKVStore::Close)
       .def_property_readonly("closed", &PyKVStore::closed)
       .def_property_readonly("type", [](PyKVStore& s) { return s.store().type(); })

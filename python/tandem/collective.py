@@ -23,7 +23,7 @@ import os
 import threading
 from typing import Optional, Sequence
 
-from tandem import _core, _exit
+from tandem import _core, _exit, _node
 from tandem._tensors import empty_like, shape_of
 
 Communicator = _core.Communicator
@@ -84,17 +84,19 @@ _state: dict[str, object] = {}  # "collectives": the joined _core.Collectives
 
 def init() -> None:
     """Joins the job the environment describes as a worker (DMLC contract;
-    `tandem launch -n N --no-scheduler` or with a scheduler) and connects to
-    every other worker. Idempotent. Raises tandem.ConfigError (not a
-    worker), tandem.Timeout (names the workers that did not connect)."""
-    from tandem import kvstore
+    `tandem launch -n N` with or without servers) and connects to every other
+    worker. Idempotent. In a process that opened a distributed store first,
+    the collectives open on the store's node, with the same rank. Raises
+    tandem.ConfigError (not a worker), tandem.Timeout (names the workers
+    that did not connect)."""
     with _lock:
         if "collectives" not in _state:
-            if kvstore._open_distributed():
-                raise _core.InvalidArgument(
-                    "tandem.init(): this process already joined the job through a distributed "
-                    "KVStore; a process uses the KVStore or the collectives, not both")
-            _state["collectives"] = _core.Collectives()
+            cluster = _node.acquire()
+            try:
+                _state["collectives"] = _core.Collectives(cluster)
+            except BaseException:
+                _node.release(graceful=False)
+                raise
 
 
 def is_initialized() -> bool:
@@ -110,7 +112,10 @@ def shutdown() -> None:
     if e is not None:
         e.close()
     if c is not None:
-        c.finalize()
+        try:
+            c.finalize()
+        finally:
+            _node.release()
 
 
 def engine() -> "_core.FusionEngine":

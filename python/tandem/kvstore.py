@@ -20,7 +20,7 @@ import operator
 
 from typing import Any, Sequence
 
-from tandem import _core, _exit
+from tandem import _core, _exit, _node
 
 Handle = _core.KVHandle
 
@@ -59,14 +59,17 @@ class KVStore:
     """
 
     def __init__(self, name: str = "local"):
-        from tandem import collective
-        if name.startswith("dist") and collective.is_initialized():
-            raise _core.InvalidArgument(
-                f"kvstore.create('{name}'): this process already joined the job through "
-                "tandem.init(); a process uses the KVStore or the collectives, not both")
-        self._store = _core.KVStore(name)
-        if name.startswith("dist"):
-            _MEMBERS.append(self._store)
+        if not name.startswith("dist"):
+            self._store = _core.KVStore(name)
+            return
+        # On the process's node, which tandem.init() may have joined already.
+        cluster = _node.acquire()
+        try:
+            self._store = _core.KVStore(name, cluster)
+        except BaseException:
+            _node.release(graceful=False)
+            raise
+        _MEMBERS.append(self._store)
 
     # -- properties --
 
@@ -219,11 +222,14 @@ class KVStore:
         """Leaves the job (a distributed store meets the other workers in a
         barrier). Idempotent; also run at interpreter exit. Raises
         tandem.PeerLost, tandem.Timeout when that barrier fails."""
+        if self._store not in _MEMBERS:
+            self._store.close()  # a local store, or closed already
+            return
+        _MEMBERS.remove(self._store)
         try:
             self._store.close()
         finally:
-            if self._store in _MEMBERS:
-                _MEMBERS.remove(self._store)
+            _node.release()
 
     def __enter__(self) -> "KVStore":
         return self
@@ -236,11 +242,6 @@ class KVStore:
             return "<tandem.kvstore.KVStore closed>"
         return (f"<tandem.kvstore.KVStore {self.type} rank={self.rank} "
                 f"workers={self.num_workers} servers={self.num_servers}>")
-
-
-def _open_distributed() -> bool:
-    """True while this process holds an open distributed store."""
-    return any(not s.closed for s in _MEMBERS)
 
 
 _MAX_ROW_ID = 2**63 - 1
@@ -266,7 +267,10 @@ def _row_list(row_ids) -> list[int]:
 def _close_all() -> None:
     while _MEMBERS:
         store = _MEMBERS.pop()
-        store.close()
+        try:
+            store.close()
+        finally:
+            _node.release()
 
 
 _exit.leave_at_exit(_close_all)

@@ -3,8 +3,8 @@
 // transport and dispatcher, its configuration and logger, and its
 // membership (node table, barriers, failure news).
 //
-// A service registers its message handlers in the setup hook of
-// JoinWithServices(), which runs after this node listens and before it
+// A service registers its message handlers between the node's assembly and
+// its Join() (cluster/node.h), after this node listens and before it
 // registers with the scheduler: no peer learns this node's address before
 // its services can take messages (a message of an unregistered type would
 // close the connection).
@@ -29,7 +29,7 @@
 
 namespace tandem::cluster {
 
-/// Borrowed references into a Cluster; valid while the Cluster lives.
+/// Borrowed references into a Node (cluster/node.h); valid while it lives.
 struct NodeServices {
   const base::Environment& env;
   const base::Config& config;
@@ -50,15 +50,7 @@ struct NodeServices {
   net::TrafficMeter* traffic = nullptr;
 };
 
-/// Runs inside Join, before this node registers with the scheduler.
+/// Sets a service up on a node that listens and has not registered yet.
 using ServiceSetup = std::function<void(NodeServices&)>;
-
-/// Cluster::Join(env) with `setup` run at the moment described above.
-/// Throws what Cluster::Join throws, and whatever `setup` throws.
-std::unique_ptr<Cluster> JoinWithServices(const std::map<std::string, std::string>& env,
-                                          const ServiceSetup& setup);
-
-/// The services of a joined node.
-NodeServices Services(Cluster& cluster);
 
 }  // namespace tandem::cluster

@@ -46,15 +46,3 @@ net::TrafficLabels NodeTrafficLabels(std::function<const char*(int node_id)> rol
 }
 
 }  // namespace tandem::cluster
-
-// The net layer's constructors that take a node's role labels: they count by
-// the labels above (net/metered_transport.h, net/send_queue_bound.h).
-namespace tandem::net {
-
-TrafficMeter::TrafficMeter(base::StatsRegistry& stats, RoleOf role_of)
-    : TrafficMeter(stats, cluster::NodeTrafficLabels(std::move(role_of))) {}
-
-SendQueueMeter::SendQueueMeter(base::StatsRegistry& stats, TrafficMeter::RoleOf role_of)
-    : SendQueueMeter(stats, cluster::NodeTrafficLabels(std::move(role_of))) {}
-
-}  // namespace tandem::net

@@ -2,8 +2,8 @@
 // handlers must be registered before the node registers with the scheduler)
 // and the communicators over it.
 //
-// Life: construct in JoinWithServices' setup hook (or, in tests, before the
-// node joins); Start() once the node joined; make groups; destroy the
+// Life: construct before the node joins (api::WorkerServices does, on every
+// worker node); Start() once the node joined; make groups; destroy the
 // communicators, then stop the transport, then destroy the service.
 #pragma once
 

@@ -62,7 +62,10 @@ void PeerMesh::OnDisconnected(net::ConnectionId id, const std::string& reason) {
     if (!closing_) {
       const bool first = !failure_;
       FailLocked(FailureKind::kPeerLost, text);
-      if (first && !slots_.empty()) log_.Error("{}", failure_->text);
+      // The caller's operation raises it; the process's one log line of a
+      // lost node is the membership's (cluster/membership.cc), so a loss
+      // found here first is logged only with PS_VERBOSE.
+      if (first && !slots_.empty()) log_.V1("{}", failure_->text);
     }
     // Pieces sent by reference to that peer will not be answered now.
     refs = TakeRefsLocked(link->second.rank);

@@ -12,18 +12,12 @@
 #include "base/byte_io.h"
 #include "base/dtype.h"
 #include "cluster/node_services.h"
-#include "cluster/startup_environment.h"
 #include "kv/checkpoint_directory.h"
 #include "kv/device_sum.h"
 #include "kv/optimizer/optimizer.h"
 #include "tandem/error.h"
 
 namespace tandem::kv {
-
-struct DistKVStore::Owned {
-  std::unique_ptr<KvClient> client;
-  std::unique_ptr<Cluster> cluster;  // destroyed first: its transport calls the client
-};
 
 namespace {
 
@@ -42,8 +36,13 @@ std::span<const std::byte> Bytes(const void* base, uint64_t offset, uint64_t cou
 
 }  // namespace
 
-DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings settings)
-    : type_(std::move(type)), client_(client), settings_(settings), mode_(ModeOf(type_)) {
+DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings settings,
+                         std::unique_ptr<Cluster> membership)
+    : membership_(std::move(membership)),
+      type_(std::move(type)),
+      client_(client),
+      settings_(settings),
+      mode_(ModeOf(type_)) {
   RequireServers();
 }
 
@@ -57,44 +56,14 @@ void DistKVStore::RequireServers() const {
   }
 }
 
-DistKVStore::DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSettings settings)
-    : owned_(std::move(owned)),
-      type_(std::move(type)),
-      client_(*owned_->client),
-      settings_(settings),
-      mode_(ModeOf(type_)) {
-  RequireServers();
-}
-
-std::unique_ptr<KVStore> DistKVStore::Join(std::string type, const base::Environment& given) {
-  ModeOf(type);
-  // Whatever launcher started us: the role comes from the resolved contract.
-  const base::Environment env(cluster::ResolveStartupEnvironment(given));
-  auto role = env.GetString("DMLC_ROLE", "worker");
-  if (role != "worker") {
-    throw InvalidArgument(fmt::format(
-        "KVStore::Create(\"{}\") in a {} process: only workers create a store; a server or "
-        "scheduler hands its role to tandem with tandem::ServeAssignedRole()",
-        type, role));
-  }
-  auto settings = StoreSettings::FromEnvironment(env);
-  auto owned = std::make_unique<Owned>();
-  auto client_options = KvClient::Options::FromEnvironment(env);
-  owned->cluster = cluster::JoinWithServices(env.vars(), [&](cluster::NodeServices& s) {
-    owned->client = std::make_unique<KvClient>(s, client_options);
-  });
-  owned->client->Start();
-  return std::unique_ptr<KVStore>(new DistKVStore(std::move(type), std::move(owned), settings));
-}
-
 void DistKVStore::Leave() {
-  if (!owned_ || left_) return;
+  if (!membership_ || left_) return;
   left_ = true;  // set first: a failed barrier is not tried again
-  owned_->cluster->Finalize();
+  membership_->Finalize();
 }
 
 DistKVStore::~DistKVStore() {
-  if (!owned_) return;
+  if (!membership_) return;
   if (left_) {
     // Leave() met the others (or reported why it could not).
   } else if (std::uncaught_exceptions() > 0) {
@@ -107,12 +76,12 @@ DistKVStore::~DistKVStore() {
         "this program");
   } else {
     try {
-      owned_->cluster->Finalize();
+      membership_->Finalize();
     } catch (const std::exception& e) {
       client_.services().log.Error("leaving the job failed: {}", e.what());
     }
   }
-  owned_->cluster.reset();
+  membership_.reset();
 }
 
 KeyRequest DistKVStore::Request(const KeyInfo& info, const KeySlice& slice, int priority) const {

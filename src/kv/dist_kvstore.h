@@ -26,21 +26,22 @@ namespace tandem::kv {
 /// Thread-safety: as KVStore (any thread); the key table is guarded by mu_.
 class DistKVStore final : public KVStore {
  public:
-  /// A store over a started `client` that the caller keeps alive (tests run
-  /// several in one process this way). Throws InvalidArgument for a type
-  /// that is not distributed.
-  DistKVStore(std::string type, KvClient& client, StoreSettings settings);
+  /// A store over a started `client`. With `membership` (a claim on the
+  /// node the client runs on: KVStore::Create), the store holds it and
+  /// leaves the job through it; without, the caller keeps the client alive
+  /// and leaves (tests run several stores in one process this way). Throws
+  /// InvalidArgument for a type that is not distributed, ConfigError for a
+  /// job without servers.
+  DistKVStore(std::string type, KvClient& client, StoreSettings settings,
+              std::unique_ptr<Cluster> membership = nullptr);
 
-  /// KVStore::Create for the distributed types: joins the job that `env`
-  /// describes (this process must be a worker) and owns the membership.
-  static std::unique_ptr<KVStore> Join(std::string type, const base::Environment& env);
-
-  /// When owning the membership: Finalize (a barrier of every node) unless
-  /// Leave() ran, then leave; errors are logged.
+  /// With a membership: Cluster::Finalize (the final barrier, when this is
+  /// the node's last user) unless Leave() ran or an exception is unwinding
+  /// (then it leaves at once); errors are logged.
   ~DistKVStore() override;
 
-  /// When owning the membership: Finalize, throwing its error (PeerLost,
-  /// Timeout). Once only; the destructor then skips the barrier.
+  /// With a membership: Cluster::Finalize, throwing its error (PeerLost,
+  /// Timeout). Once only; the destructor then skips it.
   void Leave() override;
 
   const std::string& type() const override { return type_; }
@@ -66,9 +67,6 @@ class DistKVStore final : public KVStore {
   std::optional<KVCheckpoint> LoadCheckpoint(const std::string& dir) override;
 
  private:
-  struct Owned;
-  DistKVStore(std::string type, std::unique_ptr<Owned> owned, StoreSettings settings);
-
   // Throws ConfigError for a job without servers.
   void RequireServers() const;
   KeyRequest Request(const KeyInfo& info, const KeySlice& slice, int priority) const;
@@ -99,8 +97,8 @@ class DistKVStore final : public KVStore {
   const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
                           const std::shared_ptr<KvOperation>& op);
 
-  std::unique_ptr<Owned> owned_;  // the membership and client, when Join made them
-  bool left_ = false;             // Leave() ran (the caller's thread)
+  std::unique_ptr<Cluster> membership_;  // this store's claim on its node, when given
+  bool left_ = false;                    // Leave() ran (the caller's thread)
   std::string type_;
   KvClient& client_;
   StoreSettings settings_;

@@ -11,7 +11,7 @@
 
 #include "base/environment.h"
 #include "base/exit_code.h"
-#include "cluster/node_services.h"
+#include "cluster/node.h"
 #include "cluster/startup_environment.h"
 #include "kv/kv_server.h"
 #include "tandem/error.h"
@@ -28,21 +28,22 @@ int RunRole(Role role, std::map<std::string, std::string> env) {
     }
     env["DMLC_ROLE"] = name;
     if (role == Role::kScheduler) {
-      auto cluster = Cluster::Join(env);
-      cluster->Finalize();
+      auto node = cluster::JoinNode(base::Environment(env), nullptr);
+      node->Finalize();
       return 0;
     }
     auto options = KvServer::Options::FromEnvironment(base::Environment(env));
     std::unique_ptr<KvServer> server;
-    auto cluster = cluster::JoinWithServices(
-        env, [&](cluster::NodeServices& s) { server = std::make_unique<KvServer>(s, options); });
+    auto node = cluster::JoinNode(base::Environment(env), [&](cluster::NodeServices& s) {
+      server = std::make_unique<KvServer>(s, options);
+    });
     server->Start();
     const auto wall0 = std::chrono::steady_clock::now();
     // The server works on its shard threads until every node leaves. After a
     // failure requests may still be in flight: the shards stop before the
     // cluster (transport, logger) they answer through goes.
     try {
-      cluster->Finalize();
+      node->Finalize();
     } catch (...) {
       server->Stop();
       throw;
@@ -55,11 +56,11 @@ int RunRole(Role role, std::map<std::string, std::string> env) {
                        double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6;
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    cluster::Services(*cluster).log.Info(
+    node->log().Info(
         "server cpu time {:.2f} s over {:.2f} s serving ({:.2f} cores on average, {} shard "
         "threads)",
         cpu, wall, wall > 0 ? cpu / wall : 0.0, options.threads);
-    cluster.reset();  // stops the transport before the server goes
+    node.reset();  // stops the transport before the server goes
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "tandem %s (pid %d): error: %s\n", name.c_str(), getpid(), e.what());

@@ -43,15 +43,6 @@ class TrafficMeter {
   /// with labels peer_role and service, one per pair of values of `labels`).
   TrafficMeter(base::StatsRegistry& stats, TrafficLabels labels);
 
-  /// A node id's role label, as cluster::NodeTrafficLabels reads it, for
-  /// the constructor below.
-  using RoleOf = std::function<const char*(int node_id)>;
-  /// Counts by cluster::NodeTrafficLabels(role_of). Defined with it, in the
-  /// cluster layer (src/cluster/traffic_labels.cc), which names a node's
-  /// peers and services; for the call sites that build a node's meters
-  /// from its role labels (src/cluster/cluster.cc, node.cc).
-  TrafficMeter(base::StatsRegistry& stats, RoleOf role_of);
-
   /// One message of `bytes` bytes (header, meta and payload) sent to or
   /// received from `h.recipient` / `h.sender`.
   void Sent(const Header& h, uint64_t bytes);

@@ -48,9 +48,6 @@ class SendQueueMeter {
   /// `labels.peer_roles` (its services are not used). `stats` must outlive
   /// the meter's users.
   SendQueueMeter(base::StatsRegistry& stats, TrafficLabels labels);
-  /// Counts by cluster::NodeTrafficLabels(role_of); defined with it, in the
-  /// cluster layer (src/cluster/traffic_labels.cc), as TrafficMeter's.
-  SendQueueMeter(base::StatsRegistry& stats, TrafficMeter::RoleOf role_of);
 
   /// The index (in the labels' peer_roles) of the role of node `recipient`.
   int RoleOf(int recipient) const;

@@ -273,8 +273,7 @@ TEST(Cluster, ASilentNodeIsDeclaredLostAfterTheHeartbeatTimeout) {
   // still until the scheduler declared the mute worker lost.
   std::thread driver([&] {
     EXPECT_TRUE(WaitFor([&] { return joined == 3; }));
-    const std::vector<Membership*> beaters = {beating->membership.get(),
-                                              job.scheduler().membership.get()};
+    const std::vector<Membership*> beaters = {beating->membership, job.scheduler().membership};
     for (int step = 1; step <= 7; ++step) {
       clock.Advance(t.heartbeat_interval);
       EXPECT_TRUE(WaitFor([&] {

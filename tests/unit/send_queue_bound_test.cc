@@ -27,6 +27,7 @@
 
 #include "base/logger.h"
 #include "base/stats.h"
+#include "cluster/traffic_labels.h"
 #include "net/tcp_transport.h"
 #include "support/peak_sampler.h"
 #include "tandem/error.h"
@@ -111,7 +112,7 @@ double SeriesValue(const base::StatsRegistry& stats, const std::string& name) {
 class BoundedPair {
  public:
   BoundedPair(uint64_t max_queued, std::chrono::milliseconds wait_timeout)
-      : meter_(stats_, [](int) { return "server"; }) {
+      : meter_(stats_, cluster::NodeTrafficLabels([](int) { return "server"; })) {
     TransportOptions opts;
     opts.job_id = "send-queue-test";
     opts.secret = "s";

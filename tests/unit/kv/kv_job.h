@@ -139,7 +139,7 @@ struct KvJobOptions {
   uint64_t inflight_bytes = uint64_t{64} << 20;         // each worker's KvClient
   uint64_t server_inflight_bytes = uint64_t{64} << 20;  // each server's RequestWindow
   std::shared_ptr<TestSgd::UpdateLog> update_log;       // the servers' updates, in order
-  kv::OptimizerFactory optimizer_factory;  // the servers' optimizers; unset: TestSgd
+  kv::OptimizerFactory optimizer_factory;               // the servers' optimizers; unset: TestSgd
   Timings timings{};
 };
 
@@ -171,9 +171,8 @@ class KvJob {
       job_.node(static_cast<size_t>(i)).transport->Shutdown();
     job_.scheduler().transport->Shutdown();
     // Memberships stop their heartbeats before the clients they report
-    // failures to go away.
-    for (int i = 0; i < o_.servers + o_.workers; ++i)
-      job_.node(static_cast<size_t>(i)).membership.reset();
+    // failures to go away: the nodes go first.
+    job_.Clear();
     clients_.clear();
     servers_.clear();
   }
@@ -226,7 +225,7 @@ class KvJob {
  private:
   int IndexOf(Membership& m) {
     for (int i = 0; i < o_.servers + o_.workers; ++i) {
-      if (job_.node(static_cast<size_t>(i)).membership.get() == &m) return i;
+      if (job_.node(static_cast<size_t>(i)).membership == &m) return i;
     }
     return -1;
   }

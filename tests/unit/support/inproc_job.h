@@ -1,24 +1,31 @@
 // A whole job inside one test process: a scheduler and any number of
-// servers and workers, each node with its own in-process transport,
-// dispatcher, logger and membership, as a process has. Tests of the layers
+// servers and workers, each a cluster::Node assembled as a process's is
+// (cluster/node.h: from its DMLC environment, a transport factory and a
+// clock), with the in-process transport on one network and the job's clock
+// (a ManualClock the test advances, or the real one). Tests of the layers
 // above cluster/ (kv, collective) take each node's NodeServices and run
-// their services on it; RunAll runs a body per node on its own thread.
+// their services on it; RunAll joins every node and runs a body per node on
+// its own thread.
 #pragma once
 
-#include <atomic>
+#include <fmt/format.h>
+
+#include <chrono>
 #include <exception>
 #include <functional>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "base/clock.h"
-#include "base/config.h"
 #include "base/environment.h"
 #include "base/logger.h"
+#include "base/stats.h"
 #include "cluster/membership.h"
+#include "cluster/node.h"
 #include "cluster/node_services.h"
 #include "cluster/scheduler.h"
 #include "net/inproc_transport.h"
@@ -40,79 +47,54 @@ struct Timings {
   milliseconds barrier_timeout{10000};
 };
 
-// One node: its own transport, dispatcher and logger, as a process has.
+// One node of the job and the parts of it tests reach for.
 struct TestNode {
-  base::Environment env;
-  base::Config config;
-  base::SteadyClock clock;
-  base::Logger log;
-  net::MessageDispatcher dispatcher;
-  base::StatsRegistry stats;
-  std::unique_ptr<net::InProcTransport> transport;
-  std::unique_ptr<Scheduler> scheduler;
-  std::unique_ptr<Membership> membership;
+  explicit TestNode(std::unique_ptr<cluster::Node> assembled)
+      : node(std::move(assembled)),
+        transport(&node->transport()),
+        membership(&node->membership()),
+        scheduler(node->scheduler()),
+        log(node->log()),
+        stats(node->Services().stats),
+        dispatcher(node->Services().dispatcher) {}
+  // What the layers above cluster/ use.
+  cluster::NodeServices services() { return node->Services(); }
 
-  TestNode(net::InProcNetwork& network, std::string tag)
-      // PS_VERBOSE=1 or 2 shows the protocol when a test fails.
-      : env(base::Environment::FromProcess()),
-        config(base::Config::FromEnvironment(env)),
-        log(std::move(tag),
-            static_cast<int>(base::Environment::FromProcess().GetInt("PS_VERBOSE", 0))) {
-    net::TransportOptions o;
-    o.job_id = "cluster-test";
-    o.secret = "s3cret";
-    transport = std::make_unique<net::InProcTransport>(network, o, &dispatcher, log);
-    dispatcher.SetTransport(transport.get());
-  }
-  // What the layers above cluster/ use; valid once `membership` exists.
-  cluster::NodeServices services() {
-    return {env, config, log, clock, *transport, dispatcher, *membership, stats};
-  }
-
-  ~TestNode() {
-    transport->Shutdown();
-    membership.reset();
-    scheduler.reset();
-  }
+  std::unique_ptr<cluster::Node> node;
+  net::Transport* transport;
+  Membership* membership;
+  Scheduler* scheduler;  // the scheduler's node only
+  base::Logger& log;
+  base::StatsRegistry& stats;
+  net::MessageDispatcher& dispatcher;
 };
 
-// A job of one scheduler, `servers` servers and `workers` workers. The
-// scheduler and the memberships run on `clock` (borrowed; null: the real
-// clock), e.g. a ManualClock the test advances.
+// A job of one scheduler, `servers` servers and `workers` workers, on
+// `clock` (borrowed; null: the real clock).
 class TestJob {
  public:
   TestJob(int servers, int workers, Timings t = {}, const base::Clock* clock = nullptr)
       : servers_(servers), workers_(workers), t_(t), clock_(clock ? *clock : steady_clock_) {
-    scheduler_node_ = std::make_unique<TestNode>(network_, "scheduler");
-    auto ep = scheduler_node_->transport->Listen({"sched", 0});
-    scheduler_ep_ = ep;
-    Scheduler::Options so;
-    so.num_servers = servers;
-    so.num_workers = workers;
-    so.heartbeat_timeout = t.heartbeat_timeout;
-    so.start_timeout = t.start_timeout;
-    so.barrier_timeout = t.barrier_timeout;
-    scheduler_node_->scheduler =
-        std::make_unique<Scheduler>(so, *scheduler_node_->transport, scheduler_node_->log, clock_);
-    scheduler_node_->dispatcher.Register(msg::kRegister, msg::kSchedulerBoundLast,
-                                         scheduler_node_->scheduler.get());
-    AddMember(scheduler_node_.get(), Role::kScheduler, -1, "sched", ep.port);
+    scheduler_node_ = Assemble(Role::kScheduler, -1, "sched", t_);
+    scheduler_port_ = scheduler_node_->node->scheduler_port();
   }
 
-  // Transports stop first: their callbacks reach the memberships and the
-  // scheduler, which must outlive them (as in tandem::Cluster).
-  ~TestJob() {
-    for (auto& n : nodes_) n->transport->Shutdown();
-    scheduler_node_->transport->Shutdown();
+  ~TestJob() { Clear(); }
+
+  // Destroys every node (each stops its transport before its membership),
+  // the servers and workers first, so that the scheduler sees their
+  // connections close (and does not wait for them to drain) as it goes.
+  // Services made on the nodes' NodeServices must be stopped before and
+  // destroyed after.
+  void Clear() {
+    nodes_.clear();
+    scheduler_node_.reset();
   }
 
-  // Adds a server or worker node (not yet joined).
+  // Adds a server or worker node (assembled, not yet joined).
   TestNode* Add(Role role, int requested_rank = -1, Timings* own = nullptr) {
-    auto node = std::make_unique<TestNode>(network_, std::string(RoleName(role)));
-    std::string host = "host-" + std::to_string(nodes_.size());
-    uint16_t port = node->transport->Listen({host, 0}).port;
-    AddMember(node.get(), role, requested_rank, host, port, own);
-    nodes_.push_back(std::move(node));
+    nodes_.push_back(
+        Assemble(role, requested_rank, "host-" + std::to_string(nodes_.size()), own ? *own : t_));
     return nodes_.back().get();
   }
 
@@ -133,7 +115,7 @@ class TestJob {
     for (TestNode* n : all) {
       futures.push_back(std::async(std::launch::async, [n, &body]() -> std::exception_ptr {
         try {
-          n->membership->Join();
+          n->node->Join();
           body(*n->membership);
           return nullptr;
         } catch (...) {
@@ -150,22 +132,43 @@ class TestJob {
   TestNode& scheduler() { return *scheduler_node_; }
 
  private:
-  void AddMember(TestNode* node, Role role, int requested_rank, const std::string& host,
-                 uint16_t port, Timings* own = nullptr) {
-    const Timings& t = own ? *own : t_;
-    Membership::Options m;
-    m.role = role;
-    m.requested_rank = requested_rank;
-    m.scheduler = scheduler_ep_;
-    m.host = host;
-    m.port = port;
-    m.connect_timeout = milliseconds(5000);
-    m.start_timeout = t.start_timeout;
-    m.barrier_timeout = t.barrier_timeout;
-    m.heartbeat_interval = t.heartbeat_interval;
-    m.heartbeat_timeout = t.heartbeat_timeout;
-    node->membership = std::make_unique<Membership>(m, *node->transport, node->log, clock_);
-    node->dispatcher.Register(msg::kNodeBoundFirst, msg::kNodeBoundLast, node->membership.get());
+  static std::string Seconds(milliseconds d) { return fmt::format("{:.3f}", d.count() / 1e3); }
+
+  // The node a process of `role` would be with the DMLC variables of this
+  // job, on the in-process network.
+  std::unique_ptr<TestNode> Assemble(Role role, int requested_rank, const std::string& host,
+                                     const Timings& t) {
+    std::map<std::string, std::string> vars = {
+        {"DMLC_ROLE", std::string(RoleName(role))},
+        {"DMLC_PS_ROOT_URI", "sched"},
+        {"DMLC_PS_ROOT_PORT", std::to_string(scheduler_port_)},
+        {"DMLC_NUM_SERVER", std::to_string(servers_)},
+        {"DMLC_NUM_WORKER", std::to_string(workers_)},
+        {"DMLC_NODE_HOST", host},
+        {"TANDEM_JOB_ID", "cluster-test"},
+        {"TANDEM_SECRET", "s3cret"},
+        {"TANDEM_CONNECT_TIMEOUT", "5"},
+        {"PS_HEARTBEAT_INTERVAL", Seconds(t.heartbeat_interval)},
+        {"PS_HEARTBEAT_TIMEOUT", Seconds(t.heartbeat_timeout)},
+        {"TANDEM_START_TIMEOUT", Seconds(t.start_timeout)},
+        {"TANDEM_BARRIER_TIMEOUT", Seconds(t.barrier_timeout)},
+        // PS_VERBOSE=1 or 2 shows the protocol when a test fails; quiet
+        // otherwise.
+        {"PS_VERBOSE", base::Environment::FromProcess().GetString("PS_VERBOSE", "0")}};
+    if (requested_rank >= 0) {
+      vars[role == Role::kServer ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"] =
+          std::to_string(requested_rank);
+    }
+    cluster::NodeAssembly assembly;
+    net::InProcNetwork* network = &network_;
+    assembly.transport = [network](const net::TransportOptions& o, net::TransportHandler* handler,
+                                   base::Logger& log) -> std::unique_ptr<net::Transport> {
+      return std::make_unique<net::InProcTransport>(*network, o, handler, log);
+    };
+    assembly.clock = &clock_;
+    assembly.listen_on_announced_host = true;
+    return std::make_unique<TestNode>(
+        std::make_unique<cluster::Node>(base::Environment(vars), std::move(assembly)));
   }
 
   int servers_;
@@ -173,8 +176,10 @@ class TestJob {
   Timings t_;
   base::SteadyClock steady_clock_;
   const base::Clock& clock_;
-  net::InProcNetwork network_;
-  net::Endpoint scheduler_ep_;
+  net::InProcNetwork network_;  // outlives every node
+  // Any port will do on a network of its own; the scheduler's must be
+  // known before it listens, as in a real job.
+  uint16_t scheduler_port_ = 9091;
   std::unique_ptr<TestNode> scheduler_node_;
   std::vector<std::unique_ptr<TestNode>> nodes_;
 };
