@@ -385,7 +385,8 @@ int main(int argc, char** argv) {
                   p90 * 1e3);
     }
 
-    std::printf("\n## one server's cores: 2 workers push 8 keys of 16 MiB at once, Adam on the server\n\n");
+    std::printf(
+        "\n## one server's cores: 2 workers push 8 keys of 16 MiB at once, Adam on the server\n\n");
     ServerWindow window;
     Job cores =
         RunJob(tandem, self, 2, 1, fmt::format("{}--mode cores", quick ? "--quick " : ""), &window);

@@ -28,13 +28,20 @@ enum class DType : uint8_t {
 /// Bytes per element of `dtype`; 0 for a value outside the enum.
 constexpr size_t ElementSize(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return 4;
-    case DType::kF64: return 8;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kI32: return 4;
-    case DType::kI64: return 8;
-    case DType::kU8: return 1;
+    case DType::kF32:
+      return 4;
+    case DType::kF64:
+      return 8;
+    case DType::kF16:
+      return 2;
+    case DType::kBF16:
+      return 2;
+    case DType::kI32:
+      return 4;
+    case DType::kI64:
+      return 8;
+    case DType::kU8:
+      return 1;
   }
   return 0;
 }
@@ -43,18 +50,16 @@ constexpr size_t ElementSize(DType dtype) {
 ///
 /// Thread-safety: a plain value; the memory it points to is the caller's.
 struct TensorView {
-  void* data = nullptr;          ///< first element; may be null when empty
-  DType dtype = DType::kF32;     ///< element type
-  std::vector<int64_t> shape;    ///< dimensions; {} is a scalar (1 element)
+  void* data = nullptr;        ///< first element; may be null when empty
+  DType dtype = DType::kF32;   ///< element type
+  std::vector<int64_t> shape;  ///< dimensions; {} is a scalar (1 element)
 
   /// The product of the dimensions (1 for a scalar, 0 if any dimension is 0).
   int64_t num_elements() const {
     return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<>());
   }
   /// num_elements() times the element size.
-  size_t num_bytes() const {
-    return static_cast<size_t>(num_elements()) * ElementSize(dtype);
-  }
+  size_t num_bytes() const { return static_cast<size_t>(num_elements()) * ElementSize(dtype); }
 };
 
 }  // namespace tandem

@@ -50,8 +50,8 @@ int64_t Environment::GetInt(const std::string& name, int64_t fallback, int64_t m
     throw ConfigError(fmt::format("environment variable {}='{}' is not an integer", name, *value));
   }
   if (parsed < min || parsed > max) {
-    throw ConfigError(fmt::format("environment variable {}={} is out of range [{}, {}]", name,
-                                  parsed, min, max));
+    throw ConfigError(
+        fmt::format("environment variable {}={} is out of range [{}, {}]", name, parsed, min, max));
   }
   return parsed;
 }
@@ -64,9 +64,9 @@ bool Environment::GetBool(const std::string& name, bool fallback) const {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (lower == "1" || lower == "true" || lower == "yes" || lower == "on") return true;
   if (lower == "0" || lower == "false" || lower == "no" || lower == "off") return false;
-  throw ConfigError(
-      fmt::format("environment variable {}='{}' is not a boolean (use 1/0, true/false, yes/no, on/off)",
-                  name, *value));
+  throw ConfigError(fmt::format(
+      "environment variable {}='{}' is not a boolean (use 1/0, true/false, yes/no, on/off)", name,
+      *value));
 }
 
 std::chrono::milliseconds Environment::GetSeconds(const std::string& name,

@@ -1,6 +1,7 @@
 #include "cluster/node_address.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
@@ -12,8 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "tandem/error.h"
 
@@ -57,7 +56,8 @@ std::string InterfaceAddress(const std::string& name) {
       v4 = NumericHost(it->ifa_addr, sizeof(sockaddr_in));
     } else if (it->ifa_addr->sa_family == AF_INET6 && v6.empty()) {
       auto* a6 = reinterpret_cast<const sockaddr_in6*>(it->ifa_addr);
-      if (!IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr)) v6 = NumericHost(it->ifa_addr, sizeof(sockaddr_in6));
+      if (!IN6_IS_ADDR_LINKLOCAL(&a6->sin6_addr))
+        v6 = NumericHost(it->ifa_addr, sizeof(sockaddr_in6));
     }
   }
   freeifaddrs(list);

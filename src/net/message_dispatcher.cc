@@ -13,9 +13,8 @@ void MessageDispatcher::Register(uint16_t first, uint16_t last, TransportHandler
   std::lock_guard lock(register_mu_);
   for (uint16_t t = first; t <= last; ++t) {
     if (by_type_[t].load() != nullptr) {
-      throw InvalidArgument(
-          fmt::format("message types [{}, {}] overlap a range registered before (type {})", first,
-                      last, t));
+      throw InvalidArgument(fmt::format(
+          "message types [{}, {}] overlap a range registered before (type {})", first, last, t));
     }
   }
   size_t n = handler_count_.load();

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     using tandem::group::kScheduler;
     using tandem::group::kServers;
     using tandem::group::kWorkers;
-    const int masks[] = {tandem::group::kAll, kWorkers,   kServers | kWorkers,
+    const int masks[] = {tandem::group::kAll,   kWorkers, kServers | kWorkers,
                          kScheduler | kWorkers, kServers, kScheduler | kServers};
     int passed = 0;
     for (int i = 0; i < args.barriers; ++i) {

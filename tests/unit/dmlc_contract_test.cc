@@ -19,8 +19,9 @@ std::map<std::string, std::string> Base(const std::string& role) {
 }
 
 TEST(DmlcContract, ParsesEveryRole) {
-  for (auto [text, role] : {std::pair{"scheduler", Role::kScheduler},
-                            std::pair{"server", Role::kServer}, std::pair{"worker", Role::kWorker}}) {
+  for (auto [text, role] :
+       {std::pair{"scheduler", Role::kScheduler}, std::pair{"server", Role::kServer},
+        std::pair{"worker", Role::kWorker}}) {
     auto d = ParseDmlcContract(base::Environment(Base(text)));
     EXPECT_EQ(d.role, role);
     EXPECT_EQ(d.scheduler_host, "10.1.2.3");
@@ -93,9 +94,7 @@ TEST(NodeAddress, NodeHostWinsOverInterface) {
             "192.0.2.7");
 }
 
-TEST(NodeAddress, InterfaceAddressOfLoopback) {
-  EXPECT_EQ(InterfaceAddress("lo"), "127.0.0.1");
-}
+TEST(NodeAddress, InterfaceAddressOfLoopback) { EXPECT_EQ(InterfaceAddress("lo"), "127.0.0.1"); }
 
 TEST(NodeAddress, UnknownInterfaceListsTheKnownOnes) {
   try {

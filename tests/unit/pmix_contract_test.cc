@@ -319,7 +319,8 @@ TEST_P(PmixRankZeroHost, FollowsTheOrderOfANodesOwnAddress) {
 INSTANTIATE_TEST_SUITE_P(
     Order, PmixRankZeroHost,
     ::testing::Values(
-        HostCase{"DMLC_NODE_HOST as given", 2, "n0", {{"DMLC_NODE_HOST", "127.1.2.3"}}, "127.1.2.3"},
+        HostCase{
+            "DMLC_NODE_HOST as given", 2, "n0", {{"DMLC_NODE_HOST", "127.1.2.3"}}, "127.1.2.3"},
         HostCase{"DMLC_INTERFACE's address", 2, "n0", {{"DMLC_INTERFACE", "lo"}}, "127.0.0.1"},
         HostCase{"one node: loopback", 1, "n0", {}, "127.0.0.1"},
         HostCase{"several nodes: PMIx's host name", 3, "gpu07", {}, "gpu07"},
