@@ -61,6 +61,7 @@ class DistKVStore final : public KVStore {
   void SetOptimizer(const std::string& name, const KVParams& params) override;
   void SetGradientCompression(const KVParams& params) override;
   void Barrier() override;
+  // Optimizer states and checkpoints: defined in dist_kvstore_checkpoints.cc.
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;
   uint64_t SaveCheckpoint(const std::string& dir, std::string_view user_state) override;
@@ -79,7 +80,11 @@ class DistKVStore final : public KVStore {
   // Runs `step` on worker 0, then a worker barrier; worker 0 rethrows
   // step's error after the barrier, so the others never wait in vain.
   void WorkerZeroThenBarrier(const std::function<void()>& step);
-  // Checkpoints (docs/checkpoints.md, "Protocol").
+  const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
+                          const std::shared_ptr<KvOperation>& op);
+  // Checkpoints (docs/checkpoints.md, "Protocol"): defined in
+  // dist_kvstore_checkpoints.cc.
+  // The largest push count of any key plus the loaded checkpoint's round.
   uint64_t CurrentRound();
   void CheckpointCommandToServers(CheckpointCommand::Phase phase, const std::string& dir,
                                   uint64_t round);
@@ -94,8 +99,6 @@ class DistKVStore final : public KVStore {
   WorkerCheckpoint ReadOwnCheckpoint(const std::string& dir, uint64_t round);
   // Applies what ReadOwnCheckpoint returned (residuals, the round).
   KVCheckpoint ApplyOwnCheckpoint(WorkerCheckpoint c);
-  const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
-                          const std::shared_ptr<KvOperation>& op);
 
   std::unique_ptr<Cluster> membership_;  // this store's claim on its node, when given
   bool left_ = false;                    // Leave() ran (the caller's thread)
