@@ -236,8 +236,36 @@ void FusionEngineImpl::Remember(const TensorRequest& desc) {
 }
 
 bool FusionEngineImpl::Cycle(bool stopping) {
-  // 1. What this rank holds: cached bits where the description is the
-  // cached one, full descriptions otherwise.
+  const std::vector<CycleMessage> all = Exchange(OwnMessage(stopping));
+  const Holdings holdings = Gather(all);
+  if (holdings.all_stopped) return true;
+  const int64_t now0 = all[0].clock_ms;
+  {
+    std::lock_guard lock(mu_);
+    ++stats_.cycles;
+  }
+
+  // Decide, identically on every rank.
+  std::set<std::string> names;
+  for (const auto& h : holdings.held) {
+    for (const auto& [name, q] : h) names.insert(name);
+  }
+  std::vector<std::shared_ptr<Pending>> ready;
+  std::vector<TensorRequest> agreed;
+  for (const std::string& name : names) DecideName(name, holdings, now0, ready, agreed);
+  for (auto it = first_seen_.begin(); it != first_seen_.end();) {
+    it = names.count(it->first) ? std::next(it) : first_seen_.erase(it);
+  }
+  // The cache grows in name order, identically on every rank.
+  for (const TensorRequest& d : agreed) Remember(d);
+
+  std::sort(ready.begin(), ready.end(),
+            [](const auto& a, const auto& b) { return OrderKey(a->desc) < OrderKey(b->desc); });
+  Execute(ready);
+  return false;
+}
+
+CycleMessage FusionEngineImpl::OwnMessage(bool stopping) {
   CycleMessage mine;
   mine.stopping = stopping;
   mine.clock_ms = NowMs();
@@ -251,15 +279,16 @@ bool FusionEngineImpl::Cycle(bool stopping) {
       mine.cached[it->second] = true;
     }
   }
-  const std::vector<CycleMessage> all = Exchange(mine);
+  return mine;
+}
 
-  // 2. Every rank's requests, by name.
-  bool all_stopped = true;
-  std::vector<std::map<std::string, const TensorRequest*>> held(all.size());
-  std::vector<std::set<std::string>> in_full(all.size());
+FusionEngineImpl::Holdings FusionEngineImpl::Gather(const std::vector<CycleMessage>& all) const {
+  Holdings h;
+  h.held.resize(all.size());
+  h.in_full.resize(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     const CycleMessage& m = all[r];
-    all_stopped = all_stopped && m.stopping;
+    h.all_stopped = h.all_stopped && m.stopping;
     if (m.cached.size() != cache_.size()) {
       throw ProtocolError(fmt::format(
           "framework engine: rank {} sent {} response-cache bits, rank {} has {} entries (the "
@@ -267,132 +296,127 @@ bool FusionEngineImpl::Cycle(bool stopping) {
           r, m.cached.size(), rank_, cache_.size()));
     }
     for (size_t i = 0; i < m.cached.size(); ++i) {
-      if (m.cached[i]) held[r][cache_[i].name] = &cache_[i];
+      if (m.cached[i]) h.held[r][cache_[i].name] = &cache_[i];
     }
     for (const TensorRequest& q : m.requests) {
-      if (!held[r].emplace(q.name, &q).second) {
+      if (!h.held[r].emplace(q.name, &q).second) {
         throw ProtocolError(fmt::format(
             "framework engine: rank {} sent request '{}' twice in one cycle", r, q.name));
       }
-      in_full[r].insert(q.name);
+      h.in_full[r].insert(q.name);
     }
   }
-  if (all_stopped) return true;
-  const int64_t now0 = all[0].clock_ms;
-  {
-    std::lock_guard lock(mu_);
-    ++stats_.cycles;
-  }
+  return h;
+}
 
-  // 3. Decide, identically on every rank.
-  std::set<std::string> names;
-  for (const auto& h : held) {
-    for (const auto& [name, q] : h) names.insert(name);
-  }
-  std::vector<std::shared_ptr<Pending>> ready;
-  std::vector<TensorRequest> agreed;
-  for (const std::string& name : names) {
-    std::vector<int> have;
-    std::vector<int> missing;
-    const TensorRequest* first = nullptr;
-    bool same = true;
-    bool full = false;
-    for (size_t r = 0; r < held.size(); ++r) {
-      auto it = held[r].find(name);
-      if (it == held[r].end()) {
-        missing.push_back(static_cast<int>(r));
-        continue;
-      }
-      have.push_back(static_cast<int>(r));
-      full = full || in_full[r].count(name) > 0;
-      if (first == nullptr) {
-        first = it->second;
-      } else {
-        same = same && *it->second == *first;
-      }
+FusionEngineImpl::Survey FusionEngineImpl::SurveyName(const std::string& name,
+                                                      const Holdings& holdings) {
+  Survey s;
+  for (size_t r = 0; r < holdings.held.size(); ++r) {
+    auto it = holdings.held[r].find(name);
+    if (it == holdings.held[r].end()) {
+      s.missing.push_back(static_cast<int>(r));
+      continue;
     }
+    s.have.push_back(static_cast<int>(r));
+    s.full = s.full || holdings.in_full[r].count(name) > 0;
+    if (s.first == nullptr) {
+      s.first = it->second;
+    } else {
+      s.same = s.same && *it->second == *s.first;
+    }
+  }
+  return s;
+}
+
+void FusionEngineImpl::DecideName(const std::string& name, const Holdings& holdings, int64_t now0,
+                                  std::vector<std::shared_ptr<Pending>>& ready,
+                                  std::vector<TensorRequest>& agreed) {
+  const Survey survey = SurveyName(name, holdings);
+  const std::string sent = survey.same ? std::string() : WhatEachSent(name, survey, holdings);
+  // A disagreement is decided once every rank submitted, so that every
+  // submitter gets the same error for the same request.
+  if (!survey.same && survey.missing.empty()) {
+    const std::string text = fmt::format(
+        "framework engine: tensor '{}': the ranks disagree, so it fails on every rank: {}", name,
+        sent);
+    log_.Error("{}", text);
+    Count([&](FusionEngine::Stats& s) {
+      ++s.mismatches;
+      s.last_report = text;
+    });
+    Fail(name, std::make_exception_ptr(CallMismatch(text)));
+    return;
+  }
+  if (survey.missing.empty()) {
+    Count([&](FusionEngine::Stats& s) { ++(survey.full ? s.negotiated : s.cached); });
     auto local = pending_.find(name);
-    auto fail = [&](std::exception_ptr error) {
-      if (local != pending_.end()) {
-        Complete(local->second, error);
-        pending_.erase(local);
-      }
-      first_seen_.erase(name);
-      stall_reported_.erase(name);
-    };
-    // What each rank sent, when they differ (also while some are missing).
-    std::string sent;
-    if (!same) {
-      for (int r : have) {
-        sent += fmt::format("{}rank {} sent {}", sent.empty() ? "" : "; ", r,
-                            held[static_cast<size_t>(r)].at(name)->Describe());
-      }
-      if (!missing.empty()) sent += fmt::format("; rank(s) {} sent nothing yet", Ranks(missing));
-    }
-    // A disagreement is decided once every rank submitted, so that every
-    // submitter gets the same error for the same request.
-    if (!same && missing.empty()) {
-      const std::string text = fmt::format(
-          "framework engine: tensor '{}': the ranks disagree, so it fails on every rank: {}", name,
-          sent);
-      log_.Error("{}", text);
-      Count([&](FusionEngine::Stats& s) {
-        ++s.mismatches;
-        s.last_report = text;
-      });
-      fail(std::make_exception_ptr(CallMismatch(text)));
-      continue;
-    }
-    if (missing.empty()) {
-      Count([&](FusionEngine::Stats& s) { ++(full ? s.negotiated : s.cached); });
-      agreed.push_back(*first);
-      ready.push_back(local->second);
-      pending_.erase(local);
-      first_seen_.erase(name);
-      stall_reported_.erase(name);
-      continue;
-    }
-    const int64_t age = now0 - first_seen_.emplace(name, now0).first->second;
-    const std::string text =
-        same ? fmt::format(
-                   "framework engine: tensor '{}' ({}) stalled for {:.1f} s: submitted by rank(s) "
-                   "{}, missing on rank(s) {}",
-                   name, first->Describe(), static_cast<double>(age) / 1000.0, Ranks(have),
-                   Ranks(missing))
-             : fmt::format(
-                   "framework engine: tensor '{}' stalled for {:.1f} s, and the ranks disagree: "
-                   "{}; missing on rank(s) {}",
-                   name, static_cast<double>(age) / 1000.0, sent, Ranks(missing));
-    if (options_.stall_shutdown.count() > 0 && age >= options_.stall_shutdown.count()) {
-      const std::string final_text = fmt::format(
-          "{}; the stall shutdown time ({} s) passed, so it fails on the rank(s) that submitted it",
-          text, static_cast<double>(options_.stall_shutdown.count()) / 1000.0);
-      log_.Error("{}", final_text);
-      Count([&](FusionEngine::Stats& s) {
-        ++s.stalls_failed;
-        s.last_report = final_text;
-      });
-      fail(same ? std::make_exception_ptr(Timeout(final_text))
-                : std::make_exception_ptr(CallMismatch(final_text)));
-    } else if (options_.stall_check.count() > 0 && age >= options_.stall_check.count() &&
-               stall_reported_.insert(name).second) {
-      log_.Warn("{}", text);
-      Count([&](FusionEngine::Stats& s) {
-        ++s.stalls_reported;
-        s.last_report = text;
-      });
-    }
+    agreed.push_back(*survey.first);
+    ready.push_back(local->second);
+    pending_.erase(local);
+    first_seen_.erase(name);
+    stall_reported_.erase(name);
+    return;
   }
-  for (auto it = first_seen_.begin(); it != first_seen_.end();) {
-    it = names.count(it->first) ? std::next(it) : first_seen_.erase(it);
-  }
-  // The cache grows in name order, identically on every rank.
-  for (const TensorRequest& d : agreed) Remember(d);
+  CheckStall(name, survey, sent, now0);
+}
 
-  std::sort(ready.begin(), ready.end(),
-            [](const auto& a, const auto& b) { return OrderKey(a->desc) < OrderKey(b->desc); });
-  Execute(ready);
-  return false;
+std::string FusionEngineImpl::WhatEachSent(const std::string& name, const Survey& survey,
+                                           const Holdings& holdings) {
+  std::string sent;
+  for (int r : survey.have) {
+    sent += fmt::format("{}rank {} sent {}", sent.empty() ? "" : "; ", r,
+                        holdings.held[static_cast<size_t>(r)].at(name)->Describe());
+  }
+  if (!survey.missing.empty()) {
+    sent += fmt::format("; rank(s) {} sent nothing yet", Ranks(survey.missing));
+  }
+  return sent;
+}
+
+void FusionEngineImpl::CheckStall(const std::string& name, const Survey& survey,
+                                  const std::string& sent, int64_t now0) {
+  const int64_t age = now0 - first_seen_.emplace(name, now0).first->second;
+  const std::string text =
+      survey.same
+          ? fmt::format(
+                "framework engine: tensor '{}' ({}) stalled for {:.1f} s: submitted by rank(s) "
+                "{}, missing on rank(s) {}",
+                name, survey.first->Describe(), static_cast<double>(age) / 1000.0,
+                Ranks(survey.have), Ranks(survey.missing))
+          : fmt::format(
+                "framework engine: tensor '{}' stalled for {:.1f} s, and the ranks disagree: "
+                "{}; missing on rank(s) {}",
+                name, static_cast<double>(age) / 1000.0, sent, Ranks(survey.missing));
+  if (options_.stall_shutdown.count() > 0 && age >= options_.stall_shutdown.count()) {
+    const std::string final_text = fmt::format(
+        "{}; the stall shutdown time ({} s) passed, so it fails on the rank(s) that submitted it",
+        text, static_cast<double>(options_.stall_shutdown.count()) / 1000.0);
+    log_.Error("{}", final_text);
+    Count([&](FusionEngine::Stats& s) {
+      ++s.stalls_failed;
+      s.last_report = final_text;
+    });
+    Fail(name, survey.same ? std::make_exception_ptr(Timeout(final_text))
+                           : std::make_exception_ptr(CallMismatch(final_text)));
+  } else if (options_.stall_check.count() > 0 && age >= options_.stall_check.count() &&
+             stall_reported_.insert(name).second) {
+    log_.Warn("{}", text);
+    Count([&](FusionEngine::Stats& s) {
+      ++s.stalls_reported;
+      s.last_report = text;
+    });
+  }
+}
+
+void FusionEngineImpl::Fail(const std::string& name, std::exception_ptr error) {
+  auto local = pending_.find(name);
+  if (local != pending_.end()) {
+    Complete(local->second, error);
+    pending_.erase(local);
+  }
+  first_seen_.erase(name);
+  stall_reported_.erase(name);
 }
 
 void FusionEngineImpl::Execute(std::vector<std::shared_ptr<Pending>>& ready) {

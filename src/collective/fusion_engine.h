@@ -90,8 +90,49 @@ class FusionEngineImpl {
   // clock_'s time in milliseconds, as a CycleMessage carries it.
   int64_t NowMs() const;
   void Loop();
-  // One cycle; returns true once every rank announced its stop.
+  // What every rank holds this cycle, by rank: name -> description (in the
+  // exchanged messages or cache_), the names sent in full, whether all stop.
+  struct Holdings {
+    std::vector<std::map<std::string, const TensorRequest*>> held;
+    std::vector<std::set<std::string>> in_full;
+    bool all_stopped = true;
+  };
+  // Where one name stands across the ranks this cycle.
+  struct Survey {
+    std::vector<int> have;                 // ranks that hold it
+    std::vector<int> missing;              // ranks that do not yet
+    const TensorRequest* first = nullptr;  // the lowest holding rank's description
+    bool same = true;                      // every holder's description equals first
+    bool full = false;                     // some rank sent it without the cache
+  };
+
+  // One cycle (exchange, gather, decide, execute); returns true once every
+  // rank announced its stop.
   bool Cycle(bool stopping);
+  // Cycle step 1: this rank's message: cached bits where the description is
+  // the cached one, full descriptions otherwise.
+  CycleMessage OwnMessage(bool stopping);
+  // Cycle step 2: every rank's requests, by name; ProtocolError when the
+  // engines diverged.
+  Holdings Gather(const std::vector<CycleMessage>& all) const;
+  // Which ranks hold `name`, and whether their descriptions agree.
+  static Survey SurveyName(const std::string& name, const Holdings& holdings);
+  // Cycle step 3, one name: fails a disagreement once every rank submitted,
+  // moves an agreed request to `ready` (its description to `agreed`), and
+  // reports or fails a stalled one by its age at `now0` (rank 0's clock).
+  void DecideName(const std::string& name, const Holdings& holdings, int64_t now0,
+                  std::vector<std::shared_ptr<Pending>>& ready, std::vector<TensorRequest>& agreed);
+  // What each rank sent for `name` when their descriptions differ, and
+  // which ranks sent nothing yet.
+  static std::string WhatEachSent(const std::string& name, const Survey& survey,
+                                  const Holdings& holdings);
+  // A name some ranks have not submitted: its age counts from the cycle it
+  // was first seen in; past the stall shutdown time it fails on the ranks
+  // that submitted it, past the stall check time it is reported once.
+  void CheckStall(const std::string& name, const Survey& survey, const std::string& sent,
+                  int64_t now0);
+  // Fails `name` on this rank (when pending here) and forgets its stall.
+  void Fail(const std::string& name, std::exception_ptr error);
   std::vector<CycleMessage> Exchange(const CycleMessage& mine);
   void Execute(std::vector<std::shared_ptr<Pending>>& ready);
   // Completes a request and frees its name for resubmission.
