@@ -220,37 +220,10 @@ const char* StrategyName(Strategy strategy) {
   return strategy == Strategy::kParameterServer ? "parameter-server" : "collectives";
 }
 
-JobDescription ParseJobDescription(const json& doc) {
-  if (!doc.is_object()) {
-    throw InvalidArgument(
-        fmt::format("the job description must be a JSON object, got {}", TypeName(doc)));
-  }
-  CheckKnownFields(doc, "",
-                   {"name",
-                    "namespace",
-                    "image",
-                    "command",
-                    "strategy",
-                    "workers",
-                    "processes_per_node",
-                    "cluster_runtime",
-                    "servers",
-                    "command_runs_all_roles",
-                    "port",
-                    "resources",
-                    "server_resources",
-                    "gpu_resource",
-                    "shm_size",
-                    "host_network",
-                    "checkpoint",
-                    "metrics_port",
-                    "restart_policy",
-                    "backoff_limit",
-                    "secret",
-                    "gang_scheduling",
-                    "env",
-                    "labels"});
-  JobDescription d;
+namespace {
+
+// Reads the job's name, namespace, image and the workers' command into `d`.
+void ParseIdentity(const json& doc, JobDescription& d) {
   if (!doc.contains("name")) throw InvalidArgument("name is required (the job's name)");
   d.name = GetString(doc, "name", "", "name");
   // Pod names add up to 22 characters ("-scheduler-0-0", a JobSet's indices),
@@ -283,7 +256,11 @@ JobDescription ParseJobDescription(const json& doc) {
     d.command.push_back(arg.get<std::string>());
   }
   if (d.command[0].empty()) throw InvalidArgument("command[0] must name a program, got ''");
+}
 
+// Reads the strategy, how many workers (and processes per node) and servers, the rendezvous port
+// into `d`.
+void ParseShape(const json& doc, JobDescription& d) {
   std::string strategy = GetString(doc, "strategy", "collectives", "strategy");
   if (strategy == "parameter-server") {
     d.strategy = Strategy::kParameterServer;
@@ -318,7 +295,10 @@ JobDescription ParseJobDescription(const json& doc) {
   }
   int default_port = d.strategy == Strategy::kParameterServer ? 9091 : 29500;
   d.port = static_cast<int>(GetInt(doc, "port", default_port, WholeNumber("port")));
+}
 
+// Reads what each pod asks for: resources, GPUs, shared memory, the host network into `d`.
+void ParsePods(const json& doc, JobDescription& d) {
   d.worker_resources = ParseResources(GetObject(doc, "resources", "resources"), "resources", {});
   Resources server_fallback = d.worker_resources;
   server_fallback.gpus = 0;
@@ -337,7 +317,10 @@ JobDescription ParseJobDescription(const json& doc) {
   d.shm_size = GetString(doc, "shm_size", d.shm_size, "shm_size");
   CheckQuantity(d.shm_size, "shm_size");
   d.host_network = GetBool(doc, "host_network", false, "host_network");
+}
 
+// Reads the volume checkpoints are written to into `d`.
+void ParseCheckpoint(const json& doc, JobDescription& d) {
   const json& checkpoint = GetObject(doc, "checkpoint", "checkpoint");
   CheckKnownFields(checkpoint, "checkpoint", {"claim", "mount_path"});
   d.checkpoint_claim = GetString(checkpoint, "claim", "", "checkpoint.claim");
@@ -357,7 +340,10 @@ JobDescription ParseJobDescription(const json& doc) {
         fmt::format("checkpoint.mount_path must be an absolute path other than /dev/shm, got '{}'",
                     d.checkpoint_mount_path));
   }
+}
 
+// Reads the metrics port and what a failed pod does (restart policy, backoff limit) into `d`.
+void ParseRestarts(const json& doc, JobDescription& d) {
   d.metrics_port = static_cast<int>(GetInt(doc, "metrics_port", 0, WholeNumber("metrics_port")));
   if (d.metrics_port != 0 && d.metrics_port == d.port) {
     throw InvalidArgument(fmt::format(
@@ -376,7 +362,10 @@ JobDescription ParseJobDescription(const json& doc) {
         "restart_policy must be 'ExitCode', 'OnFailure' or 'Never', got '{}'", restart));
   }
   d.backoff_limit = static_cast<int>(GetInt(doc, "backoff_limit", 3, WholeNumber("backoff_limit")));
+}
 
+// Reads the Secret that holds the job's TANDEM_SECRET into `d`.
+void ParseSecret(const json& doc, JobDescription& d) {
   const json& secret = GetObject(doc, "secret", "secret");
   CheckKnownFields(secret, "secret", {"name", "key", "generate"});
   d.secret_name = GetString(secret, "name", d.name + "-tandem-secret", "secret.name");
@@ -391,7 +380,10 @@ JobDescription ParseJobDescription(const json& doc) {
   }
   // Naming a Secret means "use this existing one" unless generate says otherwise.
   d.generate_secret = GetBool(secret, "generate", !secret.contains("name"), "secret.generate");
+}
 
+// Reads gang scheduling (Volcano), its queue and priority class into `d`.
+void ParseGangScheduling(const json& doc, JobDescription& d) {
   const json& gang = GetObject(doc, "gang_scheduling", "gang_scheduling");
   CheckKnownFields(gang, "gang_scheduling", {"scheduler", "queue", "priority_class"});
   std::string scheduler = GetString(gang, "scheduler", "none", "gang_scheduling.scheduler");
@@ -412,7 +404,10 @@ JobDescription ParseJobDescription(const json& doc) {
         "gang_scheduling.queue and gang_scheduling.priority_class need "
         "gang_scheduling.scheduler 'volcano'");
   }
+}
 
+// Reads the processes' extra environment and the pods' extra labels into `d`.
+void ParseEnvAndLabels(const json& doc, JobDescription& d) {
   d.env = ParseStringMap(GetObject(doc, "env", "env"), "env");
   for (const auto& [key, value] : d.env) CheckEnvName(key, "env");
   d.labels = ParseStringMap(GetObject(doc, "labels", "labels"), "labels");
@@ -422,6 +417,49 @@ JobDescription ParseJobDescription(const json& doc) {
           "labels.{} uses the prefix tandem.io/, which `tandem k8s render` sets itself", key));
     }
   }
+}
+
+}  // namespace
+
+JobDescription ParseJobDescription(const json& doc) {
+  if (!doc.is_object()) {
+    throw InvalidArgument(
+        fmt::format("the job description must be a JSON object, got {}", TypeName(doc)));
+  }
+  CheckKnownFields(doc, "",
+                   {"name",
+                    "namespace",
+                    "image",
+                    "command",
+                    "strategy",
+                    "workers",
+                    "processes_per_node",
+                    "cluster_runtime",
+                    "servers",
+                    "command_runs_all_roles",
+                    "port",
+                    "resources",
+                    "server_resources",
+                    "gpu_resource",
+                    "shm_size",
+                    "host_network",
+                    "checkpoint",
+                    "metrics_port",
+                    "restart_policy",
+                    "backoff_limit",
+                    "secret",
+                    "gang_scheduling",
+                    "env",
+                    "labels"});
+  JobDescription d;
+  ParseIdentity(doc, d);
+  ParseShape(doc, d);
+  ParsePods(doc, d);
+  ParseCheckpoint(doc, d);
+  ParseRestarts(doc, d);
+  ParseSecret(doc, d);
+  ParseGangScheduling(doc, d);
+  ParseEnvAndLabels(doc, d);
   return d;
 }
 
