@@ -170,8 +170,10 @@ class KvJob {
     for (int i = 0; i < o_.servers + o_.workers; ++i)
       job_.node(static_cast<size_t>(i)).transport->Shutdown();
     job_.scheduler().transport->Shutdown();
-    // Memberships stop their heartbeats before the clients they report
-    // failures to go away: the nodes go first.
+    // The servers' shard threads stop while the nodes' metrics they count
+    // in still exist; the memberships stop their heartbeats (the nodes go)
+    // before the clients and servers they report failures to.
+    for (auto& server : servers_) server->Stop();
     job_.Clear();
     clients_.clear();
     servers_.clear();
