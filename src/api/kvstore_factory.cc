@@ -14,11 +14,6 @@
 namespace tandem {
 namespace {
 
-bool IsDistributed(const std::string& type) {
-  return type == "dist_sync" || type == "dist_async" || type == "dist_sync_device" ||
-         type == "dist_async_device";
-}
-
 [[noreturn]] void ThrowUnknown(const std::string& type) {
   throw InvalidArgument(
       fmt::format("unknown kvstore type '{}' (expected local, device, dist_sync, dist_async, "
@@ -37,7 +32,7 @@ std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
           return kv::Optimizer::Create(name, params);
         });
   }
-  if (!IsDistributed(type)) ThrowUnknown(type);
+  if (!kv::IsDistributedType(type)) ThrowUnknown(type);
   // Whatever launcher started us: the role comes from the resolved contract,
   // checked before joining so that a server is told what to do instead.
   const base::Environment resolved(cluster::ResolveStartupEnvironment(env));
@@ -53,7 +48,7 @@ std::unique_ptr<KVStore> KVStore::Create(const std::string& type) {
 }
 
 std::unique_ptr<KVStore> KVStore::Create(const std::string& type, Cluster& cluster) {
-  if (!IsDistributed(type)) {
+  if (!kv::IsDistributedType(type)) {
     if (type == "local" || type == "device") {
       throw InvalidArgument(fmt::format(
           "kvstore '{}' is not distributed: create it with KVStore::Create(\"{}\"), without a "

@@ -17,8 +17,9 @@ namespace tandem::kv {
 namespace {
 
 UpdateMode ModeOf(const std::string& type) {
-  if (type == "dist_sync" || type == "dist_sync_device") return UpdateMode::kSync;
-  if (type == "dist_async" || type == "dist_async_device") return UpdateMode::kAsync;
+  if (IsDistributedType(type)) {
+    return type.starts_with("dist_sync") ? UpdateMode::kSync : UpdateMode::kAsync;
+  }
   throw InvalidArgument(fmt::format(
       "kvstore type '{}' is not distributed (expected dist_sync, dist_async, dist_sync_device or "
       "dist_async_device)",
@@ -30,6 +31,11 @@ std::span<const std::byte> Bytes(const void* base, uint64_t offset, uint64_t cou
 }
 
 }  // namespace
+
+bool IsDistributedType(const std::string& type) {
+  return type == "dist_sync" || type == "dist_sync_device" || type == "dist_async" ||
+         type == "dist_async_device";
+}
 
 DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings settings,
                          std::unique_ptr<Cluster> membership)

@@ -23,6 +23,10 @@
 
 namespace tandem::kv {
 
+/// Whether `type` names a distributed store: dist_sync, dist_async or their
+/// _device forms.
+bool IsDistributedType(const std::string& type);
+
 /// Thread-safety: as KVStore (any thread); the key table is guarded by mu_.
 class DistKVStore final : public KVStore {
  public:

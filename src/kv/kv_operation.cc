@@ -69,11 +69,11 @@ std::string KvOperation::OutstandingText() const {
 }
 
 void KvOperation::Wait(std::chrono::milliseconds timeout) const {
-  static const base::SteadyClock kClock;
+  const base::SteadyClock steady;
   std::unique_lock lock(mu_);
   // No wait goes report_interval_ without a line saying what it waits for
   // (a dist_sync round, for one, lasts until every worker pushed).
-  base::WaitReport report(kClock, report_interval_);
+  base::WaitReport report(steady, report_interval_);
   while (!cv_.wait_for(lock, std::min(report.NextIn(), timeout - report.Waited()),
                        [&] { return finished_; })) {
     if (report.Waited() >= timeout) {
