@@ -35,16 +35,17 @@ if ! grep -qs '^TANDEM_FUZZ:BOOL=ON$' "$build/CMakeCache.txt"; then
 fi
 cmake --build "$build" -j2 --target fuzzers
 
-failed=()
-for target in "$build"/bin/fuzz/*_fuzz; do
+# fuzz_one TARGET: fuzzes one target for $seconds; prints one line and exits
+# non-zero when the target failed.
+fuzz_one() {
+  local target=$1 name seeds work findings log rc execs rss
   name=$(basename "$target")
   seeds=$repo/tests/fuzz/corpus/$name
   work=$build/fuzz-corpus/$name
   findings=$build/fuzz-findings/$name
   log=$build/fuzz-$name.log
   mkdir -p "$work" "$findings"
-  [[ -d $seeds ]] || { echo "$name: no seed corpus at $seeds" >&2; failed+=("$name"); continue; }
-  echo "== $name: fuzzing for ${seconds}s"
+  [[ -d $seeds ]] || { echo "$name: no seed corpus at $seeds" >&2; return 1; }
   rc=0
   "$target" -max_total_time="$seconds" -max_len=8192 -print_final_stats=1 \
     -artifact_prefix="$findings/" "$work" "$seeds" >"$log" 2>&1 || rc=$?
@@ -53,11 +54,29 @@ for target in "$build"/bin/fuzz/*_fuzz; do
   if [[ $rc -ne 0 ]]; then
     echo "$name: FAILED (exit $rc); see $log and $findings/" >&2
     grep -E "ERROR|SUMMARY|invariant violated|Test unit written" "$log" >&2 || true
-    failed+=("$name")
-  else
-    echo "$name: ok, ${execs:-?} executions, peak RSS ${rss:-?} MB, corpus $(ls "$work" | wc -l) files"
+    return 1
   fi
+  echo "$name: ok, ${execs:-?} executions, peak RSS ${rss:-?} MB, corpus $(ls "$work" | wc -l) files"
+}
+
+# The targets run $jobs at a time (TANDEM_FUZZ_JOBS, default: the number of
+# cores); each is one single-threaded process.
+jobs=${TANDEM_FUZZ_JOBS:-$(nproc)}
+declare -A running=()
+failed=()
+# reap_one: waits for any running target and records it if it failed.
+reap_one() {
+  local done_pid=
+  wait -n -p done_pid "${!running[@]}" || failed+=("${running[$done_pid]}")
+  unset "running[$done_pid]"
+}
+echo "== fuzzing every target for ${seconds}s, $jobs at a time"
+for target in "$build"/bin/fuzz/*_fuzz; do
+  while [[ ${#running[@]} -ge $jobs ]]; do reap_one; done
+  fuzz_one "$target" &
+  running[$!]=$(basename "$target")
 done
+while [[ ${#running[@]} -gt 0 ]]; do reap_one; done
 
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "fuzzing failed: ${failed[*]}" >&2

@@ -15,6 +15,14 @@
 #   package   install into a temporary prefix; build and run tests/package/
 #             against it with find_package(tandem)
 #   asan-build  ASan+UBSan build with clang 14        ($TANDEM_ASAN_BUILD_DIR, build-asan/),
+#             started in the background at idle CPU priority (SCHED_IDLE) as
+#             soon as the g++ build is done, so that it compiles on the CPU the
+#             unit, system and package stages leave free (system tests mostly
+#             wait on sockets and timeouts); a process at idle priority runs only
+#             when no ordinary one wants the core, so the tests' timings are
+#             those of an idle machine. Its output is kept in a log and shown
+#             when the stage is awaited; its duration counts from the start,
+#             and "awaited" says how long the run waited for it.
 #             without the LibTorch example and the Python module (their C++ is
 #             tandem's API, which the unit and system tests cover; compiling
 #             LibTorch's headers under the sanitizers costs minutes of CI).
@@ -27,7 +35,9 @@
 #             (launcher, membership, transport) the other files exercise under
 #             ASan and which take ~8 minutes between them; they run in the g++
 #             stage. This keeps the whole run under an hour on 2 cores.
-#   tsan-build  ThreadSanitizer build with clang 14   ($TANDEM_TSAN_BUILD_DIR, build-tsan/):
+#   tsan-build  ThreadSanitizer build with clang 14   ($TANDEM_TSAN_BUILD_DIR, build-tsan/),
+#             in the same background job after asan-build (so overlapping
+#             asan-tests the same way):
 #             only the unit binaries of the concurrent layers (tandem_threaded_tests:
 #             the files of tandem_unit_tests with threaded suites, net and cluster;
 #             tandem_kv_tests, tandem_collective_tests), no benchmarks, programs
@@ -50,8 +60,8 @@
 #             The build is what exceeds the budget; with ccache (as every
 #             other build here) a rebuild after a change is a few files.
 #   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (15 s per target in CI,
-#             thirteen targets; 30 s each brought the whole run to ~50 min)
-#             in the asan-build directory
+#             thirteen targets, two at a time on 2 cores; 30 s each brought the
+#             whole run to ~50 min) in the asan-build directory
 #
 # clang-tidy is not a stage: it needs a build's compile commands, takes one to
 # three minutes of both cores, and its findings need a person's judgement (a
@@ -82,7 +92,6 @@ SANITIZE_CXX=${TANDEM_SANITIZE_CXX:-clang++-14}
 # --fix formats the tree); TANDEM_FORMAT_ENFORCED=0 only reports.
 FORMAT_ENFORCED=${TANDEM_FORMAT_ENFORCED:-1}
 LOG_DIR=$(mktemp -d "${TMPDIR:-/tmp}/tandem-test.XXXXXX")
-trap 'rm -rf "$LOG_DIR"' EXIT
 
 STAGE_NAMES=()
 STAGE_SECONDS=()
@@ -248,16 +257,93 @@ package_check() {
   "$consumer/tandem_consumer_static"
 }
 
+# The background job: the sanitized builds, one after the other, at idle CPU
+# priority. Each writes its log to $LOG_DIR/NAME.log and, when done, its exit
+# code to $LOG_DIR/NAME.rc and its duration to $LOG_DIR/NAME.seconds.
+BACKGROUND_PID=
+background_builds() {
+  chrt --idle --pid 0 "$BASHPID"
+  local name fn start rc
+  for name in asan-build tsan-build; do
+    case $name in
+      asan-build) fn=sanitized_build ;;
+      tsan-build) fn=tsan_build ;;
+    esac
+    start=$SECONDS
+    rc=0
+    (set -e; "$fn") >"$LOG_DIR/$name.log" 2>&1 || rc=$?
+    echo $((SECONDS - start)) >"$LOG_DIR/$name.seconds"
+    echo "$rc" >"$LOG_DIR/$name.rc"
+    [[ $rc -eq 0 ]] || return "$rc"
+  done
+}
+
+# kill_tree PID: stops PID and every process below it (children first).
+kill_tree() {
+  local child
+  for child in $(ps -o pid= --ppid "$1" 2>/dev/null); do
+    kill_tree "$child"
+  done
+  kill "$1" 2>/dev/null || true
+}
+
+# await_build NAME: waits for the background job to finish the build NAME,
+# shows its log's tail, and records it as a stage (its own duration, and how
+# long the run waited for it). A failed or vanished build fails the run.
+await_build() {
+  local name=$1 start=$SECONDS rc seconds waited=0 report_at=$((SECONDS + 60))
+  echo
+  echo "== stage $name: awaiting the background build"
+  while [[ ! -f "$LOG_DIR/$name.rc" ]]; do
+    if ! kill -0 "$BACKGROUND_PID" 2>/dev/null; then
+      echo "test.sh: the background job ended before finishing '$name'" >&2
+      tail -n 50 "$LOG_DIR/$name.log" >&2 || true
+      summary
+      exit 1
+    fi
+    if ((SECONDS >= report_at)); then
+      echo "   still building $name ($(wc -l <"$LOG_DIR/$name.log") log lines so far)"
+      report_at=$((SECONDS + 60))
+    fi
+    sleep 1
+  done
+  rc=$(cat "$LOG_DIR/$name.rc")
+  seconds=$(cat "$LOG_DIR/$name.seconds")
+  waited=$((SECONDS - start))
+  tail -n 20 "$LOG_DIR/$name.log"
+  STAGE_NAMES+=("$name")
+  STAGE_SECONDS+=("$seconds")
+  STAGE_NAMES+=("  awaited")
+  STAGE_SECONDS+=("$waited")
+  if [[ $rc -ne 0 ]]; then
+    echo "== the log of $name:" >&2
+    cat "$LOG_DIR/$name.log" >&2
+    summary
+    echo
+    echo "test.sh: FAILED in stage '$name' (exit code $rc, after ${seconds}s)" >&2
+    exit 1
+  fi
+  echo "== stage $name passed in ${seconds}s (waited ${waited}s for it)"
+}
+
+trap '[[ -n $BACKGROUND_PID ]] && kill_tree "$BACKGROUND_PID"; rm -rf "$LOG_DIR"' EXIT
+
 START=$SECONDS
 stage deps scripts/install-deps.sh
 stage format format_check
 stage build scripts/build.sh "$BUILD_DIR" -DTANDEM_DEBUG_INFO=lines
+background_builds &
+BACKGROUND_PID=$!
+echo
+echo "== asan-build and tsan-build started in the background at idle priority (pid $BACKGROUND_PID)"
 stage unit unit_tests "$BUILD_DIR"
 stage system system_tests "$BUILD_DIR"
 stage package package_check
-stage asan-build sanitized_build
+await_build asan-build
 stage asan-tests sanitized_tests
-stage tsan-build tsan_build
+await_build tsan-build
+wait "$BACKGROUND_PID"
+BACKGROUND_PID=
 stage tsan-tests tsan_tests
 stage fuzz fuzzers
 load_counts
