@@ -80,7 +80,7 @@ BUILD_DIR=${TANDEM_BUILD_DIR:-$ROOT/build}
 ASAN_DIR=${TANDEM_ASAN_BUILD_DIR:-$ROOT/build-asan}
 TSAN_DIR=${TANDEM_TSAN_BUILD_DIR:-$ROOT/build-tsan}
 # System test files not run under ASan (see the header).
-ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_python_.*|test_faults_netbed|test_launch_ssh|test_launch_mpi_hosts)$'
+ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_python_.*|test_torch_backend|test_faults_netbed|test_launch_ssh|test_launch_mpi_hosts)$'
 # The unit binaries built and run under ThreadSanitizer, and the suites of
 # tandem_unit_tests that start threads (the rest of it is single-threaded).
 TSAN_BINARIES=(tandem_threaded_tests tandem_kv_tests tandem_collective_tests)

@@ -32,8 +32,12 @@ from typing import Iterable, Optional
 import numpy as np
 import torch
 
+from tandem import _c10d_backend
 from tandem import _core
 from tandem import collective as _coll
+
+# dist.init_process_group("tandem") after `import tandem.torch`.
+_c10d_backend.register()
 
 # The reductions (Horovod's hvd.Sum, hvd.Average, ...). Here, as in Horovod,
 # allreduce and DistributedOptimizer average unless told otherwise.

@@ -1,0 +1,122 @@
+#include "work_completion.h"
+
+#include <Python.h>
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "tandem/error.h"
+
+namespace tandem::c10d_backend {
+
+TandemWork::TandemWork(int rank, ::c10d::OpType type, std::string description,
+                       std::vector<at::Tensor> outputs)
+    : ::c10d::Work(rank, type),
+      description_(std::move(description)),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
+
+bool TandemWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  if (timeout <= std::chrono::milliseconds(0)) {  // kNoTimeout (0) or kUnsetTimeout (-1)
+    cv_.wait(lock, [&] { return completed_; });
+  } else if (!cv_.wait_for(lock, timeout, [&] { return completed_; })) {
+    throw Timeout(fmt::format("{} was not done within the {} ms that Work.wait allowed",
+                              description_, timeout.count()));
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+std::vector<at::Tensor> TandemWork::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> TandemWork::getFuture() { return future_; }
+
+void TandemWork::Complete(std::exception_ptr error) {
+  finish(error);
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+CompletionQueue::CompletionQueue(std::string group)
+    : group_(std::move(group)), thread_([this] { Run(); }) {}
+
+CompletionQueue::~CompletionQueue() { Drain(); }
+
+void CompletionQueue::Push(PendingOperation operation, c10::intrusive_ptr<TandemWork> work) {
+  {
+    std::lock_guard lock(mu_);
+    queue_.push_back(Entry{std::move(operation), std::move(work)});
+  }
+  cv_.notify_one();
+}
+
+void CompletionQueue::Drain() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void CompletionQueue::Run() {
+  for (;;) {
+    Entry entry;
+    {
+      // Waits for the next operation of this group (not for another
+      // process: each operation's own wait is bounded by its timeout).
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      entry = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr error;
+    for (const CollectiveHandle& handle : entry.operation.handles) {
+      try {
+        handle.Wait();
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (!error && entry.operation.finish) {
+      try {
+        entry.operation.finish();
+      } catch (...) {
+        error = std::current_exception();
+      }
+    }
+    entry.operation.keep.clear();
+    try {
+      entry.work->Complete(error);
+    } catch (const std::exception& e) {
+      // A future's callback that throws fails the future it returns, not
+      // this one; anything else is reported and the thread goes on.
+      std::fprintf(stderr, "tandem: completing an operation of %s: %s\n", group_.c_str(), e.what());
+    }
+  }
+}
+
+void WithoutGil(const std::function<void()>& fn) {
+  if (!Py_IsInitialized() || !PyGILState_Check()) {
+    fn();
+    return;
+  }
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    fn();
+  } catch (...) {
+    PyEval_RestoreThread(state);
+    throw;
+  }
+  PyEval_RestoreThread(state);
+}
+
+}  // namespace tandem::c10d_backend
