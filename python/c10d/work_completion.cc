@@ -35,12 +35,53 @@ std::vector<at::Tensor> TandemWork::result() { return outputs_; }
 
 c10::intrusive_ptr<c10::ivalue::Future> TandemWork::getFuture() { return future_; }
 
-void TandemWork::Complete(std::exception_ptr error) {
-  finish(error);
-  if (error) {
+void TandemWork::Complete(std::exception_ptr error) { finish(error); }
+
+void TandemWork::CompleteFuture() {
+  if (std::exception_ptr error = exception()) {
     future_->setError(error);
   } else {
     future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+GrowingPool::~GrowingPool() { Drain(); }
+
+void GrowingPool::Run(std::function<void()> task) {
+  std::lock_guard lock(mu_);
+  tasks_.push_back(std::move(task));
+  // Each idle thread takes one task: a task beyond them gets a new thread.
+  if (tasks_.size() > idle_) {
+    threads_.emplace_back([this] { Work(); });
+  } else {
+    cv_.notify_one();
+  }
+}
+
+void GrowingPool::Drain() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    threads.swap(threads_);
+  }
+  cv_.notify_all();
+  for (auto& t : threads) t.join();
+}
+
+void GrowingPool::Work() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mu_);
+      ++idle_;
+      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      --idle_;
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop_front();
+    }
+    task();
   }
 }
 
@@ -64,6 +105,7 @@ void CompletionQueue::Drain() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  futures_.Drain();
 }
 
 void CompletionQueue::Run() {
@@ -94,13 +136,17 @@ void CompletionQueue::Run() {
       }
     }
     entry.operation.keep.clear();
-    try {
-      entry.work->Complete(error);
-    } catch (const std::exception& e) {
-      // A future's callback that throws fails the future it returns, not
-      // this one; anything else is reported and the thread goes on.
-      std::fprintf(stderr, "tandem: completing an operation of %s: %s\n", group_.c_str(), e.what());
-    }
+    entry.work->Complete(error);
+    futures_.Run([work = std::move(entry.work), group = group_] {
+      try {
+        work->CompleteFuture();
+      } catch (const std::exception& e) {
+        // A callback that throws fails the future it returns, not this
+        // one; anything else is reported and the pool goes on.
+        std::fprintf(stderr, "tandem: completing an operation's future in %s: %s\n", group.c_str(),
+                     e.what());
+      }
+    });
   }
 }
 

@@ -2,8 +2,13 @@
 // (wait, isCompleted, result and the future DDP's communication hooks chain
 // on) and one thread per process group that waits for the tandem handles
 // in submission order, runs the copies an operation needs afterwards
-// (results out of a scratch buffer), and then completes the work and its
-// future.
+// (results out of a scratch buffer), and then completes the work.
+//
+// Its future is completed on another thread, from a pool that grows
+// whenever every thread of it is busy: completing a future runs its
+// callbacks, and a callback may wait for a later operation of the same
+// group (PowerSGD's hook waits inside its callbacks), which the completion
+// thread must then be free to finish.
 #pragma once
 
 #include <chrono>
@@ -58,14 +63,44 @@ class TandemWork : public ::c10d::Work {
   /// CPU work has nothing to synchronise with a stream.
   void synchronize() override {}
 
-  /// Marks the work done (`error` null) or failed, wakes its waiters and
-  /// completes its future (whose callbacks run on this thread).
+  /// Marks the work done (`error` null) or failed and wakes its waiters.
   void Complete(std::exception_ptr error);
+  /// Completes the future the same way; its callbacks run on this thread.
+  void CompleteFuture();
 
  private:
   const std::string description_;
   const std::vector<at::Tensor> outputs_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+/// Threads that run tasks in order of arrival, one more whenever every
+/// thread is busy (a task may block until a later task ran).
+///
+/// Thread-safety: Run may be called from any thread; Drain from any thread
+/// but the pool's own.
+class GrowingPool {
+ public:
+  GrowingPool() = default;
+  /// Drains.
+  ~GrowingPool();
+  GrowingPool(const GrowingPool&) = delete;
+  GrowingPool& operator=(const GrowingPool&) = delete;
+
+  /// Runs `task` on an idle thread, or on a new one.
+  void Run(std::function<void()> task);
+  /// Runs every task queued so far, then stops the threads. Idempotent.
+  void Drain();
+
+ private:
+  void Work();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;  // guarded by mu_
+  size_t idle_ = 0;                          // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+  std::vector<std::thread> threads_;         // guarded by mu_
 };
 
 /// The completion thread of one process group.
@@ -95,6 +130,7 @@ class CompletionQueue {
   void Run();
 
   const std::string group_;
+  GrowingPool futures_;  // completes the works' futures
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;  // guarded by mu_

@@ -21,17 +21,17 @@ store torch hands over.
 
 from __future__ import annotations
 
-import weakref
-
 import torch.distributed as dist
 
 from tandem import _exit
 
 NAME = "tandem"
 
-# Every tandem group of this process, in creation order (weak: a group that
-# torch and the program dropped is gone already).
-_groups: list[weakref.ref] = []
+# Every tandem group of this process, in creation order. Held until exit:
+# DDP's reducer keeps its group in C++ after dist.destroy_process_group()
+# dropped torch's reference, and every rank must still run its job's final
+# barrier; _leave shuts each down in order.
+_groups: list = []
 
 
 def _c10d():
@@ -68,7 +68,7 @@ def _create(options, pg_options):
     else:
         group = module.create_world(options.store, options.group_rank, options.group_size,
                                     options.timeout, default_group=not ranks)
-    _groups.append(weakref.ref(group))
+    _groups.append(group)
     return group
 
 
@@ -76,9 +76,7 @@ def _leave() -> None:
     """Shuts down every live tandem group, newest first (sub-groups before
     the default group, whose job's final barrier runs last)."""
     while _groups:
-        group = _groups.pop()()
-        if group is not None:
-            group._shutdown()
+        _groups.pop()._shutdown()
 
 
 def register() -> None:

@@ -3,7 +3,8 @@ docs/pytorch-backend.md) through `tandem launch` and torchrun: every
 operation gives the closed-form result of N ranks' inputs (every dtype,
 reduce op, uneven allgather and all-to-all, sub-groups, futures); DDP on
 tandem trains to the parameters DDP on gloo gives, and
-ZeroRedundancyOptimizer to those of one process; bad input raises on every
+ZeroRedundancyOptimizer to those of one process, and DDP's communication
+hooks (allreduce, fp16 compression, PowerSGD) as on gloo; bad input raises on every
 rank naming what was wrong; a group's timeout ends a wait with an error
 naming the operation (tests/system/python_workers/torch_backend_worker.py).
 """
@@ -68,6 +69,15 @@ def test_zero_redundancy_optimizer_as_one_process(launch, tandem_bin_dir, backen
                     launcher_env=backend_env, extra_args=["--no-scheduler"], timeout=240)
     assert result.returncode == 0, result.job.describe()
     assert set(check_all_ok(result.output, "zero", 2).values()) == {5}
+
+
+def test_ddp_communication_hooks_as_gloo(launch, tandem_bin_dir, backend_env):
+    # allreduce_hook, fp16_compress_hook and powerSGD_hook (whose callbacks
+    # wait for further allreduces) give gloo's parameters.
+    result = launch(2, 0, worker("torch_backend_worker.py") + ["hooks"],
+                    launcher_env=backend_env, extra_args=["--no-scheduler"], timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    assert set(check_all_ok(result.output, "hooks", 2).values()) == {3}
 
 
 def test_group_timeout_names_the_operation(launch, tandem_bin_dir, backend_env):

@@ -5,7 +5,7 @@ group of the same ranks. Started by `tandem launch -n N` (env://: RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT). Prints one line per failed check
 and 'torch_backend: ok kind=K rank=R size=N checks=C' at the end.
 
-    torch_backend_worker.py ops|ddp|zero|fsdp|timeout
+    torch_backend_worker.py ops|ddp|zero|hooks|fsdp|timeout
 """
 
 from __future__ import annotations
@@ -243,6 +243,49 @@ def ddp(c: Checks, rank: int, n: int) -> None:
     c.expect("replicas equal", torch.equal(flat, ref), "rank differs from rank 0")
 
 
+def train_with_hook(group, rank: int, hook_name: str) -> list[torch.Tensor]:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+    model = small_model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, process_group=group,
+                                                    bucket_cap_mb=0.01)
+    if hook_name == "powerSGD_hook":
+        state = powersgd.PowerSGDState(process_group=group, matrix_approximation_rank=1,
+                                       start_powerSGD_iter=3, random_seed=0)
+        ddp.register_comm_hook(state, powersgd.powerSGD_hook)
+    else:
+        ddp.register_comm_hook(group, getattr(default_hooks, hook_name))
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(1000 + rank)
+    for _ in range(10):
+        x = torch.randn(8, 16, generator=g)
+        opt.zero_grad()
+        loss_of(ddp, x).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+# The communication hooks torch 1.13 ships, and how close tandem's result
+# must be to gloo's (compressed gradients round differently in the last bit).
+# bf16_compress_hook is refused by DDP itself in 1.13 without CUDA 11 and
+# NCCL 2.10, whatever the backend.
+HOOKS = {"allreduce_hook": 1e-5, "fp16_compress_hook": 1e-3,
+         "powerSGD_hook": 1e-4}
+
+
+def hooks(c: Checks, rank: int, n: int) -> None:
+    gloo = dist.new_group(list(range(n)), backend="gloo")
+    tandem_group = dist.distributed_c10d._get_default_group()
+    for name, rtol in HOOKS.items():
+        on_tandem = train_with_hook(tandem_group, rank, name)
+        on_gloo = train_with_hook(gloo, rank, name)
+        worst = max((a - b).abs().max().item() for a, b in zip(on_tandem, on_gloo))
+        c.expect(f"DDP with {name} as with gloo",
+                 all(torch.allclose(a, b, rtol=rtol, atol=rtol) for a, b in
+                     zip(on_tandem, on_gloo)), f"max difference {worst}")
+        print(f"torch_backend: {name} max difference to gloo {worst:.3g}", flush=True)
+
+
 def batches(n: int, steps: int) -> list[torch.Tensor]:
     """Every step's whole batch (8 rows per rank), the same on every rank."""
     g = torch.Generator().manual_seed(7)
@@ -329,7 +372,7 @@ def main() -> None:
     dist.init_process_group("tandem")
     rank, n = dist.get_rank(), dist.get_world_size()
     c = Checks()
-    {"ops": ops, "ddp": ddp, "zero": zero, "fsdp": fsdp}[kind](c, rank, n)
+    {"ops": ops, "ddp": ddp, "zero": zero, "fsdp": fsdp, "hooks": hooks}[kind](c, rank, n)
     c.finish("torch_backend", kind, rank, n)
 
 
