@@ -16,7 +16,8 @@
 #             against it with find_package(tandem)
 #   asan-build  ASan+UBSan build with clang 14        ($TANDEM_ASAN_BUILD_DIR, build-asan/),
 #             started in the background at idle CPU priority (SCHED_IDLE) as
-#             soon as the g++ build is done, so that it compiles on the CPU the
+#             soon as the g++ build is done (and in the idle I/O class), so
+#             that it compiles on the CPU the
 #             unit, system and package stages leave free (system tests mostly
 #             wait on sockets and timeouts); a process at idle priority runs only
 #             when no ordinary one wants the core, so the tests' timings are
@@ -263,6 +264,7 @@ package_check() {
 BACKGROUND_PID=
 background_builds() {
   chrt --idle --pid 0 "$BASHPID"
+  ionice -c 3 -p "$BASHPID" 2>/dev/null || true  # idle I/O class too, where the scheduler has one
   local name fn start rc
   for name in asan-build tsan-build; do
     case $name in
