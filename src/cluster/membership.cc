@@ -200,6 +200,7 @@ void Membership::Fail(FailureKind kind, std::string text, StopKind stop_kind) {
   }
   failure_.emplace(kind, std::move(text));
   stop_kind_ = stop_kind;
+  cv_.notify_all();  // AwaitFailure
   if (failure_listeners_.empty()) return;
   const std::exception_ptr error = FailureError();
   for (const auto& listener : failure_listeners_) listener(failure_->second, error);
@@ -249,6 +250,13 @@ void Membership::ThrowFailure() const {
       ThrowStopKind(stop_kind_, text);
   }
   throw Error(text);
+}
+
+std::exception_ptr Membership::AwaitFailure(std::chrono::milliseconds within) {
+  std::unique_lock lock(mu_);
+  // Bounded by `within`: the caller has an error of its own to report.
+  cv_.wait_for(lock, within, [&] { return failure_.has_value(); });
+  return failure_ ? FailureError() : nullptr;
 }
 
 void Membership::CheckHealth() const {

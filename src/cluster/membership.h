@@ -72,6 +72,15 @@ class Membership final : public net::TransportHandler {
   /// Throws the job's failure (PeerLost, ...) if there is one.
   void CheckHealth() const;
 
+  /// The job's failure once known, waiting up to `within` for it; null when
+  /// none came. A service whose peer closed its connection asks this before
+  /// it reports the peer: the peer may have left because of a failure this
+  /// node is about to learn (a server that saw a worker's heartbeats stop
+  /// exits at once), and the report should name that cause, not the peer
+  /// that left because of it. Any thread; never with a lock a failure
+  /// listener takes.
+  std::exception_ptr AwaitFailure(std::chrono::milliseconds within);
+
   /// The time since this node last heard from the scheduler (any message;
   /// heartbeat replies keep it short). Any thread.
   std::chrono::milliseconds SinceLastHeard() const;

@@ -72,20 +72,35 @@ void KvClient::Start() {
   services_.log.V1("connected to {} servers", servers_.size());
 }
 
+std::exception_ptr KvClient::RootCause() const {
+  // A node notices a lost peer at its next heartbeat check, and the peer's
+  // last heartbeat reached the nodes up to an interval apart: two intervals
+  // bound how much later than the peer that left this node learns why.
+  return services_.membership.AwaitFailure(2 * services_.config.heartbeat_interval +
+                                           std::chrono::milliseconds(250));
+}
+
 void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<ClientRequest> requests) {
   op->SetLogger(&services_.log, services_.config.wait_report_interval);
+  op->SetRootCause([this] { return RootCause(); });
   if (requests.empty()) {  // nothing to ask: done at once
     op->Expect(-1, 1);
     op->Event(-1);
     return;
   }
   std::vector<std::pair<int, std::vector<net::OutgoingMessage>>> to_send;
+  std::optional<std::string> lost;  // a needed server that is gone
   {
-    std::lock_guard lock(mu_);
+    std::unique_lock lock(mu_);
     if (failure_) std::rethrow_exception(failure_);
     for (const auto& r : requests) {
       const ServerState& s = servers_.at(static_cast<size_t>(r.server));
-      if (s.lost) throw PeerLost(*s.lost);
+      if (s.lost && !lost) lost = s.lost;
+    }
+    if (lost) {
+      lock.unlock();  // the job's failure reaches FailAll, which takes mu_
+      if (std::exception_ptr root = RootCause()) std::rethrow_exception(root);
+      throw PeerLost(*lost);
     }
     std::vector<int> touched;
     for (auto& r : requests) {

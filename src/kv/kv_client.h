@@ -116,6 +116,9 @@ class KvClient final : public net::TransportHandler {
   void SendAll(std::vector<net::OutgoingMessage> msgs, int server);
   void Finish(uint64_t request_id, std::exception_ptr error);
   void FailServer(int server, const std::string& text);
+  // The job's failure, waiting up to two heartbeat intervals for it
+  // (Membership::AwaitFailure); null when none came.
+  std::exception_ptr RootCause() const;
   // Fails every request with the job's failure (Membership's listener).
   void FailAll(const std::exception_ptr& error);
 

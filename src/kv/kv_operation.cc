@@ -87,7 +87,21 @@ void KvOperation::Wait(std::chrono::milliseconds timeout) const {
                  OutstandingText());
     }
   }
-  if (error_) std::rethrow_exception(error_);
+  if (!error_) return;
+  if (root_cause_) {
+    try {
+      std::rethrow_exception(error_);
+    } catch (const PeerLost&) {
+      lock.unlock();  // the lookup waits, and a failure listener may take mu_
+      if (std::exception_ptr root = root_cause_()) std::rethrow_exception(root);
+    } catch (...) {  // NOLINT(bugprone-empty-catch): not a lost peer; thrown below
+    }
+  }
+  std::rethrow_exception(error_);
+}
+
+void KvOperation::SetRootCause(std::function<std::exception_ptr()> lookup) {
+  root_cause_ = std::move(lookup);
 }
 
 bool KvOperation::done() const {

@@ -48,12 +48,19 @@ class KvOperation {
   void SetLogger(const base::Logger* log,
                  std::chrono::milliseconds interval = base::kDefaultWaitReportInterval);
   const std::string& what() const { return what_; }
+  /// Where Wait looks for the cause of a PeerLost error before it throws
+  /// it: `lookup` returns the job's failure (Membership::AwaitFailure,
+  /// bounded) or null, and Wait throws what it returns instead (the root
+  /// cause rather than a peer that left because of it). Set before the
+  /// first Expect; any thread.
+  void SetRootCause(std::function<std::exception_ptr()> lookup);
 
  private:
   const std::string what_;
   const std::chrono::milliseconds default_timeout_;
   std::string OutstandingText() const;  // requires mu_
   std::function<void()> on_success_;
+  std::function<std::exception_ptr()> root_cause_;  // set before the first Expect
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::map<int, int> outstanding_;     // events per server; guarded by mu_
