@@ -35,7 +35,8 @@ REPO = HERE.parent
 
 class CMakeBuild(build_ext):
     """Configures the repository with CMake (tests and benchmarks off, this
-    interpreter) and builds the one target that makes tandem._core."""
+    interpreter) and builds the one target that makes tandem._core (and,
+    with LibTorch, tandem._c10d)."""
 
     def build_extension(self, ext: Extension) -> None:
         if not (REPO / "CMakeLists.txt").is_file() or not (REPO / "include" / "tandem").is_dir():
@@ -71,6 +72,11 @@ class CMakeBuild(build_ext):
         target = Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built[0], target)
+        # The torch.distributed backend, built when CMake found LibTorch
+        # (docs/pytorch-backend.md); the package works without it.
+        for backend in glob.glob(str(build_dir / "python" / "tandem" / f"_c10d{suffix}")):
+            shutil.copy2(backend, target.parent / Path(backend).name)
+            _step(f"copied {backend} (the torch.distributed backend) into the package")
         # The `tandem` command, which the console script runs (tandem/_cli.py).
         binary = build_dir / "bin" / "tandem"
         if not binary.is_file():

@@ -31,7 +31,7 @@
 #             instrumentation on every source, and the fuzz targets): one
 #             sanitized compile of the library instead of two
 #   asan-tests  unit and system tests of that build, except the system test files in
-#             $ASAN_SYSTEM_EXCLUDE: the example and Python files (nothing to run),
+#             $ASAN_SYSTEM_EXCLUDE: the example, Python and torch backend files (nothing to run),
 #             and the multi-host fault bed and the ssh/mpirun beds, whose code paths
 #             (launcher, membership, transport) the other files exercise under
 #             ASan and which take ~8 minutes between them; they run in the g++
@@ -81,7 +81,7 @@ BUILD_DIR=${TANDEM_BUILD_DIR:-$ROOT/build}
 ASAN_DIR=${TANDEM_ASAN_BUILD_DIR:-$ROOT/build-asan}
 TSAN_DIR=${TANDEM_TSAN_BUILD_DIR:-$ROOT/build-tsan}
 # System test files not run under ASan (see the header).
-ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_python_.*|test_torch_backend|test_faults_netbed|test_launch_ssh|test_launch_mpi_hosts)$'
+ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_python_.*|test_torch_.*|test_faults_netbed|test_launch_ssh|test_launch_mpi_hosts)$'
 # The unit binaries built and run under ThreadSanitizer, and the suites of
 # tandem_unit_tests that start threads (the rest of it is single-threaded).
 TSAN_BINARIES=(tandem_threaded_tests tandem_kv_tests tandem_collective_tests)
