@@ -4,7 +4,7 @@ DistributedTest._DistTestBase) against a backend, the way torch's
 test_distributed_spawn.py does: every test spawns WORLD_SIZE processes that
 init_process_group(BACKEND) through a FileStore.
 
-    /usr/bin/python3 tests/system/torch_suite.py --backend tandem [--world-size 3]
+    /usr/bin/python3 tests/system/torch_suite.py --backend tandem|tandem-as-gloo|gloo
         [-k PATTERN ...] [--outcomes FILE]
 
 For "tandem" the spawned processes import tandem.torch (which registers the
@@ -32,17 +32,22 @@ def _backend_from_argv() -> str:
             return sys.argv[i + 1]
         if a.startswith("--backend="):
             return a.split("=", 1)[1]
-    return os.environ.get("BACKEND", "tandem")
+    return os.environ.get("TORCH_SUITE_BACKEND", "tandem")
 
 
+# The backend the cases run on, and the one the suite is told about: with
+# "tandem-as-gloo" the suite selects and checks its cases as for gloo while
+# every default group is tandem's (the cases gloo runs, on tandem).
 # Read by distributed_test.py when it is imported, in this process and in
 # every spawned one (which imports this file as __mp_main__ and inherits the
 # environment).
-os.environ["BACKEND"] = _backend_from_argv()
+os.environ["TORCH_SUITE_BACKEND"] = _backend_from_argv()
+os.environ["BACKEND"] = {"tandem-as-gloo": "gloo"}.get(os.environ["TORCH_SUITE_BACKEND"],
+                                                        os.environ["TORCH_SUITE_BACKEND"])
 os.environ.setdefault("WORLD_SIZE", "3")
 os.environ.setdefault("TEMP_DIR", tempfile.mkdtemp(prefix="torch-suite-"))
 
-if os.environ["BACKEND"] == "tandem":
+if os.environ["TORCH_SUITE_BACKEND"].startswith("tandem"):
     import tandem.torch  # noqa: F401,E402  (registers the backend)
 
 
@@ -68,6 +73,20 @@ from torch.testing._internal.distributed import distributed_test  # noqa: E402
 if os.environ["BACKEND"] == "tandem":
     DistTestCases.backend_feature["plugin"].add("tandem")
     DistTestCases.backend_feature["ddp"].add("tandem")
+
+if os.environ["TORCH_SUITE_BACKEND"] == "tandem-as-gloo":
+    import torch.distributed as _dist  # noqa: E402
+
+    _init_process_group = _dist.init_process_group
+
+    def _init_on_tandem(backend=None, *args, **kwargs):
+        """The suite's default groups, asked for as gloo, on tandem."""
+        if backend is None or str(backend).lower() == "gloo":
+            backend = "tandem"
+        return _init_process_group(backend, *args, **kwargs)
+
+    _dist.init_process_group = _init_on_tandem
+    _dist.distributed_c10d.init_process_group = _init_on_tandem
 
 
 class TestDistBackendWithSpawn(distributed_test.TestDistBackend,
@@ -107,10 +126,13 @@ class _Outcomes(unittest.TextTestResult):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--backend", default=os.environ["BACKEND"])
+    parser.add_argument("--backend", default=os.environ["TORCH_SUITE_BACKEND"],
+                        choices=["tandem", "tandem-as-gloo", "gloo"])
     parser.add_argument("--world-size", default=os.environ["WORLD_SIZE"])
     parser.add_argument("-k", dest="patterns", action="append", default=[],
                         help="run the cases whose name contains PATTERN (unittest's -k)")
+    parser.add_argument("--cases", help="run exactly the cases named in this file (one per "
+                        "line; # starts a comment)")
     parser.add_argument("--outcomes", help="write one line per case to this file")
     args = parser.parse_args()
     if args.world_size != os.environ["WORLD_SIZE"]:
@@ -119,7 +141,12 @@ def main() -> int:
     loader = unittest.TestLoader()
     if args.patterns:
         loader.testNamePatterns = [f"*{p}*" for p in args.patterns]
-    suite = loader.loadTestsFromTestCase(TestDistBackendWithSpawn)
+    if args.cases:
+        with open(args.cases) as f:
+            names = [line.split("#")[0].strip() for line in f]
+        suite = unittest.TestSuite(TestDistBackendWithSpawn(n) for n in names if n)
+    else:
+        suite = loader.loadTestsFromTestCase(TestDistBackendWithSpawn)
     runner = unittest.TextTestRunner(verbosity=2, resultclass=_Outcomes, stream=sys.stdout)
     result = runner.run(suite)
     counts = {k: sum(1 for o in result.outcomes if o[1] == k)
