@@ -35,7 +35,7 @@
 #             and the multi-host fault bed and the ssh/mpirun beds, whose code paths
 #             (launcher, membership, transport) the other files exercise under
 #             ASan and which take ~8 minutes between them; they run in the g++
-#             stage. This keeps the whole run under an hour on 2 cores.
+#             stage.
 #   tsan-build  ThreadSanitizer build with clang 14   ($TANDEM_TSAN_BUILD_DIR, build-tsan/),
 #             in the same background job after asan-build (so overlapping
 #             asan-tests the same way):
@@ -63,6 +63,12 @@
 #   fuzz      scripts/run-fuzzers.sh $TANDEM_FUZZ_SECONDS (15 s per target in CI,
 #             thirteen targets, two at a time on 2 cores; 30 s each brought the
 #             whole run to ~50 min) in the asan-build directory
+#
+# Measured 2026-11-27 from a fresh clone on the 2-core VM: 2610 s in all
+# (build 623, unit 37, system 954 with PyTorch's suite's 236, asan-build 1208
+# of which 214 awaited, asan-tests 447, tsan-build 493 of which 45 awaited,
+# tsan-tests 154, fuzz 113); the same stages one after another took about
+# 3700 s.
 #
 # clang-tidy is not a stage: it needs a build's compile commands, takes one to
 # three minutes of both cores, and its findings need a person's judgement (a
