@@ -44,7 +44,9 @@ def run(bin_dir: Path, backend: str, model: str, workers: int, batch: int, steps
     else:
         argv = [str(bin_dir / "tandem"), "launch", "-n", str(workers), "--no-scheduler", "--",
                 *script]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+    # The bed's runner needs ip and tc (/usr/sbin); its processes get `env`.
+    run_env = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"} if bed_rate else env
+    proc = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=600)
     m = LINE.search(proc.stdout)
     if proc.returncode != 0 or not m:
         sys.exit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
