@@ -105,6 +105,26 @@ void CheckSameDType(const at::Tensor& t, const at::Tensor& reference, const std:
   }
 }
 
+// Every tensor of `blocks` ("<kind> tensor r") readable, of `reference`'s
+// dtype and element count; `reduced`: a dtype tandem reduces.
+void CheckBlocks(const std::vector<at::Tensor>& blocks, const at::Tensor& reference,
+                 const std::string& op, const char* kind, const char* reference_what,
+                 bool reduced) {
+  for (size_t r = 0; r < blocks.size(); ++r) {
+    const std::string what = fmt::format("{} tensor {}", kind, r);
+    if (reduced) {
+      ReducedView(blocks[r], op, what);
+    } else {
+      MovedViewOf(blocks[r], op, what);
+    }
+    CheckSameDType(blocks[r], reference, op, what, reference_what);
+    if (blocks[r].numel() != reference.numel()) {
+      throw InvalidArgument(fmt::format("{}: {} holds {} elements but {} holds {}", op, what,
+                                        blocks[r].numel(), reference_what, reference.numel()));
+    }
+  }
+}
+
 void CheckCount(size_t got, size_t expected, const std::string& op, const std::string& what) {
   if (got != expected) {
     throw InvalidArgument(fmt::format("{}: expected {} {}, got {}", op, expected, what, got));
@@ -496,16 +516,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::gather(
     CheckCount(outputs.size(), 1, call.name, "output list on the root");
     CheckCount(outputs[0].size(), static_cast<size_t>(getSize()), call.name,
                "output tensors on the root (one per rank)");
-    for (size_t r = 0; r < outputs[0].size(); ++r) {
-      const std::string what = fmt::format("output tensor {}", r);
-      MovedViewOf(outputs[0][r], call.name, what);
-      CheckSameDType(outputs[0][r], inputs[0], call.name, what, "the input");
-      if (outputs[0][r].numel() != inputs[0].numel()) {
-        throw InvalidArgument(fmt::format("{}: {} holds {} elements but the input holds {}",
-                                          call.name, what, outputs[0][r].numel(),
-                                          inputs[0].numel()));
-      }
-    }
+    CheckBlocks(outputs[0], inputs[0], call.name, "output", "the input", false);
     blocks = outputs[0];
   } else if (!outputs.empty()) {
     throw InvalidArgument(
@@ -535,16 +546,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::scatter(
     CheckCount(inputs.size(), 1, call.name, "input list on the root");
     CheckCount(inputs[0].size(), static_cast<size_t>(getSize()), call.name,
                "input tensors on the root (one per rank)");
-    for (size_t r = 0; r < inputs[0].size(); ++r) {
-      const std::string what = fmt::format("input tensor {}", r);
-      MovedViewOf(inputs[0][r], call.name, what);
-      CheckSameDType(inputs[0][r], outputs[0], call.name, what, "the output");
-      if (inputs[0][r].numel() != outputs[0].numel()) {
-        throw InvalidArgument(fmt::format("{}: {} holds {} elements but the output holds {}",
-                                          call.name, what, inputs[0][r].numel(),
-                                          outputs[0].numel()));
-      }
-    }
+    CheckBlocks(inputs[0], outputs[0], call.name, "input", "the output", false);
     flat = Concatenated(inputs[0]);
   } else {
     if (!inputs.empty()) {
@@ -578,15 +580,7 @@ c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::reduce_scatter(
   CheckCount(inputs[0].size(), static_cast<size_t>(getSize()), call.name,
              "input tensors (one per rank)");
   TensorView out = ReducedView(outputs[0], call.name, "the output");
-  for (size_t r = 0; r < inputs[0].size(); ++r) {
-    const std::string what = fmt::format("input tensor {}", r);
-    ReducedView(inputs[0][r], call.name, what);
-    CheckSameDType(inputs[0][r], outputs[0], call.name, what, "the output");
-    if (inputs[0][r].numel() != outputs[0].numel()) {
-      throw InvalidArgument(fmt::format("{}: {} holds {} elements but the output holds {}",
-                                        call.name, what, inputs[0][r].numel(), outputs[0].numel()));
-    }
-  }
+  CheckBlocks(inputs[0], outputs[0], call.name, "input", "the output", true);
   at::Tensor flat = Concatenated(inputs[0]);
   TensorView in = ReducedView(flat, call.name, "the inputs");
   PendingOperation p;
