@@ -78,6 +78,7 @@ def main() -> None:
         print(f"ddp: {world} workers, {args.steps} steps, "
               f"{args.steps * global_batch / seconds:.0f} samples/s, loss {loss.item():.4f}",
               flush=True)
+    del model  # before the group: PyTorch 1.13 can deadlock otherwise (docs/pytorch-backend.md)
     dist.destroy_process_group()
 
 

@@ -98,6 +98,7 @@ def main() -> None:
               f"batch={args.batch_size} steps={args.steps} "
               f"samples/s={args.steps * args.batch_size * workers / seconds:.1f} "
               f"step_ms={1000 * seconds / args.steps:.1f} loss={loss.item():.4f}", flush=True)
+    del model  # before the group: PyTorch 1.13 can deadlock otherwise (docs/pytorch-backend.md)
     dist.destroy_process_group()
 
 

@@ -23,6 +23,10 @@ def main() -> None:
     print(f"ddp: rank={rank} size={size} local_rank={os.environ['LOCAL_RANK']} "
           f"local_size={os.environ['LOCAL_WORLD_SIZE']} group_rank={os.environ['GROUP_RANK']} "
           f"sum={t.item():g} grad={grad:g}", flush=True)
+    # The model goes first: destroyed after the group, DDP's reducer drops
+    # the last reference to Gloo's group while holding the GIL, and PyTorch
+    # 1.13 can deadlock there (docs/pytorch-backend.md, "Known problems").
+    del model
     dist.destroy_process_group()
 
 
