@@ -93,6 +93,9 @@ class CollectiveHandle {
   void Wait() const;
   /// True once the operation finished (successfully or not).
   bool Done() const;
+  /// The group rank whose message a receive took (Communicator::RecvAsync,
+  /// useful with kAnySource) once Wait returned; -1 for other operations.
+  int Source() const;
 
  private:
   friend class collective::CommunicatorImpl;
@@ -169,6 +172,32 @@ class Communicator {
   /// Returns once every member has entered the barrier.
   void Barrier(const CollectiveOptions& options = {});
   CollectiveHandle BarrierAsync(const CollectiveOptions& options = {});
+
+  /// Point-to-point (docs/collectives.md, "Point-to-point"): only the two
+  /// ranks take part, and these calls do not wait behind the queued
+  /// collective operations. The n-th send from rank a to rank b with tag t
+  /// meets b's n-th receive from a with tag t; sizes must match exactly.
+  ///
+  /// Sends `data` (borrowed until the handle is done: written out, or copied
+  /// by a peer on the same host) to group rank `peer`. Throws
+  /// InvalidArgument for a peer outside the group or this rank itself.
+  void Send(const TensorView& data, int peer, uint64_t tag = 0,
+            const CollectiveOptions& options = {});
+  CollectiveHandle SendAsync(const TensorView& data, int peer, uint64_t tag = 0,
+                             const CollectiveOptions& options = {});
+
+  /// Any member may be the sender of a receive with this peer.
+  static constexpr int kAnySource = -1;
+  /// Receives the message `tag` from group rank `peer` into `data`, or with
+  /// kAnySource the first in rank order among the members whose next such
+  /// message arrived (the handle's Source() says whose). A message of
+  /// another byte size fails with ProtocolError naming both sizes; the
+  /// group stays usable. A timeout fails the group (the two sides' message
+  /// counts no longer agree).
+  void Recv(const TensorView& data, int peer, uint64_t tag = 0,
+            const CollectiveOptions& options = {});
+  CollectiveHandle RecvAsync(const TensorView& data, int peer, uint64_t tag = 0,
+                             const CollectiveOptions& options = {});
 
  private:
   friend class collective::CollectiveService;

@@ -787,31 +787,52 @@ void ProcessGroupTandem::monitoredBarrier(const ::c10d::BarrierOptions& opts,
   handle.Wait();
 }
 
-namespace {
-
-[[noreturn]] void NoPointToPoint(const char* op) {
-  throw InvalidArgument(fmt::format(
-      "{}: the tandem backend has no point-to-point operations (send, recv, recvAnysource; "
-      "tandem's communicator runs collectives only). Nothing falls back to another backend: "
-      "create a gloo group for pipeline stages (dist.new_group(ranks, backend=\"gloo\"))",
-      op));
+c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::PointToPoint(std::vector<at::Tensor>& tensors,
+                                                                  const char* op, int peer,
+                                                                  int tag) {
+  std::lock_guard lock(submit_mu_);
+  const bool is_send = std::string_view(op) == "send";
+  if (shut_down_) {
+    throw InvalidArgument(fmt::format("{}: {} was shut down", op, GroupName()));
+  }
+  // Numbered apart from the collectives, whose names every rank must
+  // agree on: only two ranks take part in a message.
+  const Call call{is_send                            ? OpType::SEND
+                  : peer == Communicator::kAnySource ? OpType::RECVANYSOURCE
+                                                     : OpType::RECV,
+                  fmt::format("{} #{}", op, ++messages_), timeout_};
+  CheckCount(tensors.size(), 1, call.name, "tensor per call");
+  if (tag < 0) {
+    throw InvalidArgument(
+        fmt::format("{}: tag {} is negative; tags are 0 or more", call.name, tag));
+  }
+  MovedView v = MovedViewOf(tensors[0], call.name, "the tensor");
+  PendingOperation p;
+  const auto t = static_cast<uint64_t>(tag);
+  p.handles.push_back(is_send ? communicator_->SendAsync(v.view, peer, t, Options(call))
+                              : communicator_->RecvAsync(v.view, peer, t, Options(call)));
+  p.keep = tensors;
+  auto work = c10::make_intrusive<TandemWork>(getRank(), call.type,
+                                              fmt::format("{} of {}", call.name, GroupName()),
+                                              is_send ? std::vector<at::Tensor>{} : tensors);
+  if (!is_send) work->SetReceive(p.handles.front());
+  completions_->PushUnordered(std::move(p), work);
+  return work;
 }
 
-}  // namespace
-
-c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::send(std::vector<at::Tensor>& /*tensors*/,
-                                                          int /*dst_rank*/, int /*tag*/) {
-  NoPointToPoint("send");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::send(std::vector<at::Tensor>& tensors,
+                                                          int dst_rank, int tag) {
+  return PointToPoint(tensors, "send", dst_rank, tag);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::recv(std::vector<at::Tensor>& /*tensors*/,
-                                                          int /*src_rank*/, int /*tag*/) {
-  NoPointToPoint("recv");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::recv(std::vector<at::Tensor>& tensors,
+                                                          int src_rank, int tag) {
+  return PointToPoint(tensors, "recv", src_rank, tag);
 }
 
-c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::recvAnysource(
-    std::vector<at::Tensor>& /*tensors*/, int /*tag*/) {
-  NoPointToPoint("recvAnysource");
+c10::intrusive_ptr<::c10d::Work> ProcessGroupTandem::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                                   int tag) {
+  return PointToPoint(tensors, "recvAnysource", Communicator::kAnySource, tag);
 }
 
 void ProcessGroupTandem::setSequenceNumberForGroup() { sequence_ = 0; }

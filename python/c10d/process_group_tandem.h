@@ -135,8 +135,10 @@ class ProcessGroupTandem : public ::c10d::ProcessGroup {
   /// naming the ranks not heard from; `wait_all_ranks` changes nothing
   /// (tandem's error always names every missing rank).
   void monitoredBarrier(const ::c10d::BarrierOptions& opts, bool wait_all_ranks) override;
-  /// Point-to-point operations: tandem's communicator has none, so these
-  /// throw, naming the operation (nothing falls back to another backend).
+  /// Point-to-point operations (docs/pytorch-backend.md): the n-th send
+  /// from a to b with a tag meets b's n-th receive from a with that tag;
+  /// they complete on their own, not in turn with the collectives.
+  /// recvAnysource's work says the sender (sourceRank).
   c10::intrusive_ptr<::c10d::Work> send(std::vector<at::Tensor>& tensors, int dst_rank,
                                         int tag) override;
   c10::intrusive_ptr<::c10d::Work> recv(std::vector<at::Tensor>& tensors, int src_rank,
@@ -160,6 +162,9 @@ class ProcessGroupTandem : public ::c10d::ProcessGroup {
   Call Begin(::c10d::OpType type, const char* op, std::chrono::milliseconds requested);
   CollectiveOptions Options(const Call& call) const;
   ReduceOptions Reduce(const Call& call, const ::c10d::ReduceOp& op) const;
+  // send, recv (peer >= 0) or recvAnysource (kAnySource) of tensors[0].
+  c10::intrusive_ptr<::c10d::Work> PointToPoint(std::vector<at::Tensor>& tensors, const char* op,
+                                                int peer, int tag);
   // Queues `pending` as the work of `call`, whose result is `outputs`.
   c10::intrusive_ptr<::c10d::Work> Submit(const Call& call, PendingOperation pending,
                                           std::vector<at::Tensor> outputs);
@@ -185,6 +190,7 @@ class ProcessGroupTandem : public ::c10d::ProcessGroup {
   // the completion queue in the same order.
   std::mutex submit_mu_;
   std::atomic<uint64_t> sequence_{0};
+  uint64_t messages_ = 0;  // point-to-point operations started (under submit_mu_)
   // Last: stopped (drained) first, while the communicator is alive.
   std::unique_ptr<CompletionQueue> completions_;
 };

@@ -105,7 +105,52 @@ void CompletionQueue::Drain() {
   }
   cv_.notify_one();
   if (thread_.joinable()) thread_.join();
+  messages_.Drain();
   futures_.Drain();
+}
+
+int TandemWork::sourceRank() const {
+  if (!receive_) return ::c10d::Work::sourceRank();  // throws
+  if (!receive_->Done()) {
+    throw InvalidArgument(description_ + ": its sender is known once it completed (wait first)");
+  }
+  return receive_->Source();
+}
+
+void CompletionQueue::PushUnordered(PendingOperation operation,
+                                    c10::intrusive_ptr<TandemWork> work) {
+  auto entry = std::make_shared<Entry>(Entry{std::move(operation), std::move(work)});
+  messages_.Run([this, entry] { Finish(*entry); });
+}
+
+void CompletionQueue::Finish(Entry& entry) {
+  std::exception_ptr error;
+  for (const CollectiveHandle& handle : entry.operation.handles) {
+    try {
+      handle.Wait();
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (!error && entry.operation.finish) {
+    try {
+      entry.operation.finish();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  }
+  entry.operation.keep.clear();
+  entry.work->Complete(error);
+  futures_.Run([work = std::move(entry.work), group = group_] {
+    try {
+      work->CompleteFuture();
+    } catch (const std::exception& e) {
+      // A callback that throws fails the future it returns, not this
+      // one; anything else is reported and the pool goes on.
+      std::fprintf(stderr, "tandem: completing an operation's future in %s: %s\n", group.c_str(),
+                   e.what());
+    }
+  });
 }
 
 void CompletionQueue::Run() {
@@ -120,33 +165,7 @@ void CompletionQueue::Run() {
       entry = std::move(queue_.front());
       queue_.pop_front();
     }
-    std::exception_ptr error;
-    for (const CollectiveHandle& handle : entry.operation.handles) {
-      try {
-        handle.Wait();
-      } catch (...) {
-        if (!error) error = std::current_exception();
-      }
-    }
-    if (!error && entry.operation.finish) {
-      try {
-        entry.operation.finish();
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-    entry.operation.keep.clear();
-    entry.work->Complete(error);
-    futures_.Run([work = std::move(entry.work), group = group_] {
-      try {
-        work->CompleteFuture();
-      } catch (const std::exception& e) {
-        // A callback that throws fails the future it returns, not this
-        // one; anything else is reported and the pool goes on.
-        std::fprintf(stderr, "tandem: completing an operation's future in %s: %s\n", group.c_str(),
-                     e.what());
-      }
-    });
+    Finish(entry);
   }
 }
 

@@ -3,6 +3,7 @@
 // on) and one thread per process group that waits for the tandem handles
 // in submission order, runs the copies an operation needs afterwards
 // (results out of a scratch buffer), and then completes the work.
+// Point-to-point operations complete each on their own, out of that order.
 //
 // Its future is completed on another thread, from a pool that grows
 // whenever every thread of it is busy: completing a future runs its
@@ -16,7 +17,9 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -62,6 +65,11 @@ class TandemWork : public ::c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   /// CPU work has nothing to synchronise with a stream.
   void synchronize() override {}
+  /// A receive's sender (group rank), once it completed; other works throw
+  /// as torch's do.
+  int sourceRank() const override;
+  /// Makes this the work of the receive `handle` (for sourceRank).
+  void SetReceive(CollectiveHandle handle) { receive_ = std::move(handle); }
 
   /// Marks the work done (`error` null) or failed and wakes its waiters.
   void Complete(std::exception_ptr error);
@@ -72,6 +80,7 @@ class TandemWork : public ::c10d::Work {
   const std::string description_;
   const std::vector<at::Tensor> outputs_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::optional<CollectiveHandle> receive_;
 };
 
 /// Threads that run tasks in order of arrival, one more whenever every
@@ -119,6 +128,10 @@ class CompletionQueue {
   /// Queues `operation`, whose end completes `work`. Operations finish in
   /// the order they were pushed.
   void Push(PendingOperation operation, c10::intrusive_ptr<TandemWork> work);
+  /// Queues a point-to-point `operation`, whose end completes `work` as
+  /// soon as it ends, whatever was pushed before or after: a receive must
+  /// not hold up the collectives behind it, nor another receive.
+  void PushUnordered(PendingOperation operation, c10::intrusive_ptr<TandemWork> work);
   /// Completes everything pushed so far, then stops the thread. Idempotent.
   void Drain();
 
@@ -128,9 +141,13 @@ class CompletionQueue {
     c10::intrusive_ptr<TandemWork> work;
   };
   void Run();
+  // Waits for the entry's handles, runs its finish, completes its work and
+  // hands its future to futures_.
+  void Finish(Entry& entry);
 
   const std::string group_;
-  GrowingPool futures_;  // completes the works' futures
+  GrowingPool messages_;  // one thread per point-to-point operation in flight
+  GrowingPool futures_;   // completes the works' futures
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Entry> queue_;  // guarded by mu_

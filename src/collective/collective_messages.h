@@ -89,6 +89,11 @@ struct CopyStatus {
 /// the operation (call_description.h), which the receiver checks against
 /// its own before it uses the piece; it is not part of the match (pieces
 /// are matched by the other three fields, and compare equal without it).
+/// Set in the sequence of a point-to-point message's key (point_to_point.h):
+/// collective operations' sequences never reach it, so the two never meet,
+/// and the call checks let such pieces through.
+constexpr uint64_t kPointToPointSequence = uint64_t{1} << 63;
+
 struct MessageKey {
   uint32_t communicator = 0;
   uint64_t sequence = 0;

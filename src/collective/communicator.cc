@@ -67,6 +67,12 @@ bool CollectiveHandle::Done() const {
   return state_->done;
 }
 
+int CollectiveHandle::Source() const {
+  if (!state_) return -1;
+  std::lock_guard lock(state_->mu);
+  return state_->source;
+}
+
 namespace {
 
 std::byte* Bytes(const TensorView& t) { return static_cast<std::byte*>(t.data); }
@@ -406,6 +412,15 @@ Prepared PrepareAllToAll(CommunicatorImpl& impl, const TensorView& in, const Ten
                   Call(collective::CallKind::kAllToAll, in, o, impl)};
 }
 
+// "Send of 'x' (4 x float32, group rank 0 of 2) to rank 1".
+std::string DescribePointToPoint(const char* op, const char* direction, const TensorView& data,
+                                 int peer, const CollectiveOptions& o, const CommunicatorImpl& c) {
+  const std::string what = Describe(op, o, data, c);
+  CheckTensor(data, "the tensor", what);
+  if (peer == Communicator::kAnySource) return what + " from any rank";
+  return fmt::format("{} {} rank {}", what, direction, peer);
+}
+
 Prepared PrepareBarrier(CommunicatorImpl& impl, const CollectiveOptions& o) {
   std::string what =
       fmt::format("Barrier{} (group rank {} of {})", o.name.empty() ? "" : " '" + o.name + "'",
@@ -504,6 +519,29 @@ CollectiveHandle Communicator::BarrierAsync(const CollectiveOptions& o) {
 void Communicator::Barrier(const CollectiveOptions& o) {
   Prepared p = PrepareBarrier(*impl_, o);
   impl_->Run(std::move(p.what), std::move(p.call), p.timeout, std::move(p.body));
+}
+
+CollectiveHandle Communicator::SendAsync(const TensorView& data, int peer, uint64_t tag,
+                                         const CollectiveOptions& o) {
+  std::string what = DescribePointToPoint("Send", "to", data, peer, o, *impl_);
+  if (peer == kAnySource) throw InvalidArgument(what + ": a send needs a destination rank");
+  return impl_->SendTo(std::move(what), peer, tag, {Bytes(data), data.num_bytes()}, o.timeout);
+}
+
+void Communicator::Send(const TensorView& data, int peer, uint64_t tag,
+                        const CollectiveOptions& o) {
+  SendAsync(data, peer, tag, o).Wait();
+}
+
+CollectiveHandle Communicator::RecvAsync(const TensorView& data, int peer, uint64_t tag,
+                                         const CollectiveOptions& o) {
+  std::string what = DescribePointToPoint("Recv", "from", data, peer, o, *impl_);
+  return impl_->ReceiveFrom(std::move(what), peer, tag, {Bytes(data), data.num_bytes()}, o.timeout);
+}
+
+void Communicator::Recv(const TensorView& data, int peer, uint64_t tag,
+                        const CollectiveOptions& o) {
+  RecvAsync(data, peer, tag, o).Wait();
 }
 
 }  // namespace tandem

@@ -22,7 +22,8 @@ CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int>
       log_(log),
       ops_(ops),
       queued_(queued),
-      call_state_(mesh.RegisterCommunicator(id, members_)) {
+      call_state_(mesh.RegisterCommunicator(id, members_)),
+      p2p_(mesh, id, members_, rank_, log) {
   if (rank_ >= size()) {
     throw InvalidArgument(
         fmt::format("worker {} is not a member of the group it creates", mesh.rank()));
@@ -52,6 +53,20 @@ CollectiveHandle CommunicatorImpl::Submit(std::string what, CallDescription call
   queued_.Add(1);
   cv_.notify_all();
   return CollectiveHandle(state);
+}
+
+CollectiveHandle CommunicatorImpl::SendTo(std::string what, int peer, uint64_t tag,
+                                          std::span<const std::byte> bytes,
+                                          std::chrono::milliseconds timeout) {
+  return CollectiveHandle(p2p_.Send(std::move(what), peer, tag, bytes,
+                                    timeout.count() > 0 ? timeout : settings_.timeout));
+}
+
+CollectiveHandle CommunicatorImpl::ReceiveFrom(std::string what, int peer, uint64_t tag,
+                                               std::span<std::byte> dest,
+                                               std::chrono::milliseconds timeout) {
+  return CollectiveHandle(p2p_.Receive(std::move(what), peer, tag, dest,
+                                       timeout.count() > 0 ? timeout : settings_.timeout));
 }
 
 std::span<std::byte> CommunicatorImpl::Scratch(size_t bytes) {

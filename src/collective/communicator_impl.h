@@ -22,6 +22,7 @@
 #include "collective/call_description.h"
 #include "collective/op_context.h"
 #include "collective/peer_mesh.h"
+#include "collective/point_to_point.h"
 #include "tandem/collective.h"
 
 namespace tandem::collective {
@@ -32,6 +33,8 @@ struct OpState {
   std::condition_variable cv;
   bool done = false;
   std::exception_ptr error;
+  /// A receive's sender (group rank), once done; -1 for other operations.
+  int source = -1;
   /// Counts the callers blocked in Wait (the communicator's call state's
   /// user_waits, for the crossed-order check); null: not counted.
   std::atomic<int>* waiting = nullptr;
@@ -103,6 +106,13 @@ class CommunicatorImpl {
   /// on the communicator's thread.
   std::span<std::byte> Scratch(size_t bytes);
 
+  /// The point-to-point messages of this communicator (point_to_point.h),
+  /// which bypass the queue: `timeout` zero is the default.
+  CollectiveHandle SendTo(std::string what, int peer, uint64_t tag,
+                          std::span<const std::byte> bytes, std::chrono::milliseconds timeout);
+  CollectiveHandle ReceiveFrom(std::string what, int peer, uint64_t tag, std::span<std::byte> dest,
+                               std::chrono::milliseconds timeout);
+
  private:
   struct Task {
     std::string what;
@@ -135,6 +145,7 @@ class CommunicatorImpl {
   uint64_t sequence_ = 0;                  // the thread holding busy_
   std::vector<std::byte> scratch_;         // the thread holding busy_
   std::thread thread_;
+  PointToPoint p2p_;  // after thread_: destroyed first
 };
 
 }  // namespace tandem::collective

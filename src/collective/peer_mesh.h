@@ -163,6 +163,10 @@ class PeerMesh final : public net::TransportHandler {
   /// name the peers not heard from).
   bool Complete(int peer, const MessageKey& key) const;
 
+  /// True when Wait for (peer, key) would not wait for the network: the
+  /// piece arrived, posted or not (or came by reference, for Wait to copy).
+  bool Ready(int peer, const MessageKey& key) const;
+
   /// Forgets a posted receive that will not be waited for. If the transport
   /// is filling it right now, waits until the piece is complete; after 2 s
   /// closes the peer's connections, which ends the filling.

@@ -69,7 +69,7 @@ bool PeerMesh::CompleteCall(CallState* state) {
 }
 
 bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
-  if (!call_checks()) return true;
+  if (!call_checks() || (key.sequence & kPointToPointSequence) != 0) return true;
   auto it = calls_.find(key.communicator);
   if (it != calls_.end() && it->second.begun && it->second.sequence == key.sequence) {
     CallState& st = it->second;

@@ -207,6 +207,14 @@ bool PeerMesh::Complete(int peer, const MessageKey& key) const {
   return it != slots_.end() && it->second.state == Slot::State::kDone;
 }
 
+bool PeerMesh::Ready(int peer, const MessageKey& key) const {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(SlotKey{peer, key});
+  if (it == slots_.end()) return false;
+  const Slot::State st = it->second.state;
+  return st == Slot::State::kDone || st == Slot::State::kArrived || st == Slot::State::kRef;
+}
+
 void PeerMesh::Abandon(int peer, const MessageKey& key) {
   std::unique_lock lock(mu_);
   const SlotKey sk{peer, key};

@@ -1,7 +1,7 @@
 """PyTorch's own distributed test suite (distributed_test.py of
 python3-torch 1.13) against the "tandem" backend, through
 tests/system/torch_suite.py, 3 ranks per case: every case listed in
-torch_suite_cases.txt (the 80 that pass with gloo on this machine and with
+torch_suite_cases.txt (87 that pass with gloo on this machine and with
 tandem) must pass, with the suite selecting and checking its cases as for
 gloo while every default group is tandem's (--backend tandem-as-gloo). The
 whole suite's counts for gloo, tandem as a plugin and tandem-as-gloo, and

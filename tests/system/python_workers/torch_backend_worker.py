@@ -165,6 +165,63 @@ def groups_and_futures(c: Checks, rank: int, n: int) -> None:
              ._get_sequence_number_for_group() > 0, "0 after the operations")
 
 
+def point_to_point(c: Checks, rank: int, n: int) -> None:
+    nxt, prev = (rank + 1) % n, (rank - 1) % n
+    # A ring: isend to the next rank, irecv from the previous one.
+    out = torch.arange(5, dtype=torch.float64) + 10 * rank
+    got = torch.empty(5, dtype=torch.float64)
+    works = [dist.isend(out, nxt), dist.irecv(got, prev)]
+    for w in works:
+        w.wait()
+    check_equal(c, "isend/irecv ring", got, torch.arange(5, dtype=torch.float64) + 10 * prev)
+    # The same through batch_isend_irecv, in bfloat16, with a tag.
+    out = torch.full((3,), float(rank), dtype=torch.bfloat16)
+    got = torch.empty(3, dtype=torch.bfloat16)
+    ops = [dist.P2POp(dist.isend, out, nxt, tag=4), dist.P2POp(dist.irecv, got, prev, tag=4)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+    check_equal(c, "batch_isend_irecv", got, torch.full((3,), float(prev), dtype=torch.bfloat16))
+    # Tags keep their own order: rank 0 sends tag 5 then 6; rank 1 takes 6 first.
+    if rank == 0:
+        dist.send(torch.tensor([5]), 1, tag=5)
+        dist.send(torch.tensor([6]), 1, tag=6)
+    elif rank == 1:
+        six, five = torch.zeros(1, dtype=torch.long), torch.zeros(1, dtype=torch.long)
+        dist.recv(six, 0, tag=6)
+        dist.recv(five, 0, tag=5)
+        check_equal(c, "tags", torch.cat([six, five]), torch.tensor([6, 5]))
+    # From any rank: rank 0 hears every other rank once and learns who sent.
+    if rank == 0:
+        senders = []
+        for _ in range(n - 1):
+            t = torch.zeros(2, dtype=torch.int32)
+            src = dist.recv(t)
+            senders.append(src)
+            check_equal(c, f"recv from any rank ({src})", t,
+                        torch.tensor([src, 7 * src], dtype=torch.int32))
+        c.expect("every sender once", sorted(senders) == list(range(1, n)), f"senders {senders}")
+    else:
+        dist.send(torch.tensor([rank, 7 * rank], dtype=torch.int32), 0)
+    # In a sub-group, ranks are the global ones: 0 sends to the last rank.
+    ends = dist.new_group([0, n - 1])
+    if rank == 0:
+        dist.send(torch.tensor([3.5]), n - 1, group=ends)
+    elif rank == n - 1:
+        t = torch.zeros(1)
+        dist.recv(t, 0, group=ends)
+        check_equal(c, "sub-group send/recv", t, torch.tensor([3.5]))
+    # A size that differs fails that receive only; the next one works.
+    if rank == 0:
+        dist.send(torch.ones(5), 1, tag=9)
+        dist.send(torch.ones(4) * 2, 1, tag=9)
+    elif rank == 1:
+        t = torch.zeros(4)
+        raises(c, "recv of another size", lambda: dist.recv(t, 0, tag=9), "20 bytes", "16 bytes")
+        dist.recv(t, 0, tag=9)
+        check_equal(c, "recv after a size error", t, torch.full((4,), 2.0))
+    dist.barrier()
+
+
 def raises(c: Checks, what: str, fn, *needles: str) -> None:
     try:
         fn()
@@ -183,8 +240,10 @@ def bad_input(c: Checks, rank: int, n: int) -> None:
            "int8", "float32")
     raises(c, "bitwise op", lambda: dist.all_reduce(torch.zeros(2, dtype=torch.int32),
                                                     op=dist.ReduceOp.BAND), "BAND")
-    raises(c, "send", lambda: dist.send(torch.zeros(1), dst=(rank + 1) % n), "send",
-           "point-to-point")
+    raises(c, "send to itself", lambda: dist.send(torch.zeros(1), dst=rank), "send",
+           f"rank {rank} is this process")
+    raises(c, "negative tag", lambda: dist.send(torch.zeros(1), dst=(rank + 1) % n, tag=-2),
+           "send", "tag -2")
     # Every rank is a member, so every rank raises before torch's barrier.
     raises(c, "pg_options", lambda: dist.new_group(
         list(range(n)), pg_options=dist.ProcessGroupGloo._Options()), "pg_options")
@@ -206,6 +265,7 @@ def ops(c: Checks, rank: int, n: int) -> None:
     movements(c, rank, n)
     all_to_all(c, rank, n)
     groups_and_futures(c, rank, n)
+    point_to_point(c, rank, n)
     bad_input(c, rank, n)
 
 
@@ -335,23 +395,6 @@ def zero(c: Checks, rank: int, n: int) -> None:
             alone(steps))
 
 
-def fsdp(c: Checks, rank: int, n: int) -> None:
-    from torch.distributed.fsdp import FullyShardedDataParallel
-    steps = batches(n, 20)
-    model = FullyShardedDataParallel(small_model())
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for x in steps:
-        opt.zero_grad()
-        loss_of(model, x[8 * rank:8 * (rank + 1)]).backward()
-        opt.step()
-    with FullyShardedDataParallel.summon_full_params(model):
-        got = [p.detach().clone() for p in model.parameters()]
-    want = alone(steps)
-    # summon_full_params gives FSDP's flat parameter whole.
-    compare(c, "FSDP", [torch.cat([p.reshape(-1) for p in got])[:sum(w.numel() for w in want)]],
-            [torch.cat([w.reshape(-1) for w in want])])
-
-
 def timeout() -> None:
     """The group's timeout (3 s) ends rank 0's allreduce, which rank 1 never
     joins, with tandem's Timeout naming the operation and the rank."""
@@ -372,7 +415,7 @@ def main() -> None:
     dist.init_process_group("tandem")
     rank, n = dist.get_rank(), dist.get_world_size()
     c = Checks()
-    {"ops": ops, "ddp": ddp, "zero": zero, "fsdp": fsdp, "hooks": hooks}[kind](c, rank, n)
+    {"ops": ops, "ddp": ddp, "zero": zero, "hooks": hooks}[kind](c, rank, n)
     c.finish("torch_backend", kind, rank, n)
 
 
