@@ -59,7 +59,7 @@ void RegisterK8sCommand(CLI::App& app, CommandBody* body) {
       "Render a job description (JSON) as the manifests of one Kubernetes controller: a "
       "multi-document YAML stream (objects in JSON syntax) for `kubectl apply -f`");
   render->footer(
-      "Kinds: mxjob, pytorchjob, mpijob, trainjob, jobset, indexed-job, volcano-job.\n"
+      "Kinds: mxjob, pytorchjob, mpijob, tfjob, trainjob, jobset, indexed-job, volcano-job.\n"
       "A generated Secret holds a fresh TANDEM_SECRET on every run; keep the file private.\n"
       "See docs/deploy.md for the description's fields and what each kind runs.");
   render->add_option("-f,--file", args->description, "The job description (JSON)")

@@ -18,8 +18,8 @@ using Reader = std::function<std::optional<LaunchContract>(const base::Environme
 // explicit ones (tandem, DMLC) and PMIx, in docs/contracts.md's order.
 const std::vector<Reader>& InferredReaders() {
   static const std::vector<Reader> kInferred = {
-      ReadOmpiContract,     ReadPmiContract,        ReadSlurmContract,  ReadTorchrunContract,
-      ReadTrainJobContract, ReadIndexedJobContract, ReadVolcanoContract};
+      ReadOmpiContract,     ReadPmiContract,      ReadSlurmContract,      ReadTorchrunContract,
+      ReadTrainJobContract, ReadTfConfigContract, ReadIndexedJobContract, ReadVolcanoContract};
   return kInferred;
 }
 
@@ -34,6 +34,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Markers() {
       {"slurm", {"SLURM_STEP_ID", "SLURM_PROCID"}},
       {"torchrun", {"RANK", "WORLD_SIZE"}},
       {"trainjob", {"PET_NNODES"}},
+      {"tfjob", {"TF_CONFIG"}},
       {"indexed-job", {"JOB_COMPLETION_INDEX"}},
       {"volcano", {"VC_TASK_INDEX"}},
   };

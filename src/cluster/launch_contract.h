@@ -5,7 +5,8 @@
 //
 // One reader per contract, each in its own file (tandem_contract.cc,
 // ompi_contract.cc, pmi_contract.cc, slurm_contract.cc, torchrun_contract.cc,
-// trainjob_contract.cc, indexed_job_contract.cc, volcano_contract.cc).
+// trainjob_contract.cc, tf_config_contract.cc, indexed_job_contract.cc,
+// volcano_contract.cc).
 // Each returns nothing when its marker variables are absent and throws
 // ConfigError naming the variable when they are present but unusable.
 // contract_detection.cc tries them in the documented order
@@ -29,6 +30,8 @@ struct LaunchContract {
   std::optional<Role> role;  ///< only when the contract names a role
   /// With a role: the job's servers and workers, when the contract gives
   /// them (Volcano's task sizes); else the role's rank and world size only.
+  /// Without a role, `num_servers` is the servers the contract itself names
+  /// (TF_CONFIG's ps tasks), which are the last ranks.
   std::optional<int> num_servers;
   std::optional<int> num_workers;
   int rank = 0;  ///< 0..world_size-1
@@ -66,6 +69,7 @@ std::optional<LaunchContract> ReadPmiContract(const base::Environment& env);
 std::optional<LaunchContract> ReadSlurmContract(const base::Environment& env);
 std::optional<LaunchContract> ReadTorchrunContract(const base::Environment& env);
 std::optional<LaunchContract> ReadTrainJobContract(const base::Environment& env);
+std::optional<LaunchContract> ReadTfConfigContract(const base::Environment& env);
 std::optional<LaunchContract> ReadIndexedJobContract(const base::Environment& env);
 std::optional<LaunchContract> ReadVolcanoContract(const base::Environment& env);
 

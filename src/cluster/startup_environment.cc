@@ -13,6 +13,15 @@ namespace {
 // else DMLC_NUM_SERVER, else none.
 int ServersOfPeers(const base::Environment& env, const LaunchContract& c) {
   const char* var = env.Get("TANDEM_NUM_SERVERS") ? "TANDEM_NUM_SERVERS" : "DMLC_NUM_SERVER";
+  if (c.num_servers) {
+    // The contract names its servers (TF_CONFIG's ps tasks); a variable may
+    // only agree.
+    if (env.Get(var) && env.GetInt(var, 0, 0, 1 << 16) != *c.num_servers) {
+      throw ConfigError(fmt::format("{}={} but the {} contract names {} servers", var,
+                                    env.GetString(var, ""), c.name, *c.num_servers));
+    }
+    return *c.num_servers;
+  }
   int servers = static_cast<int>(env.GetInt(var, 0, 0, 1 << 16));
   if (servers >= c.world_size) {
     throw ConfigError(fmt::format(

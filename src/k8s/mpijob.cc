@@ -18,7 +18,7 @@ std::vector<json> RenderMPIJob(const JobDescription& d) {
   if (d.strategy != Strategy::kCollectives) {
     throw InvalidArgument(
         "kind mpijob runs collectives jobs only (mpirun starts equal ranks, not a scheduler and "
-        "servers); render strategy 'parameter-server' as mxjob, jobset, indexed-job or "
+        "servers); render strategy 'parameter-server' as mxjob, tfjob, jobset, indexed-job or "
         "volcano-job");
   }
   // mpi-operator v2 names the workers NAME-worker-I in the headless Service
@@ -60,13 +60,7 @@ std::vector<json> RenderMPIJob(const JobDescription& d) {
   worker.command = {"/usr/sbin/sshd", "-De"};
   json worker_spec = PodSpec(d, json::array({Container(d, worker)}), "");
 
-  json run_policy = {{"backoffLimit", d.backoff_limit}, {"cleanPodPolicy", "Running"}};
-  if (d.gang_volcano) {
-    json scheduling = {{"minAvailable", d.workers + 1}};
-    if (!d.queue.empty()) scheduling["queue"] = d.queue;
-    if (!d.priority_class.empty()) scheduling["priorityClass"] = d.priority_class;
-    run_policy["schedulingPolicy"] = scheduling;
-  }
+  json run_policy = KubeflowRunPolicy(d, d.workers + 1);
   json job = {{"apiVersion", "kubeflow.org/v2beta1"},
               {"kind", "MPIJob"},
               {"metadata", ObjectMetadata(d, d.name, "")},

@@ -16,7 +16,7 @@ std::vector<json> RenderMXJob(const JobDescription& d) {
   if (d.strategy != Strategy::kParameterServer) {
     throw InvalidArgument(
         "kind mxjob runs parameter-server jobs only (MXJob's pods are a scheduler, servers and "
-        "workers); render strategy 'collectives' as pytorchjob, mpijob, trainjob, jobset, "
+        "workers); render strategy 'collectives' as pytorchjob, mpijob, tfjob, trainjob, jobset, "
         "indexed-job or volcano-job");
   }
   json replicas = json::object();
@@ -32,13 +32,7 @@ std::vector<json> RenderMXJob(const JobDescription& d) {
                                                       {"restartPolicy", KubeflowRestartPolicy(d)},
                                                       {"template", PodTemplate(d, role, spec)}};
   }
-  json run_policy = {{"backoffLimit", d.backoff_limit}, {"cleanPodPolicy", "Running"}};
-  if (d.gang_volcano) {
-    json scheduling = {{"minAvailable", d.TotalPods()}};
-    if (!d.queue.empty()) scheduling["queue"] = d.queue;
-    if (!d.priority_class.empty()) scheduling["priorityClass"] = d.priority_class;
-    run_policy["schedulingPolicy"] = scheduling;
-  }
+  json run_policy = KubeflowRunPolicy(d, d.TotalPods());
   json job = {
       {"apiVersion", "kubeflow.org/v1"},
       {"kind", "MXJob"},

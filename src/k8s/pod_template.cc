@@ -228,6 +228,17 @@ json JobSetFailurePolicy(const JobDescription& d) {
                                   {"onJobFailureReasons", json::array({"PodFailurePolicy"})}}})}};
 }
 
+json KubeflowRunPolicy(const JobDescription& d, int min_available) {
+  json run_policy = {{"backoffLimit", d.backoff_limit}, {"cleanPodPolicy", "Running"}};
+  if (d.gang_volcano) {
+    json scheduling = {{"minAvailable", min_available}};
+    if (!d.queue.empty()) scheduling["queue"] = d.queue;
+    if (!d.priority_class.empty()) scheduling["priorityClass"] = d.priority_class;
+    run_policy["schedulingPolicy"] = scheduling;
+  }
+  return run_policy;
+}
+
 std::string KubeflowRestartPolicy(const JobDescription& d) {
   switch (d.restart_policy) {
     case RestartPolicy::kExitCode:

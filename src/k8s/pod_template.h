@@ -117,4 +117,9 @@ json JobSetFailurePolicy(const JobDescription& d);
 /// The Kubeflow replica restart policy: "ExitCode", "OnFailure" or "Never".
 std::string KubeflowRestartPolicy(const JobDescription& d);
 
+/// A Kubeflow job's runPolicy: backoffLimit, cleanPodPolicy Running, and
+/// with Volcano gang scheduling a schedulingPolicy asking for
+/// `min_available` pods (with the description's queue and priority class).
+json KubeflowRunPolicy(const JobDescription& d, int min_available);
+
 }  // namespace tandem::k8s

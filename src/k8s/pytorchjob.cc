@@ -16,6 +16,7 @@ std::vector<json> RenderPyTorchJob(const JobDescription& d) {
     throw InvalidArgument(
         "kind pytorchjob runs collectives jobs only (its replicas are a Master and Workers, with "
         "no place for a scheduler and servers); render strategy 'parameter-server' as mxjob, "
+        "tfjob, "
         "jobset, indexed-job or volcano-job");
   }
   ContainerOptions c;
@@ -31,13 +32,7 @@ std::vector<json> RenderPyTorchJob(const JobDescription& d) {
     replicas["Worker"] = replica;
     replicas["Worker"]["replicas"] = d.workers - 1;
   }
-  json run_policy = {{"backoffLimit", d.backoff_limit}, {"cleanPodPolicy", "Running"}};
-  if (d.gang_volcano) {
-    json scheduling = {{"minAvailable", d.workers}};
-    if (!d.queue.empty()) scheduling["queue"] = d.queue;
-    if (!d.priority_class.empty()) scheduling["priorityClass"] = d.priority_class;
-    run_policy["schedulingPolicy"] = scheduling;
-  }
+  json run_policy = KubeflowRunPolicy(d, d.workers);
   json job = {{"apiVersion", "kubeflow.org/v1"},
               {"kind", "PyTorchJob"},
               {"metadata", ObjectMetadata(d, d.name, "")},

@@ -8,8 +8,8 @@
 namespace tandem::k8s {
 
 std::vector<Kind> AllKinds() {
-  return {Kind::kMXJob,  Kind::kPyTorchJob, Kind::kMPIJob,    Kind::kTrainJob,
-          Kind::kJobSet, Kind::kIndexedJob, Kind::kVolcanoJob};
+  return {Kind::kMXJob,    Kind::kPyTorchJob, Kind::kMPIJob,     Kind::kTFJob,
+          Kind::kTrainJob, Kind::kJobSet,     Kind::kIndexedJob, Kind::kVolcanoJob};
 }
 
 const char* KindName(Kind kind) {
@@ -20,6 +20,8 @@ const char* KindName(Kind kind) {
       return "pytorchjob";
     case Kind::kMPIJob:
       return "mpijob";
+    case Kind::kTFJob:
+      return "tfjob";
     case Kind::kTrainJob:
       return "trainjob";
     case Kind::kJobSet:
@@ -63,6 +65,9 @@ std::vector<nlohmann::json> Render(const JobDescription& d, Kind kind,
       break;
     case Kind::kMPIJob:
       objects = RenderMPIJob(d);
+      break;
+    case Kind::kTFJob:
+      objects = RenderTFJob(d);
       break;
     case Kind::kTrainJob:
       objects = RenderTrainJob(d);

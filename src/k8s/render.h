@@ -14,13 +14,22 @@
 namespace tandem::k8s {
 
 /// The controllers tandem renders for.
-enum class Kind { kMXJob, kPyTorchJob, kMPIJob, kTrainJob, kJobSet, kIndexedJob, kVolcanoJob };
+enum class Kind {
+  kMXJob,
+  kPyTorchJob,
+  kMPIJob,
+  kTFJob,
+  kTrainJob,
+  kJobSet,
+  kIndexedJob,
+  kVolcanoJob
+};
 
 /// Every kind, in the order of docs/deploy.md.
 std::vector<Kind> AllKinds();
 
 /// The command-line name of a kind: "mxjob", "pytorchjob", "mpijob",
-/// "trainjob", "jobset", "indexed-job", "volcano-job".
+/// "tfjob", "trainjob", "jobset", "indexed-job", "volcano-job".
 const char* KindName(Kind kind);
 
 /// The kind named `name` (as KindName gives it), or nothing.
@@ -48,6 +57,7 @@ std::string ToYaml(const nlohmann::json& value, int indent = 0);
 std::vector<nlohmann::json> RenderMXJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderPyTorchJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderMPIJob(const JobDescription& d);
+std::vector<nlohmann::json> RenderTFJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderTrainJob(const JobDescription& d);
 std::vector<nlohmann::json> RenderJobSet(const JobDescription& d);
 std::vector<nlohmann::json> RenderIndexedJob(const JobDescription& d);

@@ -21,7 +21,8 @@ std::vector<json> RenderTrainJob(const JobDescription& d) {
   if (d.strategy != Strategy::kCollectives) {
     throw InvalidArgument(
         "kind trainjob runs collectives jobs only (a TrainJob's trainer is one set of equal "
-        "nodes); render strategy 'parameter-server' as mxjob, jobset, indexed-job or volcano-job");
+        "nodes); render strategy 'parameter-server' as mxjob, tfjob, jobset, indexed-job or "
+        "volcano-job");
   }
   const std::string runtime_name = "tandem-" + d.name;
   ContainerOptions c;

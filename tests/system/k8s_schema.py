@@ -194,6 +194,7 @@ def pod_templates(obj: dict) -> Iterator[tuple[str, dict]]:
         "MXJob": "mxReplicaSpecs",
         "PyTorchJob": "pytorchReplicaSpecs",
         "MPIJob": "mpiReplicaSpecs",
+        "TFJob": "tfReplicaSpecs",
     }
     if kind in replica_specs:
         for name, replica in spec[replica_specs[kind]].items():

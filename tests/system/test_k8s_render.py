@@ -17,10 +17,12 @@ import yaml
 
 import k8s_schema
 
-KINDS = ["mxjob", "pytorchjob", "mpijob", "trainjob", "jobset", "indexed-job", "volcano-job"]
+KINDS = ["mxjob", "pytorchjob", "mpijob", "tfjob", "trainjob", "jobset", "indexed-job",
+         "volcano-job"]
 # Kinds that run each strategy; the others refuse it with exit code 78.
-PS_KINDS = {"mxjob", "jobset", "indexed-job", "volcano-job"}
-COLLECTIVE_KINDS = {"pytorchjob", "mpijob", "trainjob", "jobset", "indexed-job", "volcano-job"}
+PS_KINDS = {"mxjob", "tfjob", "jobset", "indexed-job", "volcano-job"}
+COLLECTIVE_KINDS = {"pytorchjob", "mpijob", "tfjob", "trainjob", "jobset", "indexed-job",
+                    "volcano-job"}
 
 PS_JOB = {
     "name": "mnist-ps",
@@ -198,6 +200,19 @@ def test_operators_get_the_names_they_require(tandem_bin_dir, tmp_path):
     for _, c in containers(pt):
         assert c["name"] == "pytorch" and c["ports"][0]["name"] == "pytorchjob-port"
 
+    # TFJob: Chief + Worker replicas, PS replicas serving; no scheduler pod
+    # (the chief hosts it) and no Evaluator.
+    tf = rendered(tandem_bin_dir, tmp_path, PS_JOB, "tfjob")[-1]
+    specs = tf["spec"]["tfReplicaSpecs"]
+    assert {r: specs[r]["replicas"] for r in specs} == {"Chief": 1, "Worker": 3, "PS": 2}
+    for _, c in containers(tf):
+        assert c["name"] == "tensorflow"
+        assert {"name": "tfjob-port", "containerPort": 9091, "protocol": "TCP"} in c["ports"]
+    assert specs["PS"]["template"]["spec"]["containers"][0]["command"][-1] == "server"
+    assert tf["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 6
+    tf = rendered(tandem_bin_dir, tmp_path, COLLECTIVES_JOB, "tfjob")[-1]
+    assert set(tf["spec"]["tfReplicaSpecs"]) == {"Chief", "Worker"}
+
     runtime, trainjob = rendered(tandem_bin_dir, tmp_path, COLLECTIVES_JOB, "trainjob")
     assert trainjob["spec"]["runtimeRef"]["name"] == runtime["metadata"]["name"]
     assert trainjob["spec"]["trainer"] == {"numNodes": 3, "numProcPerNode": 1}
@@ -359,6 +374,7 @@ MUTATIONS = [
     ("volcano-job", "ps", lambda o: o["spec"]["tasks"][0].__setitem__("replica", 1)),
     ("trainjob", "collectives", lambda o: o["spec"]["trainer"].__setitem__("numNode", 3)),
     ("trainjob", "collectives", lambda o: o["metadata"].pop("namespace")),
+    ("tfjob", "ps", lambda o: o["spec"]["tfReplicaSpecs"]["PS"].__setitem__("replica", 2)),
     ("pytorchjob", "collectives", lambda o: o["spec"]["pytorchReplicaSpecs"]["Master"][
         "template"]["spec"]["volumes"][0]["emptyDir"].__setitem__("sizelimit", "1Gi")),
 ]
@@ -396,7 +412,7 @@ def test_docs_examples_are_current(tandem_bin_dir):
     assert result.returncode == 0, result.stderr
     doc = (root / "docs" / "deploy.md").read_text()
     blocks = doc.count("<!-- k8s-render ")
-    assert blocks == 7 and doc.count("```yaml\n---\n") == blocks
+    assert blocks == 8 and doc.count("```yaml\n---\n") == blocks
 
 
 @pytest.mark.parametrize("description", ["ps-job.json", "collectives-job.json", "full-job.json"])

@@ -128,6 +128,37 @@ std::vector<Pod> PodsOf(Kind kind, const JobDescription& d, const std::vector<js
       }
       break;
     }
+    case Kind::kTFJob: {
+      // TF_CONFIG: every task's Service address at the tfjob-port, and the
+      // pod's own task; the evaluator is never in the cluster.
+      const json& specs = main["spec"]["tfReplicaSpecs"];
+      const int port = ContainerPort(specs["Chief"]["template"]["spec"]["containers"][0]);
+      json cluster = json::object();
+      const std::pair<const char*, const char*> types[] = {
+          {"Chief", "chief"}, {"Worker", "worker"}, {"PS", "ps"}};
+      for (const auto& [type, key] : types) {
+        if (!specs.contains(type)) continue;
+        for (int i = 0; i < specs[type]["replicas"].get<int>(); ++i) {
+          cluster[key].push_back(fmt::format("{}-{}-{}.{}.svc:{}", n, key, i, d.namespace_, port));
+        }
+      }
+      int worker_index = 0;
+      for (const auto& [type, key] : types) {
+        if (!specs.contains(type)) continue;
+        for (int i = 0; i < specs[type]["replicas"].get<int>(); ++i) {
+          json config = {{"cluster", cluster},
+                         {"task", {{"type", key}, {"index", i}}},
+                         {"environment", "cloud"}};
+          const bool server = std::string(key) == "ps";
+          Vars op = {{"TF_CONFIG", config.dump()}};
+          pods.push_back(
+              {d.strategy == Strategy::kParameterServer ? (server ? "server" : "worker") : "",
+               server ? i : worker_index++,
+               Merge(ContainerEnv(specs[type]["template"]["spec"]["containers"][0]), op)});
+        }
+      }
+      break;
+    }
     case Kind::kTrainJob: {
       const json& runtime = objects[objects.size() - 2];
       const json& job = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"];
@@ -216,7 +247,9 @@ TEST_P(K8sPodContract, EveryPodFindsItsPlace) {
   JobDescription d = ParseJobDescription(Description(c.ps));
   auto objects = Render(d, c.kind, "secret");
   auto pods = PodsOf(c.kind, d, objects);
-  ASSERT_EQ(static_cast<int>(pods.size()), d.TotalPods());
+  // A TFJob has no scheduler pod (the chief hosts the scheduler).
+  ASSERT_EQ(static_cast<int>(pods.size()),
+            c.kind == Kind::kTFJob ? d.workers + (c.ps ? d.servers : 0) : d.TotalPods());
   std::map<std::string, int> per_role;
   std::vector<int> ranks;
   for (const Pod& pod : pods) {
@@ -245,13 +278,23 @@ TEST_P(K8sPodContract, EveryPodFindsItsPlace) {
         EXPECT_EQ(pod.role, names[static_cast<int>(*p.role)]);
         EXPECT_EQ(p.rank, pod.index);
         ++per_role[pod.role];
+      } else if (p.num_servers && *p.num_servers > 0) {  // TF_CONFIG's ps tasks
+        EXPECT_EQ(p.world_size, d.workers + d.servers);
+        EXPECT_EQ(*p.num_servers, d.servers);
+        const bool server = p.rank >= d.workers;
+        EXPECT_EQ(pod.role, server ? "server" : "worker");
+        EXPECT_EQ(p.rank, server ? d.workers + pod.index : pod.index);
+        ++per_role[pod.role];
       } else {
         EXPECT_EQ(p.world_size, d.workers);
         ranks.push_back(p.rank);
       }
     }
   }
-  if (c.ps) {
+  if (c.ps && c.kind == Kind::kTFJob) {
+    // No scheduler pod: the chief (worker 0) hosts the scheduler in-process.
+    EXPECT_EQ(per_role, (std::map<std::string, int>{{"server", d.servers}, {"worker", d.workers}}));
+  } else if (c.ps) {
     EXPECT_EQ(per_role, (std::map<std::string, int>{
                             {"scheduler", 1}, {"server", d.servers}, {"worker", d.workers}}));
   } else {
@@ -265,6 +308,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{Kind::kMXJob, true, "dmlc", "job-scheduler-0", 9091},
                       Case{Kind::kPyTorchJob, false, "pytorchjob", "job-master-0", 29500},
                       Case{Kind::kMPIJob, false, "ompi", "job-worker-0.job.ns.svc", 29500},
+                      Case{Kind::kTFJob, true, "tfjob", "job-chief-0.ns.svc", 9091},
+                      Case{Kind::kTFJob, false, "tfjob", "job-chief-0.ns.svc", 29500},
                       Case{Kind::kTrainJob, false, "trainjob", "job-node-0-0.job", 29400},
                       Case{Kind::kJobSet, true, "dmlc", "job-scheduler-0-0.job", 9091},
                       Case{Kind::kJobSet, false, "indexed-job", "job-worker-0-0.job", 29500},

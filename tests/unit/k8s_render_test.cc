@@ -380,11 +380,11 @@ int CountPods(const std::vector<json>& objects) {
   for (const auto& o : objects) {
     const std::string kind = o["kind"];
     const json& spec = o.contains("spec") ? o["spec"] : json::object();
-    if (kind == "MXJob" || kind == "PyTorchJob") {
-      for (const auto& [type, r] :
-           spec[kind == "MXJob" ? "mxReplicaSpecs" : "pytorchReplicaSpecs"].items()) {
-        pods += r["replicas"].get<int>();
-      }
+    if (kind == "MXJob" || kind == "PyTorchJob" || kind == "TFJob") {
+      const char* specs = kind == "MXJob"        ? "mxReplicaSpecs"
+                          : kind == "PyTorchJob" ? "pytorchReplicaSpecs"
+                                                 : "tfReplicaSpecs";
+      for (const auto& [type, r] : spec[specs].items()) pods += r["replicas"].get<int>();
     } else if (kind == "MPIJob") {
       pods += spec["mpiReplicaSpecs"]["Worker"]["replicas"].get<int>();
     } else if (kind == "TrainJob") {
@@ -449,7 +449,8 @@ TEST_P(K8sKind, RendersEveryPodWithTheSecretOrRefuses) {
   ASSERT_FALSE(objects.empty());
   EXPECT_EQ(objects[0]["kind"], "Secret");
   EXPECT_EQ(objects[0]["stringData"]["TANDEM_SECRET"], "feedface");
-  EXPECT_EQ(CountPods(objects), d.TotalPods());
+  // A TFJob has no scheduler pod: the chief hosts the scheduler.
+  EXPECT_EQ(CountPods(objects), c.kind == Kind::kTFJob && c.ps ? d.TotalPods() - 1 : d.TotalPods());
   std::vector<json> containers;
   for (const auto& o : objects) {
     EXPECT_TRUE(o.contains("apiVersion") && o.contains("kind")) << o.dump();
@@ -472,6 +473,7 @@ INSTANTIATE_TEST_SUITE_P(
         KindCase{Kind::kMXJob, true, true}, KindCase{Kind::kMXJob, false, false},
         KindCase{Kind::kPyTorchJob, true, false}, KindCase{Kind::kPyTorchJob, false, true},
         KindCase{Kind::kMPIJob, true, false}, KindCase{Kind::kMPIJob, false, true},
+        KindCase{Kind::kTFJob, true, true}, KindCase{Kind::kTFJob, false, true},
         KindCase{Kind::kTrainJob, true, false}, KindCase{Kind::kTrainJob, false, true},
         KindCase{Kind::kJobSet, true, true}, KindCase{Kind::kJobSet, false, true},
         KindCase{Kind::kIndexedJob, true, true}, KindCase{Kind::kIndexedJob, false, true},
@@ -484,7 +486,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(K8sKinds, NamesRoundTrip) {
   for (Kind kind : AllKinds()) EXPECT_EQ(ParseKind(KindName(kind)), kind);
-  EXPECT_FALSE(ParseKind("tfjob"));
+  EXPECT_FALSE(ParseKind("xgboostjob"));
 }
 
 TEST(K8sKinds, ReferencedSecretIsNotRendered) {
@@ -684,8 +686,8 @@ TEST_P(K8sOneProcessPerPod, RefusesSeveralProcessesPerNode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, K8sOneProcessPerPod,
-                         ::testing::Values(Kind::kMPIJob, Kind::kJobSet, Kind::kIndexedJob,
-                                           Kind::kVolcanoJob, Kind::kMXJob));
+                         ::testing::Values(Kind::kMPIJob, Kind::kTFJob, Kind::kJobSet,
+                                           Kind::kIndexedJob, Kind::kVolcanoJob, Kind::kMXJob));
 
 // ---- the TrainJob's runtime: namespaced unless asked ------------------------------
 
@@ -753,8 +755,9 @@ TEST_P(K8sNoTrainingRuntime, RefusesClusterRuntime) {
 
 INSTANTIATE_TEST_SUITE_P(Kinds, K8sNoTrainingRuntime,
                          ::testing::Combine(::testing::Values(Kind::kMXJob, Kind::kPyTorchJob,
-                                                              Kind::kMPIJob, Kind::kJobSet,
-                                                              Kind::kIndexedJob, Kind::kVolcanoJob),
+                                                              Kind::kMPIJob, Kind::kTFJob,
+                                                              Kind::kJobSet, Kind::kIndexedJob,
+                                                              Kind::kVolcanoJob),
                                             ::testing::Bool()));
 
 TEST(K8sJobDescription, ClusterRuntimeMustBeABool) {
