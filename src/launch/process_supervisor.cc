@@ -406,6 +406,15 @@ void ProcessSupervisor::HandleSignals(TimePoint now) {
     }
     if (sig != SIGINT && sig != SIGTERM && sig != SIGHUP) continue;  // SIGPIPE: the sink copes
 
+    if (interrupt_signal_ == 0) {
+      // A child that died before the interruption failed on its own: reap
+      // it first, as a failure. (The signalfd gives SIGTERM, 15, before a
+      // SIGCHLD, 17, that was pending longer: a rank-exec that mpirun stops
+      // right after its rank was killed would else report the kill as a
+      // consequence of its own stop, and the launcher above would blame a
+      // survivor's PeerLost.)
+      Reap(now);
+    }
     UpdateGroups();
     const int live = LiveGroups();
     if (interrupt_signal_ == 0) {

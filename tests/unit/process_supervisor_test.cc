@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -693,6 +694,47 @@ INSTANTIATE_TEST_SUITE_P(Signals, SignalForwardingTest,
                                            ForwardCase{SIGTERM, 143, "SIGTERM"},
                                            ForwardCase{SIGHUP, 129, "SIGHUP"}),
                          [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// A child killed while the supervisor could not run, then a SIGTERM: the
+// signalfd gives SIGTERM (15) before the older SIGCHLD (17), yet the kill
+// came first, so it is the job's failure (as rank-exec must report it when
+// mpirun stops it right after its rank was killed), not a consequence of
+// the interruption. The supervisor is stopped (SIGSTOP) while both arrive.
+TEST(LauncherSignalTest, AChildKilledBeforeAnInterruptionIsTheFailure) {
+  SupervisorOptions options;
+  options.kill_delay = milliseconds(5000);
+  ForkedSupervisor launcher({Shell("worker 0", "echo ready $$; sleep 1000"),
+                             Shell("worker 1", "echo ready $$; sleep 1000")},
+                            options);
+  auto pgids = launcher.WaitForLines(std::regex("ready ([0-9]+)"), 2, milliseconds(20000));
+  ASSERT_EQ(pgids.size(), 2u) << launcher.Output();
+  ASSERT_EQ(::kill(launcher.pid(), SIGSTOP), 0);
+  const pid_t victim = static_cast<pid_t>(std::stoi(pgids[1]));
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  // Dead (a zombie that the stopped supervisor has not reaped), its
+  // SIGCHLD pending; only then the SIGTERM.
+  bool zombie = false;
+  for (int i = 0; i < 400 && !zombie; ++i) {
+    std::ifstream stat("/proc/" + pgids[1] + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    zombie = paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z';
+    if (!zombie) std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_TRUE(zombie) << "worker 1 did not die of SIGKILL";
+  ASSERT_EQ(::kill(launcher.pid(), SIGTERM), 0);
+  ASSERT_EQ(::kill(launcher.pid(), SIGCONT), 0);
+  int status = launcher.Wait(milliseconds(20000));
+  ASSERT_NE(status, -1) << "the supervisor did not exit\n" << launcher.Output();
+  ASSERT_TRUE(WIFEXITED(status)) << launcher.Output();
+  EXPECT_EQ(WEXITSTATUS(status), 137) << launcher.Output();
+  EXPECT_THAT(launcher.Output(), HasSubstr("[launcher] job failed: worker 1 (pid " + pgids[1] +
+                                           ") killed by signal 9 (SIGKILL)"));
+  EXPECT_THAT(launcher.Output(), Not(HasSubstr("job interrupted")));
+  for (const auto& pgid : pgids) {
+    EXPECT_TRUE(GroupGone(std::stoi(pgid))) << "process group " << pgid << " still exists";
+  }
+}
 
 TEST(LauncherSignalTest, SecondInterruptKillsAtOnce) {
   SupervisorOptions options;
