@@ -74,7 +74,8 @@ std::optional<LaunchContract> ReadTfConfigContract(const base::Environment& env)
         "out of the training cluster); drop the Evaluator replicas, or evaluate in the chief");
   }
   static const char* kKnown[] = {"chief", "master", "worker", "ps"};
-  for (const auto& [key, value] : cluster.items()) {
+  for (const auto& item : cluster.items()) {
+    const std::string& key = item.key();
     if (std::find_if(std::begin(kKnown), std::end(kKnown),
                      [&](const char* k) { return key == k; }) == std::end(kKnown)) {
       Bad(
