@@ -52,7 +52,7 @@ def rank_main(sizes: list[int], iters: int, rounds: int) -> None:
     for size in sizes:
         tensor = torch.zeros(max(size // 4, 1), dtype=torch.float32)
         n = max(iters * 4096 // max(size, 4096), 5)  # fewer round trips for large sizes
-        for name, group in groups.items():
+        for group in groups.values():
             one_way_seconds(dist, group, rank, tensor, 3)  # warm-up
         for _ in range(rounds):
             for name, group in groups.items():

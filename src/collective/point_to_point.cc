@@ -81,30 +81,25 @@ std::shared_ptr<OpState> PointToPoint::Send(std::string what, int peer, uint64_t
   {
     std::lock_guard lock(mu_);
     key = Key(sent_[{peer, tag}]++, tag);
-    Pending p;
-    p.what = what;
-    p.is_send = true;
-    p.peer = peer;
-    p.tag = tag;
-    p.key = key;
-    p.deadline = Clock::now() + timeout;
-    p.state = state;
-    pending_.emplace(next_id_++, std::move(p));
-    fresh_ = true;  // its deadline
-    StartLocked();
+    AddLocked({.what = std::move(what),
+               .is_send = true,
+               .peer = peer,
+               .tag = tag,
+               .key = key,
+               .deadline = Clock::now() + timeout,
+               .state = state});
   }
-  cv_.notify_all();
-  mesh_.Wake();
+  Notify();
   PeerMesh* mesh = &mesh_;
   try {
-    const bool owed = mesh_.Send(
+    // Not ring_later: the doorbell rings at once.
+    mesh_.Send(
         Worker(peer), key, bytes,
         [state, mesh](std::exception_ptr e) {
           Complete(*state, e);
           mesh->Wake();  // the progress thread forgets it
         },
         /*ring_later=*/false);
-    (void)owed;  // false: the doorbell rang already
   } catch (...) {
     Complete(*state, std::current_exception());
     mesh_.Wake();
@@ -118,13 +113,12 @@ std::shared_ptr<OpState> PointToPoint::Receive(std::string what, int peer, uint6
   CheckPeer(what, peer, true);
   if (auto f = mesh_.failure()) f->Throw(what + ": ");
   auto state = std::make_shared<OpState>();
-  Pending p;
-  p.what = std::move(what);
-  p.peer = peer;
-  p.tag = tag;
-  p.dest = dest;
-  p.deadline = Clock::now() + timeout;
-  p.state = state;
+  Pending p{.what = std::move(what),
+            .peer = peer,
+            .tag = tag,
+            .dest = dest,
+            .deadline = Clock::now() + timeout,
+            .state = state};
   {
     std::lock_guard lock(mu_);
     if (peer != kAnySource) {
@@ -132,13 +126,28 @@ std::shared_ptr<OpState> PointToPoint::Receive(std::string what, int peer, uint6
       // Posted under mu_, so that Step never sees this receive unposted.
       mesh_.Post(Worker(peer), p.key, dest);
     }
-    pending_.emplace(next_id_++, std::move(p));
-    fresh_ = true;
-    StartLocked();
+    AddLocked(std::move(p));
   }
+  Notify();
+  return state;
+}
+
+void PointToPoint::AddLocked(Pending p) {
+  pending_.emplace(next_id_++, std::move(p));
+  fresh_ = true;  // Loop takes in its deadline
+  StartLocked();
+}
+
+void PointToPoint::Notify() {
   cv_.notify_all();
   mesh_.Wake();
-  return state;
+}
+
+std::optional<int> PointToPoint::ArrivedSourceLocked(uint64_t tag) {
+  for (int r = 0; r < static_cast<int>(members_.size()); ++r) {
+    if (r != rank_ && mesh_.Ready(Worker(r), Key(received_[{r, tag}], tag))) return r;
+  }
+  return std::nullopt;
 }
 
 bool PointToPoint::Due() {
@@ -151,12 +160,9 @@ bool PointToPoint::Due() {
       if (Done(*p.state)) return true;
     } else if (failed) {
       return true;
-    } else if (p.peer != kAnySource) {
-      if (mesh_.Ready(Worker(p.peer), p.key)) return true;
-    } else {
-      for (int r = 0; r < static_cast<int>(members_.size()); ++r) {
-        if (r != rank_ && mesh_.Ready(Worker(r), Key(received_[{r, p.tag}], p.tag))) return true;
-      }
+    } else if (p.peer != kAnySource ? mesh_.Ready(Worker(p.peer), p.key)
+                                    : ArrivedSourceLocked(p.tag).has_value()) {
+      return true;
     }
   }
   return false;
@@ -210,17 +216,10 @@ void PointToPoint::Step() {
       continue;
     }
     if (p.peer == kAnySource) {
-      // The first member in rank order whose next message arrived.
-      for (int r = 0; r < static_cast<int>(members_.size()); ++r) {
-        if (r == rank_) continue;
-        const MessageKey key = Key(received_[{r, p.tag}], p.tag);
-        if (mesh_.Ready(Worker(r), key)) {
-          ++received_[{r, p.tag}];
-          p.peer = r;
-          p.key = key;
-          mesh_.Post(Worker(r), key, p.dest);
-          break;
-        }
+      if (std::optional<int> r = ArrivedSourceLocked(p.tag)) {
+        p.peer = *r;
+        p.key = Key(received_[{*r, p.tag}]++, p.tag);
+        mesh_.Post(Worker(*r), p.key, p.dest);
       }
     }
     if (p.peer != kAnySource && mesh_.Ready(Worker(p.peer), p.key)) {

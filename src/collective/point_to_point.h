@@ -83,6 +83,13 @@ class PointToPoint {
   MessageKey Key(uint64_t sequence, uint64_t tag) const;
   int Worker(int peer) const { return members_[static_cast<size_t>(peer)]; }
   void CheckPeer(const std::string& what, int peer, bool any_allowed) const;
+  // Files `p` and has the progress thread look at it; requires mu_.
+  void AddLocked(Pending p);
+  // Wakes the progress thread, waiting or not (after AddLocked, without mu_).
+  void Notify();
+  // The lowest group rank, not this one, whose next message with `tag`
+  // arrived (what a receive from any member takes); requires mu_.
+  std::optional<int> ArrivedSourceLocked(uint64_t tag);
   // Starts the progress thread if it is not running; requires mu_.
   void StartLocked();
   void Loop();
