@@ -19,6 +19,7 @@ CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& 
   s.mesh.wait_report_interval = config.wait_report_interval;
   s.mesh.same_host_copy = env.GetInt("TANDEM_COLLECTIVE_SAME_HOST_COPY", 1, 0, 1) == 1;
   s.mesh.mailbox = env.GetInt("TANDEM_COLLECTIVE_MAILBOX", 1, 0, 1) == 1;
+  s.mesh.read_while_waiting = env.GetInt("TANDEM_COLLECTIVE_READ_WHILE_WAITING", 1, 0, 1) == 1;
   if (env.Get("TANDEM_COLLECTIVE_SPIN_US")) {
     s.mesh.spin = std::chrono::microseconds(env.GetInt("TANDEM_COLLECTIVE_SPIN_US", 0, 0, 1000000));
   }

@@ -90,11 +90,16 @@ void CommunicatorImpl::Run(std::string what, CallDescription call,
   std::exception_ptr error =
       Execute(what, call, timeout.count() > 0 ? timeout : settings_.timeout, body);
   call_state_->user_waits.fetch_sub(1);
+  bool queued = false;
   {
     std::lock_guard lock(mu_);
     busy_ = false;
+    queued = !queue_.empty() || stopping_;
   }
-  cv_.notify_all();
+  // Wake the communicator's thread only when it has work: a wake-up after
+  // every operation run on the caller's thread cost the 2-core machine a
+  // context switch per operation (docs/benchmarks.md, "The TCP path").
+  if (queued) cv_.notify_all();
   if (error) std::rethrow_exception(error);
 }
 

@@ -68,6 +68,11 @@ class PeerMesh final : public net::TransportHandler {
     /// it sleeps on the doorbell; 0 sleeps at once. Unset: kMailboxSpin for
     /// a wait whose pieces all come from mailbox peers, else 0.
     std::optional<std::chrono::microseconds> spin;
+    /// TANDEM_COLLECTIVE_READ_WHILE_WAITING: a wait for pieces that come
+    /// over TCP reads the connections on its own thread
+    /// (net::Transport::ReadWhileWaiting) instead of sleeping until the
+    /// transport's thread has read them and rung the doorbell.
+    bool read_while_waiting = true;
     /// TANDEM_WAIT_REPORT_SECONDS: how often forming the mesh, or a wait
     /// for pieces, logs what it still waits for.
     std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
@@ -76,6 +81,12 @@ class PeerMesh final : public net::TransportHandler {
   /// says otherwise (docs/collectives.md "Waiting": 4 ranks on 2 cores,
   /// 4 KiB allreduce 50 -> 34 us, 1 MiB 754 -> 531 us).
   static constexpr std::chrono::microseconds kMailboxSpin{50};
+  /// How often a wait that reads the connections itself looks at what
+  /// other threads report (a failure found by the membership's timers).
+  static constexpr std::chrono::milliseconds kReadSlice{5};
+  /// Pieces up to this size are read by a waiting thread itself; larger
+  /// ones by the transport's thread, overlapping the waiter's arithmetic.
+  static constexpr size_t kReadHereMaxBytes = 64 << 10;
 
   /// `transport`, `log` and `traffic` (null: nothing counted) are borrowed
   /// and must outlive the mesh; `traffic` counts the mailbox's records as

@@ -4,6 +4,9 @@
 // and failures ring; on mailbox peers it first polls for up to the spin
 // budget. The waiting thread also copies a piece sent by reference straight
 // from the sender's memory into the posted destination, then answers it.
+// A wait whose pieces all come over TCP reads the connections on its own
+// thread (net::Transport::ReadWhileWaiting) rather than sleeping until the
+// transport's thread has read them: one wake-up instead of two.
 // A wait that has lasted kCrossWait looks for a crossed order of
 // operations (peer_mesh_call_checks.cc) every kCrossPoll, and one that
 // lasts a report interval logs what it waits for.
@@ -83,6 +86,11 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
   std::chrono::steady_clock::time_point spin_until{};  // set by the first poll
   bool last_look = false;
   std::chrono::microseconds spin{0};
+  // Pieces that all come over TCP: this thread may read them itself.
+  bool read_here = options_.read_while_waiting && !pieces.empty();
+  for (const SlotKey& piece : pieces) {
+    if (mailbox_ && mailbox_to_[static_cast<size_t>(piece.peer)]) read_here = false;
+  }
   if (options_.spin) {
     spin = *options_.spin;
   } else if (mailbox_) {
@@ -119,6 +127,16 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
         }
       }
       if (failure_) return {WaitResult::kFailed, 0};
+      if (read_here) {
+        // A large piece is read best by the transport's thread, into its
+        // posted destination, while this thread reduces the one before: the
+        // reads overlap the arithmetic (16 MiB allreduce 27 -> 35 ms when
+        // the waiting thread read everything itself).
+        for (const SlotKey& piece : pieces) {
+          auto it = slots_.find(piece);
+          if (it != slots_.end() && it->second.dest.size() > kReadHereMaxBytes) read_here = false;
+        }
+      }
       look_for_crossing = !pieces.empty() && Clock::now() - started >= kCrossWait;
       if (look_for_crossing) {
         const bool crossed = CrossedOrderLocked(pieces, crossing_notices).has_value();
@@ -139,22 +157,6 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
           sequence, communicator, from, report.Lasted(),
           std::chrono::duration<double>(deadline - Clock::now()).count());
     }
-    if (spin.count() > 0) {
-      // Poll before sleeping: a piece due within the spin budget is seen
-      // without the wake-up of a sleeping thread (docs/collectives.md,
-      // "Waiting"). Yielding keeps the transport's thread running on a
-      // machine with fewer cores than threads.
-      const auto now = std::chrono::steady_clock::now();
-      if (spin_until == std::chrono::steady_clock::time_point{}) {
-        spin_until = std::min(deadline, now + spin);
-      }
-      if (now < spin_until) {
-        while (bell.Value() == seen && std::chrono::steady_clock::now() < spin_until) {
-          std::this_thread::yield();
-        }
-        continue;
-      }
-    }
     // Past the deadline: one last look, since a piece may have completed
     // right at it. From kCrossWait on, wake every 100 ms to look for a
     // crossed order (nothing rings for it).
@@ -162,6 +164,31 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
         pieces.empty()
             ? deadline
             : std::min(deadline, std::max(started + kCrossWait, Clock::now() + kCrossPoll));
+    // Poll before sleeping: a piece due within the spin budget is seen
+    // without the wake-up of a sleeping thread (docs/collectives.md,
+    // "Waiting").
+    const auto now = std::chrono::steady_clock::now();
+    if (spin.count() > 0 && spin_until == std::chrono::steady_clock::time_point{}) {
+      spin_until = std::min(deadline, now + spin);
+    }
+    const std::chrono::microseconds poll =
+        now < spin_until ? std::chrono::duration_cast<std::chrono::microseconds>(spin_until - now)
+                         : std::chrono::microseconds(0);
+    if (read_here && transport_.ReadWhileWaiting(
+                         until, [&] { return bell.Value() != seen; }, kReadSlice, poll)) {
+      // The piece's bytes woke this thread, which read and delivered them
+      // (and whatever else the connections brought) itself.
+      if (bell.Value() == seen && until == deadline && Clock::now() >= deadline) last_look = true;
+      continue;
+    }
+    if (poll.count() > 0) {
+      // Yielding keeps the transport's thread running on a machine with
+      // fewer cores than threads.
+      while (bell.Value() == seen && std::chrono::steady_clock::now() < spin_until) {
+        std::this_thread::yield();
+      }
+      continue;
+    }
     if (!bell.Sleep(seen, until) && until == deadline) last_look = true;
   }
 }

@@ -78,6 +78,15 @@ void MeteredTransport::Shutdown() {
   if (inner_) inner_->Shutdown();
 }
 
+bool MeteredTransport::ReadWhileWaiting(std::chrono::steady_clock::time_point deadline,
+                                        const std::function<bool()>& done,
+                                        std::chrono::milliseconds slice,
+                                        std::chrono::microseconds spin) {
+  // The counting callbacks above are as safe on the reading thread as on
+  // the transport's: they run one at a time either way.
+  return inner_ && inner_->ReadWhileWaiting(deadline, done, slice, spin);
+}
+
 void MeteredTransport::OnConnected(ConnectionId id, const PeerInfo& peer) {
   upper_->OnConnected(id, peer);
 }

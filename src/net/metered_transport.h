@@ -80,6 +80,9 @@ class MeteredTransport final : public Transport, public TransportHandler {
   void Close(ConnectionId id) override;
   PeerInfo Peer(ConnectionId id) const override;
   void Shutdown() override;
+  bool ReadWhileWaiting(std::chrono::steady_clock::time_point deadline,
+                        const std::function<bool()>& done, std::chrono::milliseconds slice,
+                        std::chrono::microseconds spin) override;
 
   void OnConnected(ConnectionId id, const PeerInfo& peer) override;
   std::span<std::byte> PayloadDestination(ConnectionId id, const Header& h,

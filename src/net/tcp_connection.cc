@@ -51,7 +51,10 @@ void TcpConnection::Start() {
     // The loop holds the connection while a callback of it runs, so the
     // callback may close it and drop the transport's reference.
     auto self = shared_from_this();
-    watch_ = ctx_.loop->AddFd(fd_.get(), EPOLLIN, [self](uint32_t ev) { self->OnEvents(ev); });
+    // In the caller set: a thread waiting for what this connection brings
+    // may read it itself (docs/transport.md, "Reading on the waiting thread").
+    watch_ = ctx_.loop->AddFd(
+        fd_.get(), EPOLLIN, [self](uint32_t ev) { self->OnEvents(ev); }, true);
     registered_ = true;
   }
   std::weak_ptr<TcpConnection> weak = weak_from_this();

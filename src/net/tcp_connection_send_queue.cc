@@ -71,7 +71,7 @@ void TcpConnection::Enqueue(OutgoingMessage msg, bool may_wait) {
   pending.bytes = kHeaderSize + pending.msg.meta.size() + pending.msg.header.payload_length;
   SendQueueMeter* meter = ctx_.send_queue->meter;
   if (meter) pending.role = meter->RoleOf(pending.msg.header.recipient);
-  const bool on_loop = ctx_.loop->IsLoopThread();
+  const bool on_loop = ctx_.loop->InCallback();
 
   Completions done;
   Completions failed;

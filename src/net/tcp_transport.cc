@@ -89,7 +89,7 @@ Endpoint TcpTransport::Listen(const Endpoint& local) {
     l->watch = loop_->AddFd(l->fd.get(), EPOLLIN, [this, l](uint32_t) { OnAcceptable(l); });
     listeners_.push_back(listener);
   };
-  if (loop_->IsLoopThread()) {
+  if (loop_->InCallback()) {
     install();
   } else {
     auto done = std::make_shared<std::promise<DeferredError>>();
@@ -305,7 +305,7 @@ base::UniqueFd TcpTransport::ConnectSocket(const Endpoint& remote,
 }
 
 ConnectionId TcpTransport::Connect(const Endpoint& remote, std::chrono::milliseconds timeout) {
-  if (loop_->IsLoopThread()) {
+  if (loop_->InCallback()) {
     throw InvalidArgument(fmt::format(
         "Connect({}) called from a transport callback; it blocks and must run elsewhere",
         remote.ToString()));
@@ -436,8 +436,16 @@ void TcpTransport::CloseEverything() {
   }
 }
 
+bool TcpTransport::ReadWhileWaiting(std::chrono::steady_clock::time_point deadline,
+                                    const std::function<bool()>& done,
+                                    std::chrono::milliseconds slice,
+                                    std::chrono::microseconds spin) {
+  // Every connection's socket is in the loop's caller set (TcpConnection::Start).
+  return loop_->RunOnCaller(deadline, done, slice, spin);
+}
+
 void TcpTransport::Shutdown() {
-  if (loop_->IsLoopThread()) {
+  if (loop_->InCallback()) {
     throw InvalidArgument(
         "Shutdown() called from a transport callback; call it from another "
         "thread");

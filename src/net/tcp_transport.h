@@ -113,6 +113,9 @@ class TcpTransport final : public Transport, private TcpConnectionOwner {
   /// Connect() calls and stops the thread. Idempotent. Not from a handler
   /// callback (throws InvalidArgument there).
   void Shutdown() override;
+  bool ReadWhileWaiting(std::chrono::steady_clock::time_point deadline,
+                        const std::function<bool()>& done, std::chrono::milliseconds slice,
+                        std::chrono::microseconds spin) override;
 
   /// Accepted connections awaiting authentication, and how many were
   /// dropped before authenticating (refused, timed out, or the oldest past

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -115,6 +116,23 @@ class Transport {
   /// Stops the transport's thread and closes every connection. Idempotent;
   /// the destructor calls it.
   virtual void Shutdown() = 0;
+
+  /// Lets the calling thread read the connections itself while it waits
+  /// (docs/transport.md, "Reading on the waiting thread"): handler callbacks
+  /// then run on this thread, still one at a time with the transport's own,
+  /// until `done()` is true or `deadline` passes; `done` is looked at, on
+  /// this thread and outside any callback, at least every `slice`. The
+  /// caller must hold no lock a handler callback takes. Returns false at
+  /// once where the transport cannot (one without a loop of its own to
+  /// share, another thread already reading, a call from a callback): the
+  /// caller then waits its own way. For the first `spin` the thread polls
+  /// the connections (yielding the core between looks) before it sleeps.
+  virtual bool ReadWhileWaiting(std::chrono::steady_clock::time_point deadline,
+                                const std::function<bool()>& done, std::chrono::milliseconds slice,
+                                std::chrono::microseconds spin = std::chrono::microseconds(0)) {
+    (void)deadline, (void)done, (void)slice, (void)spin;
+    return false;
+  }
 };
 
 }  // namespace tandem::net

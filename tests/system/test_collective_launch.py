@@ -23,19 +23,23 @@ def check_ok(output: str, workers: int) -> None:
     assert len({g[3] for g in found}) == 1, f"ranks ran different checks: {found}"
 
 
-@pytest.mark.parametrize("copy,mailbox", [("1", "1"), ("1", "0"), ("0", "1")],
-                         ids=["same-host-copy-and-mailbox", "same-host-copy", "tcp-only"])
+@pytest.mark.parametrize("copy,mailbox,read_while_waiting",
+                         [("1", "1", "1"), ("1", "0", "1"), ("0", "1", "1"), ("0", "1", "0")],
+                         ids=["same-host-copy-and-mailbox", "same-host-copy", "tcp-only",
+                              "tcp-only-transport-thread-reads"])
 @pytest.mark.parametrize("workers", [2, 3, 4, 5])
 def test_exact_results_without_a_scheduler_process(launch, tandem_bin_dir, workers, copy,
-                                                   mailbox):
+                                                   mailbox, read_while_waiting):
     """Every path between processes of one host: large pieces by reference
     (process_vm_readv) or as bytes over TCP, small ones and the references'
-    messages through the shared-memory mailbox or over TCP
-    (docs/collectives.md)."""
+    messages through the shared-memory mailbox or over TCP, read by the
+    waiting thread or by the transport's (docs/collectives.md)."""
     result = launch(workers, 0, [tandem_bin_dir / "collective_check"],
                     extra_args=["--no-scheduler"], timeout=120,
                     env={"TANDEM_COLLECTIVE_SAME_HOST_COPY": copy,
-                         "TANDEM_COLLECTIVE_MAILBOX": mailbox, "PS_VERBOSE": "1"})
+                         "TANDEM_COLLECTIVE_MAILBOX": mailbox,
+                         "TANDEM_COLLECTIVE_READ_WHILE_WAITING": read_while_waiting,
+                         "PS_VERBOSE": "1"})
     assert result.returncode == 0, result.job.describe()
     check_ok(result.output, workers)
     peers = workers - 1 if copy == "1" else 0
@@ -70,14 +74,18 @@ def test_no_scheduler_refuses_servers(launch, tandem_bin_dir):
             "server" in result.output), result.output
 
 
-@pytest.mark.parametrize("workers,victim,no_scheduler",
-                         [(2, 1, True), (4, 2, True), (5, 4, False), (3, 0, False)])
+@pytest.mark.parametrize("workers,victim,no_scheduler,copy",
+                         [(2, 1, True, "1"), (4, 2, True, "1"), (5, 4, False, "1"),
+                          (3, 0, False, "1"), (4, 2, True, "0"), (3, 0, False, "0")])
 def test_kill_9_raises_peer_lost_naming_the_rank(launch, tandem_bin_dir, workers, victim,
-                                                 no_scheduler):
+                                                 no_scheduler, copy):
+    """With copy "0" every piece crosses TCP and the survivors wait reading
+    their connections themselves (docs/transport.md)."""
     started = time.monotonic()
     result = launch(workers, 0, [tandem_bin_dir / "collective_check", "--die-rank", str(victim)],
                     extra_args=["--no-scheduler"] if no_scheduler else [],
-                    env={"TANDEM_COLLECTIVE_TIMEOUT": "30"}, timeout=90)
+                    env={"TANDEM_COLLECTIVE_TIMEOUT": "30",
+                         "TANDEM_COLLECTIVE_SAME_HOST_COPY": copy}, timeout=90)
     elapsed = time.monotonic() - started
     assert result.returncode != 0, result.job.describe()
     assert elapsed < 30, f"took {elapsed:.1f} s\n{result.job.describe()}"

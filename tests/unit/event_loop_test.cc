@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -152,6 +154,191 @@ TEST(EventLoopTest, ModifyFromAnotherThreadArmsWritability) {
   loop.Stop();
   ::close(fds[0]);
   ::close(fds[1]);
+}
+
+// A pipe registered in the loop's caller set or its own set.
+struct WatchedPipe {
+  WatchedPipe(EventLoop& loop, bool callers_may_read, std::function<void(int fd)> on_readable)
+      : loop_(loop) {
+    if (::pipe2(fds, O_NONBLOCK | O_CLOEXEC) != 0) throw std::runtime_error("pipe2");
+    std::promise<FdWatch> registered;
+    loop.Post([&] {
+      registered.set_value(loop.AddFd(
+          fds[0], EPOLLIN, [this, on_readable](uint32_t) { on_readable(fds[0]); },
+          callers_may_read));
+    });
+    watch = registered.get_future().get();
+  }
+  ~WatchedPipe() {
+    std::promise<void> removed;
+    if (loop_.Post([&] {
+          loop_.RemoveFd(watch);
+          removed.set_value();
+        })) {
+      removed.get_future().wait();
+    }
+    ::close(fds[0]);
+    ::close(fds[1]);
+  }
+  void Write(char c) const { EXPECT_EQ(::write(fds[1], &c, 1), 1); }
+
+  EventLoop& loop_;
+  int fds[2] = {-1, -1};
+  FdWatch watch;
+};
+
+char ReadOne(int fd) {
+  char c = 0;
+  return ::read(fd, &c, 1) == 1 ? c : '\0';
+}
+
+TEST(EventLoopCallerTest, TheWaitingThreadDispatchesTheCallerSetAndThePostedTasks) {
+  EventLoop loop("test-loop");
+  std::mutex mu;
+  std::vector<std::pair<char, std::thread::id>> seen;  // guarded by mu
+  std::atomic<bool> in_callback{false};
+  WatchedPipe pipe(loop, true, [&](int fd) {
+    in_callback = loop.InCallback();
+    const char c = ReadOne(fd);
+    std::lock_guard lock(mu);
+    seen.emplace_back(c, std::this_thread::get_id());
+  });
+  std::promise<void> driving;
+  std::atomic<bool> looked{false};
+  std::atomic<bool> task_ran{false};
+  std::thread::id task_thread;
+  std::thread writer([&] {
+    driving.get_future().wait();
+    pipe.Write('a');
+    // A task posted from another thread while the set is driven: the
+    // wake-up reaches the driving thread, which runs it.
+    loop.Post([&] {
+      task_thread = std::this_thread::get_id();
+      task_ran = true;
+    });
+    pipe.Write('b');
+  });
+  const bool drove = loop.RunOnCaller(
+      std::chrono::steady_clock::now() + kPatience,
+      [&] {
+        if (!looked.exchange(true)) driving.set_value();
+        std::lock_guard lock(mu);
+        return seen.size() == 2 && task_ran.load();
+      },
+      5ms);
+  writer.join();
+  ASSERT_TRUE(drove);
+  EXPECT_TRUE(in_callback.load());
+  EXPECT_FALSE(loop.InCallback());  // only inside
+  std::lock_guard lock(mu);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_pair('a', std::this_thread::get_id()));
+  EXPECT_EQ(seen[1], std::make_pair('b', std::this_thread::get_id()));
+  EXPECT_EQ(task_thread, std::this_thread::get_id());
+}
+
+TEST(EventLoopCallerTest, AfterTheWaitTheLoopThreadDispatchesTheSetAgain) {
+  EventLoop loop("test-loop");
+  std::promise<std::thread::id> where;
+  WatchedPipe pipe(loop, true, [&](int fd) {
+    ReadOne(fd);
+    where.set_value(std::this_thread::get_id());
+  });
+  ASSERT_TRUE(loop.RunOnCaller(
+      std::chrono::steady_clock::now() + 20ms, [] { return false; }, 5ms));
+  pipe.Write('x');
+  auto f = where.get_future();
+  ASSERT_EQ(f.wait_for(kPatience), std::future_status::ready);
+  EXPECT_NE(f.get(), std::this_thread::get_id());
+}
+
+TEST(EventLoopCallerTest, OneDriverAtATimeAndNeverFromACallback) {
+  EventLoop loop("test-loop");
+  std::promise<void> driving;
+  std::atomic<bool> looked{false};
+  std::atomic<bool> stop{false};
+  std::thread first([&] {
+    loop.RunOnCaller(
+        std::chrono::steady_clock::now() + kPatience,
+        [&] {
+          if (!looked.exchange(true)) driving.set_value();
+          return stop.load();
+        },
+        5ms);
+  });
+  driving.get_future().wait();
+  EXPECT_FALSE(loop.RunOnCaller(
+      std::chrono::steady_clock::now() + 1s, [] { return false; }, 5ms));
+  stop = true;
+  first.join();
+  std::promise<bool> from_task;
+  loop.Post([&] {
+    from_task.set_value(loop.RunOnCaller(
+        std::chrono::steady_clock::now() + 1s, [] { return false; }, 5ms));
+  });
+  EXPECT_FALSE(from_task.get_future().get());
+}
+
+TEST(EventLoopCallerTest, CallbacksOnTheTwoThreadsNeverOverlap) {
+  // One pipe in the loop's own set (the loop thread reads it), one in the
+  // caller set (the waiting thread reads it), both kept busy: no two
+  // callbacks ever run at once.
+  EventLoop loop("test-loop");
+  std::atomic<int> inside{0};
+  std::atomic<int> overlaps{0};
+  std::atomic<int> own_reads{0};
+  std::atomic<int> caller_reads{0};
+  auto callback = [&](std::atomic<int>& reads) {
+    return [&](int fd) {
+      if (inside.fetch_add(1) != 0) overlaps++;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      while (ReadOne(fd) != '\0') reads++;
+      inside.fetch_sub(1);
+    };
+  };
+  WatchedPipe own(loop, false, callback(own_reads));
+  WatchedPipe set(loop, true, callback(caller_reads));
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop.load()) {
+      own.Write('o');
+      set.Write('s');
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  });
+  ASSERT_TRUE(loop.RunOnCaller(
+      std::chrono::steady_clock::now() + 300ms, [] { return false; }, 5ms));
+  stop = true;
+  writer.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_GT(own_reads.load(), 0);
+  EXPECT_GT(caller_reads.load(), 0);
+}
+
+TEST(EventLoopCallerTest, StopEndsAWaitThatDrivesTheSet) {
+  auto loop = std::make_unique<EventLoop>("test-loop");
+  std::promise<void> driving;
+  std::atomic<bool> looked{false};
+  std::promise<bool> result;
+  std::thread waiter([&] {
+    result.set_value(loop->RunOnCaller(
+        std::chrono::steady_clock::now() + kPatience,
+        [&] {
+          if (!looked.exchange(true)) driving.set_value();
+          return false;
+        },
+        5ms));
+  });
+  driving.get_future().wait();
+  const auto start = std::chrono::steady_clock::now();
+  loop->Stop();
+  auto f = result.get_future();
+  ASSERT_EQ(f.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(f.get());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  waiter.join();
+  EXPECT_FALSE(loop->RunOnCaller(
+      std::chrono::steady_clock::now() + 1s, [] { return false; }, 5ms));
 }
 
 }  // namespace

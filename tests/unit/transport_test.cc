@@ -660,6 +660,72 @@ TEST_P(TransportTest, HandlerMayReplyFromInsideOnMessage) {
   }
 }
 
+TEST_P(TransportTest, ReadWhileWaitingDeliversOnTheWaitingThread) {
+  // A thread that waits for messages reads them itself on TCP (every
+  // callback of the transport then runs there, one at a time); the
+  // in-process transport declines and the caller waits its own way.
+  auto p = Connected();
+  std::promise<void> waiting;  // the first look at `arrived`: the wait began
+  std::atomic<bool> looked{false};
+  std::thread sender([&] {
+    waiting.get_future().wait();
+    for (int i = 0; i < 50; ++i) {
+      auto data = Pattern(static_cast<size_t>(100 + i * 4001), i);
+      OutgoingMessage m = Msg(i, std::to_string(i));
+      m.owned_storage = data;
+      m.payload.push_back(m.owned_storage);
+      p->client->Send(p->client_conn, std::move(m));
+    }
+  });
+  auto arrived = [&] {
+    if (!looked.exchange(true)) waiting.set_value();
+    std::lock_guard lock(p->server_rec.mu_);
+    return p->server_rec.messages_.size() >= 50;
+  };
+  const bool read_here =
+      p->server->ReadWhileWaiting(std::chrono::steady_clock::now() + kPatience, arrived, 5ms);
+  if (!looked.exchange(true)) waiting.set_value();  // the in-process transport declined
+  sender.join();
+  EXPECT_EQ(read_here, net_->is_tcp());
+  ASSERT_TRUE(p->server_rec.WaitMessages(50));
+  std::lock_guard lock(p->server_rec.mu_);
+  for (int i = 0; i < 50; ++i) {
+    const Message& m = p->server_rec.messages_[static_cast<size_t>(i)].msg;
+    ASSERT_EQ(m.meta, std::to_string(i));
+    auto data = Pattern(static_cast<size_t>(100 + i * 4001), i);
+    ASSERT_TRUE(std::equal(data.begin(), data.end(), m.payload.bytes.begin()));
+  }
+  if (read_here) {
+    // OnConnected ran on the transport's thread, every message here.
+    EXPECT_EQ(p->server_rec.callback_threads_.count(std::this_thread::get_id()), 1u);
+    EXPECT_EQ(p->server_rec.callback_threads_.size(), 2u);
+  }
+}
+
+TEST_P(TransportTest, ReadWhileWaitingEndsAtItsDeadlineAndFromACallbackDeclines) {
+  std::atomic<int> from_callback{-1};
+  Transport* server_ptr = nullptr;
+  auto p = Connected([&](Pair& pair) {
+    pair.server_rec.on_message_ = [&](ConnectionId, Message&) {
+      from_callback = server_ptr->ReadWhileWaiting(
+          std::chrono::steady_clock::now() + 1s, [] { return false; }, 5ms);
+    };
+  });
+  server_ptr = p->server.get();
+  const auto start = std::chrono::steady_clock::now();
+  const bool read_here = p->server->ReadWhileWaiting(
+      start + 100ms, [] { return false; }, 5ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(read_here, net_->is_tcp());
+  if (read_here) {
+    EXPECT_GE(took, 100ms);
+    EXPECT_LT(took, 5s);
+  }
+  p->client->Send(p->client_conn, Msg(1));
+  ASSERT_TRUE(p->server_rec.WaitMessages(1));
+  EXPECT_EQ(from_callback.load(), 0);  // a callback never drives the loop it runs in
+}
+
 INSTANTIATE_TEST_SUITE_P(AllTransports, TransportTest,
                          ::testing::Values(Kind::kTcpV4, Kind::kTcpV6, Kind::kTcpTls,
                                            Kind::kInProc),
