@@ -77,7 +77,21 @@ PACKAGES=(
   rsync               # tandem launch --launcher ssh --sync-dst-dir
   slurm-wlm           # tests/system/test_launch_slurm.py: a one-node Slurm (srun, slurmctld, slurmd)
   munge               # Slurm's authentication
+  gridengine-master   # tests/system/test_launch_sge.py: a one-machine Grid Engine cell (sge_qmaster)
+  gridengine-exec     # sge_execd, sge_shepherd for that cell
+  gridengine-client   # qsub, qrsh, qconf, qstat: tandem launch --launcher sge
 )
+
+# Grid Engine's packages would configure a cell named "default" (init_cluster
+# in gridengine-master's postinst, an act_qmaster file) and start sge_qmaster
+# and sge_execd through their init scripts. Nothing here uses that cell (the
+# test makes its own in a temporary directory), and daemons left running
+# would hold ports and outlive the installation. So: debconf is told not to
+# configure a cell, and gridengine-common (which writes
+# /etc/default/gridengine) goes first, so that the init scripts the other
+# packages run at once find SGE_START_MASTERD=no and SGE_START_EXECD=no and
+# start nothing.
+GRIDENGINE_DEBCONF="gridengine-common shared/gridengineconfig boolean false"
 
 # The subset of PACKAGES that the build alone needs: every find_package and
 # pkg_check_modules of the CMakeLists with benchmarks off (bench/peers' Gloo
@@ -139,5 +153,14 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 APT_OPTS=(-y -q --no-install-recommends -o DPkg::Lock::Timeout=600)
 "${SUDO[@]}" apt-get -q -o DPkg::Lock::Timeout=600 update
+if [[ " ${missing[*]} " == *" gridengine-"* ]]; then
+  echo "$GRIDENGINE_DEBCONF" | "${SUDO[@]}" debconf-set-selections
+  "${SUDO[@]}" apt-get install "${APT_OPTS[@]}" gridengine-common
+  # Without the file (removed by hand) the init scripts start nothing either.
+  if [[ -f /etc/default/gridengine ]]; then
+    "${SUDO[@]}" sed -i -e 's/^SGE_START_MASTERD=.*/SGE_START_MASTERD=no/' \
+      -e 's/^SGE_START_EXECD=.*/SGE_START_EXECD=no/' /etc/default/gridengine
+  fi
+fi
 "${SUDO[@]}" apt-get install "${APT_OPTS[@]}" "${missing[@]}"
 echo "install-deps: done"

@@ -1,7 +1,7 @@
 // `tandem launch`: starts a whole job and supervises it (src/launch/).
 //
 //   tandem launch -n WORKERS | -np WORKERS | --nproc-per-node N [--nnodes M]
-//                 [-s SERVERS] [--launcher local|ssh|mpi|slurm]
+//                 [-s SERVERS] [--launcher local|ssh|mpi|slurm|sge]
 //                 [-H HOST:SLOTS,... | --hostfile FILE] [--env K=V]...
 //                 [--teardown-grace SECONDS] [--command-runs-all-roles]
 //                 [--max-restarts N] [--restart-delay SECONDS]
@@ -27,6 +27,7 @@
 #include "launch/local_launcher.h"
 #include "launch/mpi_launcher.h"
 #include "launch/process_supervisor.h"
+#include "launch/sge_launcher.h"
 #include "launch/slurm_launcher.h"
 #include "launch/ssh_launcher.h"
 #include "tandem/error.h"
@@ -64,6 +65,9 @@ struct LaunchArguments {
   std::vector<std::string> mpi_args;
   // --launcher slurm
   std::vector<std::string> srun_args;
+  // --launcher sge
+  std::string sge_pe;
+  std::vector<std::string> sge_args;
 };
 
 // The counts and choices that PlanLaunch checks and resolves.
@@ -144,9 +148,20 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
     return launch::RunMpiJob(mpi, supervisor, env);
   }
   if (!hosts.empty()) {
-    throw InvalidArgument(fmt::format("-H/--hostfile is for --launcher ssh or mpi; {}",
-                                      launcher == "slurm" ? "under Slurm, srun places the tasks"
-                                                          : "the local launcher uses this host"));
+    throw InvalidArgument(fmt::format(
+        "-H/--hostfile is for --launcher ssh or mpi; {}",
+        launcher == "slurm" ? "under Slurm, srun places the tasks"
+        : launcher == "sge" ? "under Grid Engine, the parallel environment grants the hosts"
+                            : "the local launcher uses this host"));
+  }
+  if (launcher == "sge") {
+    launch::SgeJobOptions sge;
+    sge.job = options;
+    sge.qrsh = env.GetString("TANDEM_QRSH", "qrsh");
+    sge.parallel_environment = args.sge_pe;
+    sge.submit_args = args.sge_args;
+    sge.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
+    return launch::RunSgeJob(sge, supervisor, env);
   }
   if (launcher == "slurm") {
     launch::SlurmJobOptions slurm;
@@ -226,18 +241,21 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
   auto* launcher_option =
       cmd->add_option("--launcher", args->launcher,
                       "How to start the processes: local (this host), ssh (the hosts of -H), mpi "
-                      "(Open MPI's mpirun; on the hosts of -H if given) or slurm (srun)")
+                      "(Open MPI's mpirun; on the hosts of -H if given), slurm (srun) or sge "
+                      "(Grid Engine: qrsh -inherit in a parallel job, or a job submitted with "
+                      "--sge-pe)")
           ->capture_default_str()
           ->check(CLI::Validator(
               [](std::string& value) -> std::string {
-                if (value == "local" || value == "ssh" || value == "mpi" || value == "slurm")
+                if (value == "local" || value == "ssh" || value == "mpi" || value == "slurm" ||
+                    value == "sge")
                   return {};
                 return fmt::format(
                     "launcher '{}' does not exist in this version of tandem (local, ssh, mpi, "
-                    "slurm)",
+                    "slurm, sge)",
                     value);
               },
-              "local|ssh|mpi|slurm", "launcher"));
+              "local|ssh|mpi|slurm|sge", "launcher"));
   cmd->add_option("-H,--hosts", args->hosts,
                   "The hosts and their worker slots, as horovodrun and mpirun: host1:2,host2:2 "
                   "(hosts other than this one imply --launcher ssh)")
@@ -252,6 +270,14 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
   cmd->add_option("--srun-arg", args->srun_args,
                   "With --launcher slurm: an argument for srun before the program (repeatable), "
                   "e.g. --srun-arg=--partition=gpu")
+      ->allow_extra_args(false);
+  cmd->add_option("--sge-pe", args->sge_pe,
+                  "With --launcher sge outside a Grid Engine job: submit the job into this "
+                  "parallel environment (qrsh -pe PE SLOTS, a slot per process)")
+      ->type_name("PE");
+  cmd->add_option("--sge-arg", args->sge_args,
+                  "With --launcher sge and --sge-pe: an argument for the submitting qrsh before "
+                  "the program (repeatable), e.g. --sge-arg=-q --sge-arg=gpu.q")
       ->allow_extra_args(false);
   cmd->add_option("--ssh-arg", args->ssh_args,
                   "With --launcher ssh: an argument for ssh before the host (repeatable), e.g. "
@@ -268,7 +294,7 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "(repeatable; DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_* always are)")
       ->allow_extra_args(false);
   cmd->add_option("--scheduler-port", args->scheduler_port,
-                  "With --launcher ssh, mpi or slurm: the scheduler's port on the first host "
+                  "With --launcher ssh, mpi, slurm or sge: the scheduler's port on the first host "
                   "(default: random "
                   "in 10000..32767, below the ephemeral ports)")
       ->check(Count(1, 65535, "the scheduler port"));

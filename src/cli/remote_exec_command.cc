@@ -1,5 +1,6 @@
 // `tandem remote-exec [--cwd DIR] [--label L] -- COMMAND...`: run by the ssh
-// launcher on each remote host (src/launch/remote_exec.h); not meant to be
+// launcher on each remote host, and by the sge launcher as each task of the
+// Grid Engine job (src/launch/remote_exec.h); not meant to be
 // typed by hand. Reads the process's environment from stdin, runs COMMAND,
 // and stops it when stdin closes.
 #include <unistd.h>
@@ -23,7 +24,7 @@ void RegisterRemoteExecCommand(CLI::App& app, CommandBody* body) {
   auto args = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
       "remote-exec",
-      "Run one process of a job on this host for `tandem launch --launcher ssh` (reads its "
+      "Run one process of a job on this host for `tandem launch --launcher ssh|sge` (reads its "
       "environment from stdin; stops it when stdin closes)");
   cmd->add_option("--cwd", args->cwd, "Directory to run the command in");
   cmd->add_option("--label", args->label, "The process's label, for messages");

@@ -18,8 +18,9 @@ using Reader = std::function<std::optional<LaunchContract>(const base::Environme
 // explicit ones (tandem, DMLC) and PMIx, in docs/contracts.md's order.
 const std::vector<Reader>& InferredReaders() {
   static const std::vector<Reader> kInferred = {
-      ReadOmpiContract,     ReadPmiContract,      ReadSlurmContract,      ReadTorchrunContract,
-      ReadTrainJobContract, ReadTfConfigContract, ReadIndexedJobContract, ReadVolcanoContract};
+      ReadOmpiContract,     ReadPmiContract,        ReadSlurmContract,
+      ReadTorchrunContract, ReadTrainJobContract,   ReadTfConfigContract,
+      ReadSgeContract,      ReadIndexedJobContract, ReadVolcanoContract};
   return kInferred;
 }
 
@@ -35,6 +36,7 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& Markers() {
       {"torchrun", {"RANK", "WORLD_SIZE"}},
       {"trainjob", {"PET_NNODES"}},
       {"tfjob", {"TF_CONFIG"}},
+      {"sge", {"JOB_ID", "SGE_TASK_ID"}},
       {"indexed-job", {"JOB_COMPLETION_INDEX"}},
       {"volcano", {"VC_TASK_INDEX"}},
   };

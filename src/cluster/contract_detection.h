@@ -30,8 +30,8 @@ struct DetectedContract {
 
 /// Tries, in order: tandem (TANDEM_WORLD_SIZE), DMLC with an explicit role
 /// and scheduler address (DMLC_ROLE and DMLC_PS_ROOT_URI), PMIx, Open MPI,
-/// PMI, Slurm (srun), torchrun/PyTorchJob, TrainJob, TFJob (TF_CONFIG), Indexed Job,
-/// Volcano;
+/// PMI, Slurm (srun), torchrun/PyTorchJob, TrainJob, TFJob (TF_CONFIG), Grid
+/// Engine (an array job's SGE_TASK_ID), Indexed Job, Volcano;
 /// otherwise a single process. Throws ConfigError from the winning reader
 /// (its variables are present but unusable). A reader further down the list
 /// that would throw does not matter once an earlier one matched.
@@ -45,8 +45,8 @@ DetectedContract DetectContract(const base::Environment& env);
 /// The first contract that the environment alone describes, in
 /// DetectContract's order without DMLC (it places roles, not processes on
 /// hosts) and PMIx (it talks to a server and may fence): tandem, Open MPI,
-/// PMI, Slurm, torchrun, TrainJob, TFJob, Indexed Job, Volcano; nothing when none
-/// matches. For what a process may learn without joining a job (its local
+/// PMI, Slurm, torchrun, TrainJob, TFJob, Grid Engine, Indexed Job, Volcano; nothing
+/// when none matches. For what a process may learn without joining a job (its local
 /// rank and size: tandem.local_rank() in Python). Any thread. Throws
 /// ConfigError from the winning reader.
 std::optional<LaunchContract> ReadEnvironmentContract(const base::Environment& env);

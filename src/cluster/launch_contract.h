@@ -5,8 +5,8 @@
 //
 // One reader per contract, each in its own file (tandem_contract.cc,
 // ompi_contract.cc, pmi_contract.cc, slurm_contract.cc, torchrun_contract.cc,
-// trainjob_contract.cc, tf_config_contract.cc, indexed_job_contract.cc,
-// volcano_contract.cc).
+// trainjob_contract.cc, tf_config_contract.cc, sge_contract.cc,
+// indexed_job_contract.cc, volcano_contract.cc).
 // Each returns nothing when its marker variables are absent and throws
 // ConfigError naming the variable when they are present but unusable.
 // contract_detection.cc tries them in the documented order
@@ -70,6 +70,7 @@ std::optional<LaunchContract> ReadSlurmContract(const base::Environment& env);
 std::optional<LaunchContract> ReadTorchrunContract(const base::Environment& env);
 std::optional<LaunchContract> ReadTrainJobContract(const base::Environment& env);
 std::optional<LaunchContract> ReadTfConfigContract(const base::Environment& env);
+std::optional<LaunchContract> ReadSgeContract(const base::Environment& env);
 std::optional<LaunchContract> ReadIndexedJobContract(const base::Environment& env);
 std::optional<LaunchContract> ReadVolcanoContract(const base::Environment& env);
 

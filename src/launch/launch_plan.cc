@@ -56,6 +56,13 @@ LaunchPlan PlanLaunch(const LaunchRequest& request, std::vector<HostSlots> hosts
           "slurm, or -H with {} hosts (ssh, mpi)",
           request.nnodes, request.nnodes));
     }
+    if (plan.launcher == "sge") {
+      throw InvalidArgument(fmt::format(
+          "--nnodes {}: under Grid Engine the parallel environment places the slots on hosts "
+          "(its allocation_rule); give the number of workers with -n (or --nproc-per-node "
+          "alone)",
+          request.nnodes));
+    }
     if ((plan.launcher == "ssh" || plan.launcher == "mpi") &&
         static_cast<int>(hosts.size()) != request.nnodes) {
       throw InvalidArgument(fmt::format("--nnodes {} but -H/--hostfile names {} host{}",

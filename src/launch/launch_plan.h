@@ -15,7 +15,7 @@ namespace tandem::launch {
 /// The counts and choices of the command line; 0 means "not given".
 /// Thread-safety: a value type.
 struct LaunchRequest {
-  std::string launcher = "local";  ///< --launcher: local, ssh, mpi or slurm
+  std::string launcher = "local";  ///< --launcher: local, ssh, mpi, slurm or sge
   bool launcher_given = false;     ///< --launcher was on the command line
   int num_workers = 0;             ///< -n / -np
   int nproc_per_node = 0;          ///< torchrun's --nproc-per-node
@@ -36,7 +36,7 @@ struct LaunchPlan {
 /// --nnodes (each host then gets that many slots), or the sum of the
 /// hosts' slots. Throws InvalidArgument naming the flags when they
 /// disagree: -n against --nproc-per-node x --nnodes, --nnodes above 1 with
-/// the local launcher or against the number of ssh/mpi hosts,
+/// the local or sge launcher or against the number of ssh/mpi hosts,
 /// --no-scheduler with servers, or no count at all. Pure.
 LaunchPlan PlanLaunch(const LaunchRequest& request, std::vector<HostSlots> hosts);
 

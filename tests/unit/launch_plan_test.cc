@@ -120,6 +120,15 @@ INSTANTIATE_TEST_SUITE_P(
                  0,
                  {},
                  "--nnodes 3 but -H/--hostfile names 2 hosts"},
+        PlanCase{"NnodesUnderGridEngine",
+                 LaunchRequest{
+                     .launcher = "sge", .launcher_given = true, .nproc_per_node = 2, .nnodes = 2},
+                 "",
+                 "",
+                 0,
+                 {},
+                 "--nnodes 2: under Grid Engine the parallel environment places the slots on "
+                 "hosts (its allocation_rule)"},
         PlanCase{"NoSchedulerWithServers",
                  LaunchRequest{.num_workers = 2, .num_servers = 1, .no_scheduler = true},
                  "",
