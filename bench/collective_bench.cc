@@ -81,10 +81,11 @@ Args Parse(int argc, char** argv) {
       a.both_checked = true;
     else if (k == "--algorithm") {
       std::string v = next();
-      a.algorithm = v == "ring"               ? tandem::AllReduceAlgorithm::kRing
-                    : v == "halving_doubling" ? tandem::AllReduceAlgorithm::kHalvingDoubling
-                    : v == "direct"           ? tandem::AllReduceAlgorithm::kDirect
-                                              : tandem::AllReduceAlgorithm::kAuto;
+      a.algorithm = v == "ring"                 ? tandem::AllReduceAlgorithm::kRing
+                    : v == "halving_doubling"   ? tandem::AllReduceAlgorithm::kHalvingDoubling
+                    : v == "direct"             ? tandem::AllReduceAlgorithm::kDirect
+                    : v == "recursive_doubling" ? tandem::AllReduceAlgorithm::kRecursiveDoubling
+                                                : tandem::AllReduceAlgorithm::kAuto;
     } else {
       throw tandem::InvalidArgument(
           "unknown argument " + k +

@@ -50,12 +50,13 @@ std::string ReductionName(Reduction op);
 /// names one.
 enum class AllReduceAlgorithm : uint8_t {
   kAuto = 0,
-  kRing = 1,             ///< reduce-scatter + allgather around a ring, pipelined
-  kHalvingDoubling = 2,  ///< Rabenseifner: recursive halving, then doubling
-  kDirect = 3,           ///< one round: every rank sends its vector to every other
+  kRing = 1,               ///< reduce-scatter + allgather around a ring, pipelined
+  kHalvingDoubling = 2,    ///< Rabenseifner: recursive halving, then doubling
+  kDirect = 3,             ///< one round: every rank sends its vector to every other
+  kRecursiveDoubling = 4,  ///< log2(n) rounds swapping whole vectors with one partner
 };
 
-/// "auto", "ring", "halving_doubling", "direct".
+/// "auto", "ring", "halving_doubling", "direct", "recursive_doubling".
 std::string AllReduceAlgorithmName(AllReduceAlgorithm a);
 
 /// What every operation accepts.

@@ -16,7 +16,7 @@ namespace tandem::collective {
 class AlgorithmTable {
  public:
   /// The measured table, with the override of TANDEM_ALLREDUCE_ALGORITHM
-  /// ("auto", "ring", "halving_doubling", "direct") if set. Throws
+  /// ("auto", "ring", "halving_doubling", "direct", "recursive_doubling") if set. Throws
   /// ConfigError for another value.
   static AlgorithmTable FromEnvironment(const base::Environment& env);
 

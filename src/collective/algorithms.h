@@ -1,6 +1,7 @@
 // The entry points of the collective algorithms, one file each:
 // ring_reduce_scatter.cc, ring_allgather.cc, ring_allreduce.cc,
-// halving_doubling_allreduce.cc, direct_allreduce.cc, tree_broadcast.cc,
+// halving_doubling_allreduce.cc, direct_allreduce.cc,
+// recursive_doubling_allreduce.cc, tree_broadcast.cc,
 // pairwise_alltoall.cc, dissemination_barrier.cc. Each file explains its
 // algorithm, its steps and its bytes on the wire above the code;
 // docs/collectives.md collects the figures.
@@ -35,6 +36,7 @@ inline constexpr uint8_t kDirect = 7;
 inline constexpr uint8_t kBroadcast = 8;
 inline constexpr uint8_t kAllToAll = 9;
 inline constexpr uint8_t kBarrier = 10;
+inline constexpr uint8_t kRecursiveDoubling = 11;
 }  // namespace phase
 
 /// phase (8 bits) | step (24 bits) | segment (32 bits).
@@ -94,6 +96,11 @@ void HalvingDoublingAllReduce(OpContext& ctx, const ReduceSpec& spec, std::byte*
 /// bytes.
 void DirectAllReduce(OpContext& ctx, const ReduceSpec& spec, std::byte* data, size_t count,
                      std::span<std::byte> scratch, const Finalize& finalize);
+
+/// Allreduces `count` elements of `data` in place; scratch: the bytes.
+void RecursiveDoublingAllReduce(OpContext& ctx, const ReduceSpec& spec, std::byte* data,
+                                size_t count, std::span<std::byte> scratch,
+                                const Finalize& finalize);
 
 /// Copies `data` of group rank `root` to every rank.
 void TreeBroadcast(OpContext& ctx, std::span<std::byte> data, int root, size_t segment_bytes);

@@ -45,6 +45,8 @@ std::string AllReduceAlgorithmName(AllReduceAlgorithm a) {
       return "halving_doubling";
     case AllReduceAlgorithm::kDirect:
       return "direct";
+    case AllReduceAlgorithm::kRecursiveDoubling:
+      return "recursive_doubling";
   }
   return "?";
 }
@@ -257,6 +259,11 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
             if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
             collective::DirectAllReduce(ctx, spec, dst, count,
                                         c.Scratch(bytes * static_cast<size_t>(n)), finalize);
+            return;
+          case AllReduceAlgorithm::kRecursiveDoubling:
+            if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
+            collective::RecursiveDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes),
+                                                   finalize);
             return;
         }
       },

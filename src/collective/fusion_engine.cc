@@ -594,7 +594,8 @@ CollectiveHandle FusionEngine::AllReduce(const std::string& name, const TensorVi
         "{}: pre- and post-scaling need a floating-point dtype, got {} (prescale {}, postscale {})",
         what, base::DTypeName(in.dtype), options.prescale, options.postscale));
   }
-  if (static_cast<uint8_t>(options.algorithm) > static_cast<uint8_t>(AllReduceAlgorithm::kDirect)) {
+  if (static_cast<uint8_t>(options.algorithm) >
+      static_cast<uint8_t>(AllReduceAlgorithm::kRecursiveDoubling)) {
     throw InvalidArgument(fmt::format("{}: algorithm {} is not one of tandem's", what,
                                       static_cast<int>(options.algorithm)));
   }

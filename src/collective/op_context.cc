@@ -121,6 +121,14 @@ size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
 }
 
 void OpContext::Finish() {
+  AwaitSends();
+  // The last word: news of a mismatch that comes after this fails the mesh
+  // (the next operation raises) instead of this one.
+  if (call_state_ != nullptr && !PeerMesh::CompleteCall(call_state_)) ThrowMismatch();
+  finished_ = true;
+}
+
+void OpContext::AwaitSends() {
   RingOwed();
   {
     const bool in_time = mesh_.WaitUntil(
@@ -132,14 +140,7 @@ void OpContext::Finish() {
         deadline_);
     if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) ThrowMismatch();
     std::unique_lock lock(sends_->mu);
-    if (in_time && !sends_->error) {
-      lock.unlock();
-      // The last word: news of a mismatch that comes after this fails the
-      // mesh (the next operation raises) instead of this one.
-      if (call_state_ != nullptr && !PeerMesh::CompleteCall(call_state_)) ThrowMismatch();
-      finished_ = true;
-      return;
-    }
+    if (in_time && !sends_->error) return;
     if (!in_time) {
       lock.unlock();
       Throw(PeerMesh::WaitResult::kTimedOut, " (sends to them not completed)");

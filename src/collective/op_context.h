@@ -74,6 +74,10 @@ class OpContext {
   /// Waits until every send was handed to the kernel; throws as Wait does
   /// (a failed send is the peer's loss). Every algorithm ends with it.
   void Finish();
+  /// Waits until every send so far was handed to the kernel (or read by
+  /// its peer, or copied), so that its memory may change; throws as
+  /// Finish does. For an algorithm that overwrites what it sent.
+  void AwaitSends();
   /// Rings the doorbells of the peers whose mailbox got pieces since the
   /// last ring (every wait does this first; see PeerMesh::Send).
   void RingOwed();

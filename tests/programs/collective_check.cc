@@ -93,7 +93,8 @@ void CheckAll(tandem::Communicator& world) {
                           DType::kBF16, DType::kI32, DType::kI64};
   const tandem::AllReduceAlgorithm algorithms[] = {
       tandem::AllReduceAlgorithm::kRing, tandem::AllReduceAlgorithm::kHalvingDoubling,
-      tandem::AllReduceAlgorithm::kDirect, tandem::AllReduceAlgorithm::kAuto};
+      tandem::AllReduceAlgorithm::kDirect, tandem::AllReduceAlgorithm::kRecursiveDoubling,
+      tandem::AllReduceAlgorithm::kAuto};
   for (DType dtype : dtypes) {
     const std::string dn(tandem::base::DTypeName(dtype));
     for (auto algorithm : algorithms) {

@@ -200,13 +200,15 @@ std::string Name(const ::testing::TestParamInfo<AllReduceTest::ParamType>& info)
                      AllReduceAlgorithmName(std::get<1>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupsAndAlgorithms, AllReduceTest,
-                         ::testing::Combine(::testing::Range(1, 9),
-                                            ::testing::Values(AllReduceAlgorithm::kRing,
-                                                              AllReduceAlgorithm::kHalvingDoubling,
-                                                              AllReduceAlgorithm::kDirect,
-                                                              AllReduceAlgorithm::kAuto)),
-                         Name);
+INSTANTIATE_TEST_SUITE_P(
+    GroupsAndAlgorithms, AllReduceTest,
+    ::testing::Combine(::testing::Range(1, 9),
+                       ::testing::Values(AllReduceAlgorithm::kRing,
+                                         AllReduceAlgorithm::kHalvingDoubling,
+                                         AllReduceAlgorithm::kDirect,
+                                         AllReduceAlgorithm::kRecursiveDoubling,
+                                         AllReduceAlgorithm::kAuto)),
+    Name);
 
 TEST(AllReduceArguments, MismatchedOutputAndIntegerScalingAreRefused) {
   CollectiveJob job(2);

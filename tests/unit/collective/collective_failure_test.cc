@@ -62,18 +62,18 @@ TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GroupsAndAlgorithms, PeerDeath,
-                         ::testing::Combine(::testing::Values(2, 3, 5),
-                                            ::testing::Values(AllReduceAlgorithm::kRing,
-                                                              AllReduceAlgorithm::kHalvingDoubling,
-                                                              AllReduceAlgorithm::kDirect),
-                                            ::testing::Values(std::chrono::microseconds(0),
-                                                              std::chrono::microseconds(200000))),
-                         [](const auto& info) {
-                           return fmt::format("n{}_{}_spin{}us", std::get<0>(info.param),
-                                              AllReduceAlgorithmName(std::get<1>(info.param)),
-                                              std::get<2>(info.param).count());
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    GroupsAndAlgorithms, PeerDeath,
+    ::testing::Combine(
+        ::testing::Values(2, 3, 5),
+        ::testing::Values(AllReduceAlgorithm::kRing, AllReduceAlgorithm::kHalvingDoubling,
+                          AllReduceAlgorithm::kDirect, AllReduceAlgorithm::kRecursiveDoubling),
+        ::testing::Values(std::chrono::microseconds(0), std::chrono::microseconds(200000))),
+    [](const auto& info) {
+      return fmt::format("n{}_{}_spin{}us", std::get<0>(info.param),
+                         AllReduceAlgorithmName(std::get<1>(info.param)),
+                         std::get<2>(info.param).count());
+    });
 
 // A job stopped by one process (as a server stops it when it cannot load its
 // optimizer states) fails every worker's pending and later collectives with
