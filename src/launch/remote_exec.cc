@@ -15,6 +15,7 @@
 #include "launch/child_process.h"
 #include "launch/exit_status.h"
 #include "launch/rank_timeline.h"
+#include "launch/worker_variables.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
@@ -62,6 +63,33 @@ char ReadByte(int fd, Clock::time_point deadline) {
 }
 
 }  // namespace
+
+std::vector<std::map<std::string, std::string>> RemoteContracts(
+    const std::vector<ProcessSpec>& local, const std::vector<size_t>& place,
+    const std::vector<HostSlots>& hosts, int num_workers, uint16_t master_port,
+    const std::string& scheduler_host,
+    const std::vector<std::pair<std::string, std::string>>& job_env,
+    const std::map<std::string, std::string>& base) {
+  const size_t first_worker = local.size() - static_cast<size_t>(num_workers);
+  const std::vector<WorkerPlacement> workers = PlaceWorkers(place, first_worker);
+  const std::string& master_host = hosts[place[first_worker]].host;
+  std::vector<std::map<std::string, std::string>> contracts;
+  for (size_t i = 0; i < local.size(); ++i) {
+    std::map<std::string, std::string> contract = base;
+    for (const auto& [name, value] : local[i].env) contract[name] = value;
+    if (i >= first_worker) {
+      for (auto& [name, value] :
+           WorkerVariables(workers[i - first_worker], master_host, master_port)) {
+        contract[name] = value;
+      }
+    }
+    contract["DMLC_PS_ROOT_URI"] = scheduler_host;
+    contract.erase("DMLC_NODE_HOST");  // chosen on the host: the route to the scheduler
+    for (const auto& [name, value] : job_env) contract[name] = value;  // --env wins
+    contracts.push_back(std::move(contract));
+  }
+  return contracts;
+}
 
 std::string EncodeRemoteEnvironment(const std::map<std::string, std::string>& vars) {
   std::string out(kMagic);

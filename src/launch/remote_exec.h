@@ -12,9 +12,14 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "launch/child_process.h"
+#include "launch/hostfile.h"
 
 namespace tandem::launch {
 
@@ -23,6 +28,22 @@ namespace tandem::launch {
 /// then "0:,". Values may hold any byte. Throws InvalidArgument for a name
 /// that is not [A-Za-z_][A-Za-z0-9_]*.
 std::string EncodeRemoteEnvironment(const std::map<std::string, std::string>& vars);
+
+/// The stdin contract (EncodeRemoteEnvironment) of each process of a job
+/// started on other hosts (the ssh and Grid Engine launchers), in `local`'s
+/// order (BuildLocalJob's: scheduler, servers, workers): `base`, then the
+/// process's own variables from the local plan, then, for the last
+/// `num_workers` processes, torchrun's and Horovod's variables placed on
+/// their hosts (process i runs on `hosts[place[i]]`; MASTER_ADDR is worker
+/// 0's host), DMLC_PS_ROOT_URI = `scheduler_host`, and every --env
+/// (`job_env`) last. DMLC_NODE_HOST is dropped: each process finds its own
+/// route to the scheduler. Pure.
+std::vector<std::map<std::string, std::string>> RemoteContracts(
+    const std::vector<ProcessSpec>& local, const std::vector<size_t>& place,
+    const std::vector<HostSlots>& hosts, int num_workers, uint16_t master_port,
+    const std::string& scheduler_host,
+    const std::vector<std::pair<std::string, std::string>>& job_env,
+    const std::map<std::string, std::string>& base);
 
 /// Reads one header from `fd` (byte by byte, so nothing after it is
 /// consumed) within `timeout`. Throws ProtocolError (not the format, a

@@ -222,9 +222,8 @@ std::vector<ProcessSpec> BuildSgeJob(const SgeJobOptions& options,
   std::vector<ProcessSpec> local = BuildLocalJob(job, identity, {});
   const std::vector<size_t> place = PlaceSgeJob(hosts, static_cast<int>(local.size()));
   const std::string& scheduler_host = hosts[place[0]].host;
-  const size_t first_worker = local.size() - static_cast<size_t>(job.num_workers);
-  const std::vector<WorkerPlacement> workers = PlaceWorkers(place, first_worker);
-  const std::string& master_host = hosts[place[first_worker]].host;
+  const std::vector<std::map<std::string, std::string>> contracts = RemoteContracts(
+      local, place, hosts, job.num_workers, identity.master_port, scheduler_host, job.env, {});
 
   std::map<std::string, std::string> qrsh_env;
   for (const auto& [name, value] : launcher_env) {
@@ -233,16 +232,6 @@ std::vector<ProcessSpec> BuildSgeJob(const SgeJobOptions& options,
   std::vector<ProcessSpec> specs;
   for (size_t i = 0; i < local.size(); ++i) {
     const std::string& host = hosts[place[i]].host;
-    std::map<std::string, std::string> contract = local[i].env;
-    if (i >= first_worker) {
-      for (auto& [name, value] :
-           WorkerVariables(workers[i - first_worker], master_host, identity.master_port)) {
-        contract[name] = value;
-      }
-    }
-    contract["DMLC_PS_ROOT_URI"] = scheduler_host;
-    contract.erase("DMLC_NODE_HOST");  // chosen on the host: the route to the scheduler
-    for (const auto& [name, value] : job.env) contract[name] = value;  // --env wins
     ProcessSpec spec;
     spec.label = local[i].label;
     spec.service = local[i].service;
@@ -252,7 +241,7 @@ std::vector<ProcessSpec> BuildSgeJob(const SgeJobOptions& options,
                  job.tandem_binary, "remote-exec", "--label", spec.label, "--cwd",
                  working_directory, "--"};
     spec.argv.insert(spec.argv.end(), local[i].argv.begin(), local[i].argv.end());
-    spec.stdin_data = EncodeRemoteEnvironment(contract);
+    spec.stdin_data = EncodeRemoteEnvironment(contracts[i]);
     specs.push_back(std::move(spec));
   }
   return specs;

@@ -13,7 +13,6 @@
 #include "launch/prefixed_output.h"
 #include "launch/rank_timeline.h"
 #include "launch/remote_exec.h"
-#include "launch/worker_variables.h"
 #include "tandem/error.h"
 
 #ifndef TANDEM_VERSION
@@ -119,32 +118,19 @@ std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJo
     forwarded[name] = it->second;
   }
 
-  // torchrun's and Horovod's view of the workers, placed on their hosts.
-  const size_t first_worker = local.size() - static_cast<size_t>(job.num_workers);
-  const std::vector<WorkerPlacement> workers = PlaceWorkers(place, first_worker);
-  const std::string master_host = options.hosts[place[first_worker]].host;
-
+  const std::vector<std::map<std::string, std::string>> contracts =
+      RemoteContracts(local, place, options.hosts, job.num_workers, identity.master_port,
+                      scheduler_host, options.job.env, forwarded);
   std::vector<ProcessSpec> specs;
   for (size_t i = 0; i < local.size(); ++i) {
     const HostSlots& host = options.hosts[place[i]];
-    std::map<std::string, std::string> remote_env = forwarded;
-    for (const auto& [name, value] : local[i].env) remote_env[name] = value;  // the contract
-    if (i >= first_worker) {
-      for (auto& [name, value] :
-           WorkerVariables(workers[i - first_worker], master_host, identity.master_port)) {
-        remote_env[name] = value;
-      }
-    }
-    remote_env["DMLC_PS_ROOT_URI"] = scheduler_host;
-    remote_env.erase("DMLC_NODE_HOST");  // chosen on the host: the route to the scheduler
-    for (const auto& [name, value] : options.job.env) remote_env[name] = value;
     ProcessSpec spec;
     spec.label = local[i].label;
     spec.service = local[i].service;
     spec.host = host.host;
     spec.env = launcher_env;  // ssh's own (SSH_AUTH_SOCK, HOME, PATH)
     spec.argv = SshArgv(options, host, RemoteCommand(options, tandem, spec.label, local[i].argv));
-    spec.stdin_data = EncodeRemoteEnvironment(remote_env);
+    spec.stdin_data = EncodeRemoteEnvironment(contracts[i]);
     specs.push_back(std::move(spec));
   }
   return specs;

@@ -196,17 +196,19 @@ bool EventLoop::RunOnCaller(std::chrono::steady_clock::time_point deadline,
     const bool spinning = spin.count() > 0 && std::chrono::steady_clock::now() < spin_until;
     if (spinning) ms = 0;
     const int n = ::epoll_wait(caller_epoll_fd_.get(), events, kMaxEventsPerWait, ms);
-    {
-      std::lock_guard lock(dispatch_mu_);
-      DispatchScope scope(this);
-      if (n > 0) Dispatch(events, n);
-      RunDueTimers();
-      RunTasks();
-    }
+    RunIteration(events, n);
     if (polling) break;
     if (spinning && n == 0) std::this_thread::yield();
   }
   return true;
+}
+
+void EventLoop::RunIteration(const epoll_event* events, int n) {
+  std::lock_guard lock(dispatch_mu_);
+  DispatchScope scope(this);
+  if (n > 0) Dispatch(events, n);
+  RunDueTimers();
+  RunTasks();
 }
 
 void EventLoop::Dispatch(const epoll_event* events, int n) {
@@ -297,11 +299,7 @@ void EventLoop::Run() {
       std::fprintf(stderr, "tandem: epoll_wait failed: %s\n", std::strerror(errno));
       std::abort();
     }
-    std::lock_guard lock(dispatch_mu_);
-    DispatchScope scope(this);
-    if (n > 0) Dispatch(events, n);
-    RunDueTimers();
-    RunTasks();
+    RunIteration(events, n);
   }
   // Drain: every task posted before the queue closes runs, including tasks
   // those tasks post.

@@ -139,6 +139,10 @@ class EventLoop {
 
  private:
   void Run();
+  // One turn of the loop, on whichever thread runs it: takes dispatch_mu_,
+  // dispatches the `n` ready events (none when n <= 0), runs the due timers
+  // and the queued tasks.
+  void RunIteration(const epoll_event* events, int n);
   // Dispatches one batch of ready events (the loop's or the caller set's).
   // Requires dispatch_mu_.
   void Dispatch(const epoll_event* events, int n);
