@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/epoll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <memory>
@@ -187,6 +189,24 @@ struct WatchedPipe {
   FdWatch watch;
 };
 
+// Blocks until the loop's thread sits in epoll_wait with nothing to do, as
+// the kernel reports it in /proc: from then on only readiness in its own
+// set (or a wake-up) makes it run anything. False after kPatience.
+bool WaitUntilTheLoopThreadIsParked(EventLoop& loop) {
+  std::promise<pid_t> tid;
+  loop.Post([&] { tid.set_value(static_cast<pid_t>(::syscall(SYS_gettid))); });
+  const std::string path = "/proc/self/task/" + std::to_string(tid.get_future().get()) + "/syscall";
+  const auto until = std::chrono::steady_clock::now() + kPatience;
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in(path);
+    long nr = -1;
+    in >> nr;
+    if (nr == SYS_epoll_wait || nr == SYS_epoll_pwait) return true;
+    std::this_thread::sleep_for(1ms);
+  }
+  return false;
+}
+
 char ReadOne(int fd) {
   char c = 0;
   return ::read(fd, &c, 1) == 1 ? c : '\0';
@@ -207,6 +227,9 @@ TEST(EventLoopCallerTest, TheWaitingThreadDispatchesTheCallerSetAndThePostedTask
   std::atomic<bool> looked{false};
   std::atomic<bool> task_ran{false};
   std::thread::id task_thread;
+  // A loop thread still finishing the iteration that registered the pipe
+  // would run the task below itself.
+  ASSERT_TRUE(WaitUntilTheLoopThreadIsParked(loop));
   std::thread writer([&] {
     driving.get_future().wait();
     pipe.Write('a');
