@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <bit>
+#include <cstring>
 #include <map>
 
 #include "base/byte_io.h"
@@ -23,22 +24,6 @@ constexpr uint32_t kMaxName = 256u << 10;
 constexpr uint32_t kMaxDims = 64;
 constexpr uint32_t kMaxNoticeText = 16384;
 constexpr uint32_t kMaxNoticeDescription = 1u << 20;
-
-// Everything but the shape, in wire order: what the fingerprint covers.
-void PutCore(base::ByteWriter& w, const CallDescription& d) {
-  w.Put(static_cast<uint8_t>(d.kind));
-  w.Put(static_cast<uint8_t>(d.dtype));
-  w.Put(d.reduction);
-  w.Put(d.algorithm);
-  w.Put(d.root);
-  w.Put(d.count);
-  w.Put(d.segment_bytes);
-  w.Put(std::bit_cast<uint64_t>(d.prescale));
-  w.Put(std::bit_cast<uint64_t>(d.postscale));
-  w.Put(static_cast<uint32_t>(d.counts.size()));
-  for (int64_t c : d.counts) w.Put(c);
-  w.PutString(d.name);
-}
 
 std::string Dims(const std::vector<int64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ", "));
@@ -90,31 +75,70 @@ const char* CallKindName(CallKind kind) {
 
 namespace {
 
-// FNV-1a, 64 bits; never 0.
-uint64_t Fnv1a(std::string_view bytes) {
-  uint64_t h = 14695981039346656037ULL;
-  for (char c : bytes) {
-    h ^= static_cast<unsigned char>(c);
+// The fingerprint: FNV-1a's step taken a 64-bit little-endian word at a
+// time (the last word zero-padded, the length folded in last), each
+// multiply followed by a shift that brings the high bits down. Every step is
+// a bijection of the running hash, so encodings of one length that differ
+// in one word never collide. 8 times fewer dependent multiplies than
+// FNV-1a over bytes; never 0.
+uint64_t WordHash(std::string_view bytes) {
+  auto step = [](uint64_t h, uint64_t word) {
+    h ^= word;
     h *= 1099511628211ULL;
-  }
+    return h ^ (h >> 32);
+  };
+  auto load = [&](size_t at, size_t n) {
+    uint64_t word = 0;
+    std::memcpy(&word, bytes.data() + at, n);
+    if constexpr (std::endian::native == std::endian::big) word = __builtin_bswap64(word);
+    return word;
+  };
+  uint64_t h = 14695981039346656037ULL;
+  size_t at = 0;
+  for (; at + 8 <= bytes.size(); at += 8) h = step(h, load(at, 8));
+  if (at < bytes.size()) h = step(h, load(at, bytes.size() - at));
+  h = step(h, bytes.size());
   return h == 0 ? 1 : h;
 }
 
 }  // namespace
 
-CallDescription::Sealed CallDescription::Seal() const {
-  base::ByteWriter w;
-  w.Reserve(64 + name.size() + 8 * (counts.size() + shape.size()));
-  PutCore(w, *this);
-  const size_t core = w.bytes().size();
-  w.Put(static_cast<uint32_t>(shape.size()));
-  for (int64_t d : shape) w.Put(d);
-  Sealed sealed{w.Take(), 0};
-  sealed.fingerprint = Fnv1a(std::string_view(sealed.encoding).substr(0, core));
-  return sealed;
+uint64_t CallDescription::EncodeInto(std::string& encoding) const {
+  // Every field but the shape, in wire order (what the fingerprint covers),
+  // then the shape; sized once and written in place, as an operation does
+  // this as it begins.
+  constexpr size_t kFixed = 4 * 1 + 4 + 4 * 8;  // kind..algorithm, root, count..postscale
+  const size_t core = kFixed + 4 + 8 * counts.size() + 4 + name.size();
+  encoding.resize(core + 4 + 8 * shape.size());
+  char* at = encoding.data();
+  auto put = [&at](auto value) {
+    std::memcpy(at, &value, sizeof(value));  // little-endian hosts, as base::ByteWriter
+    at += sizeof(value);
+  };
+  put(static_cast<uint8_t>(kind));
+  put(static_cast<uint8_t>(dtype));
+  put(reduction);
+  put(algorithm);
+  put(root);
+  put(count);
+  put(segment_bytes);
+  put(std::bit_cast<uint64_t>(prescale));
+  put(std::bit_cast<uint64_t>(postscale));
+  put(static_cast<uint32_t>(counts.size()));
+  for (int64_t c : counts) put(c);
+  put(static_cast<uint32_t>(name.size()));
+  if (!name.empty()) std::memcpy(at, name.data(), name.size());
+  at += name.size();
+  put(static_cast<uint32_t>(shape.size()));
+  for (int64_t d : shape) put(d);
+  return WordHash(std::string_view(encoding).substr(0, core));
 }
 
-std::string CallDescription::Encode() const { return Seal().encoding; }
+std::string CallDescription::Encode() const {
+  std::string encoding;
+  EncodeInto(encoding);
+  return encoding;
+}
 
 CallDescription CallDescription::Decode(const std::string& bytes) {
   base::ByteReader r(bytes, "collective call description");
@@ -158,7 +182,10 @@ CallDescription CallDescription::Decode(const std::string& bytes) {
   return d;
 }
 
-uint64_t CallDescription::Fingerprint() const { return Seal().fingerprint; }
+uint64_t CallDescription::Fingerprint() const {
+  std::string encoding;
+  return EncodeInto(encoding);
+}
 
 std::string CallDescription::Summary() const {
   std::string s = CallKindName(kind);

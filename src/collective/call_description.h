@@ -68,16 +68,14 @@ struct CallDescription {
   /// Throws ProtocolError naming the field on malformed input; bounds every
   /// length before it allocates.
   static CallDescription Decode(const std::string& bytes);
-  /// FNV-1a (64 bits) over the encoding of every field but `shape`; never 0
-  /// (0 marks a piece that carries no fingerprint).
+  /// A 64-bit hash of the encoding of every field but `shape`
+  /// (docs/protocol-collective.md "Call description"); never 0 (0 marks a
+  /// piece that carries no fingerprint).
   uint64_t Fingerprint() const;
-  /// Encode() and Fingerprint() from one encoding (what an operation does
-  /// once as it begins).
-  struct Sealed {
-    std::string encoding;
-    uint64_t fingerprint = 0;
-  };
-  Sealed Seal() const;
+  /// Encode() and Fingerprint() from one encoding, written into `encoding`
+  /// (emptied first, its capacity kept: what an operation does once as it
+  /// begins, without allocating). Returns the fingerprint.
+  uint64_t EncodeInto(std::string& encoding) const;
   /// "allreduce 'grad' float32 [4] sum", for errors.
   std::string Summary() const;
 };

@@ -108,7 +108,7 @@ std::exception_ptr CommunicatorImpl::Execute(const std::string& what, const Call
   std::exception_ptr error;
   const auto start = std::chrono::steady_clock::now();
   try {
-    OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout, call);
+    OpContext ctx(mesh_, id_, sequence_++, members_, rank_, what, timeout, call, call_buffer_);
     ctx.CheckHealth();
     body(ctx, *this);
   } catch (...) {

@@ -143,6 +143,7 @@ class CommunicatorImpl {
 
   PeerMesh::CallState* const call_state_;  // the mesh's, for user_waits
   uint64_t sequence_ = 0;                  // the thread holding busy_
+  std::string call_buffer_;                // the thread holding busy_ (OpContext)
   std::vector<std::byte> scratch_;         // the thread holding busy_
   std::thread thread_;
   PointToPoint p2p_;  // after thread_: destroyed first

@@ -10,7 +10,8 @@ namespace tandem::collective {
 
 OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
                      const std::vector<int>& members, int rank, std::string what,
-                     std::chrono::milliseconds timeout, const CallDescription& call)
+                     std::chrono::milliseconds timeout, const CallDescription& call,
+                     std::string& call_buffer)
     : mesh_(mesh),
       communicator_(communicator),
       sequence_(sequence),
@@ -21,18 +22,17 @@ OpContext::OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
       deadline_(std::chrono::steady_clock::now() + timeout),
       call_(0) {
   if (mesh.call_checks()) {
-    CallDescription::Sealed sealed = call.Seal();
-    call_ = sealed.fingerprint;
-    auto [state, fine] = mesh_.BeginCall(communicator_, sequence_, std::move(sealed));
-    call_state_ = state;
-    mismatched_at_start_ = !fine;
+    const PeerMesh::Begun begun = mesh_.BeginCall(communicator_, sequence_, call, call_buffer);
+    call_ = begun.fingerprint;
+    call_state_ = begun.state;
+    mismatched_at_start_ = !begun.fine;
   }
 }
 
 OpContext::~OpContext() {
   RingOwed();
   if (!finished_) Cleanup();
-  if (call_state_ != nullptr) PeerMesh::EndCall(call_state_);
+  if (call_state_ != nullptr) PeerMesh::EndCall(call_state_, finished_);
 }
 
 void OpContext::RingOwed() {

@@ -41,10 +41,12 @@ class OpContext {
   /// `members` maps group rank to worker rank; `rank` is this process's
   /// group rank; `what` names the operation in errors; `call` describes it
   /// as its members must agree on it (the mesh checks the pieces against it
-  /// from now on).
+  /// from now on); `call_buffer` is the communicator's buffer for encoding
+  /// it, which the mesh swaps with the one it held (no allocation per call).
   OpContext(PeerMesh& mesh, uint32_t communicator, uint64_t sequence,
             const std::vector<int>& members, int rank, std::string what,
-            std::chrono::milliseconds timeout, const CallDescription& call);
+            std::chrono::milliseconds timeout, const CallDescription& call,
+            std::string& call_buffer);
   /// Cleans up after an error (see above); a no-op after Finish().
   ~OpContext();
   OpContext(const OpContext&) = delete;

@@ -231,18 +231,23 @@ class PeerMesh final : public net::TransportHandler {
   /// `user_waits` the communicator counts (see CallState).
   struct CallState;
   CallState* RegisterCommunicator(uint32_t communicator, const std::vector<int>& members);
-  /// This process begins operation `sequence` of `communicator` as the
-  /// call `sealed` (CallDescription::Seal): pieces of it that arrived
-  /// earlier are checked now, later ones as they arrive. Called by the
-  /// operation's thread before it sends or posts anything. Returns false
-  /// when the operation is already known to be mismatched.
-  /// Returns the communicator's call state for EndCall, and false when the
-  /// operation is already known to be mismatched.
-  std::pair<CallState*, bool> BeginCall(uint32_t communicator, uint64_t sequence,
-                                        CallDescription::Sealed sealed);
+  /// This process begins operation `sequence` of `communicator` as `call`:
+  /// pieces of it that arrived earlier are checked now, later ones as they
+  /// arrive. Called by the operation's thread before it sends or posts
+  /// anything. `call` is encoded into `buffer` before the mesh's lock is
+  /// taken, and the buffer swapped with the one the mesh held, which the
+  /// caller keeps for its next call (neither allocates once warm).
+  struct Begun {
+    CallState* state;      // for EndCall and CompleteCall
+    uint64_t fingerprint;  // the call's, for this rank's pieces
+    bool fine;             // false: already known to be mismatched
+  };
+  Begun BeginCall(uint32_t communicator, uint64_t sequence, const CallDescription& call,
+                  std::string& buffer);
   /// The operation begun last on the communicator of `state` (BeginCall's)
-  /// ended, either way. Takes no lock: it runs once per operation.
-  static void EndCall(CallState* state);
+  /// ended, either way; `completed`: CompleteCall returned true for it
+  /// already. Takes no lock: it runs once per operation.
+  static void EndCall(CallState* state, bool completed);
   /// The operation of `state` completed: false when it was found
   /// mismatched first (the caller throws). From then on, news of a
   /// mismatch of it fails the mesh instead. Takes no lock.

@@ -8,6 +8,7 @@
 // it waits for has begun an operation of another communicator that this
 // process has not (and is not running one of) reports the crossed order.
 #include <fmt/format.h>
+#include <time.h>
 
 #include <algorithm>
 
@@ -15,6 +16,21 @@
 #include "tandem/error.h"
 
 namespace tandem::collective {
+
+namespace {
+
+// The stamps the crossed-order check compares with kCrossWait (400 ms) are
+// taken on every operation and early piece: the kernel's coarse monotonic
+// clock (the same clock, at most one tick behind, no counter read) costs
+// a quarter of steady_clock::now().
+std::chrono::steady_clock::time_point CoarseNow() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return std::chrono::steady_clock::time_point(std::chrono::seconds(ts.tv_sec) +
+                                               std::chrono::nanoseconds(ts.tv_nsec));
+}
+
+}  // namespace
 
 PeerMesh::CallState* PeerMesh::RegisterCommunicator(uint32_t communicator,
                                                     const std::vector<int>& members) {
@@ -25,8 +41,10 @@ PeerMesh::CallState* PeerMesh::RegisterCommunicator(uint32_t communicator,
   return &st;
 }
 
-std::pair<PeerMesh::CallState*, bool> PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence,
-                                                          CallDescription::Sealed sealed) {
+PeerMesh::Begun PeerMesh::BeginCall(uint32_t communicator, uint64_t sequence,
+                                    const CallDescription& call, std::string& buffer) {
+  // Encoded before the lock: the receiving threads take it for every piece.
+  const uint64_t fingerprint = call.EncodeInto(buffer);
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.begun = true;
@@ -34,8 +52,8 @@ std::pair<PeerMesh::CallState*, bool> PeerMesh::BeginCall(uint32_t communicator,
   st.sequence = sequence;
   st.probed.clear();
   st.blocked_peers.clear();
-  st.fingerprint = sealed.fingerprint;
-  st.description = std::move(sealed.encoding);
+  st.fingerprint = fingerprint;
+  st.description.swap(buffer);
   if (!early_.empty()) {
     // What arrived for this operation is checked now; for earlier ones, it
     // is stale.
@@ -53,11 +71,12 @@ std::pair<PeerMesh::CallState*, bool> PeerMesh::BeginCall(uint32_t communicator,
     });
   }
   if (st.mismatch == sequence) st.status.store(CallState::kMismatched);
-  return {&st, st.mismatch != sequence};
+  return {&st, st.fingerprint, st.mismatch != sequence};
 }
 
-void PeerMesh::EndCall(CallState* state) {
-  state->idle_since.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+void PeerMesh::EndCall(CallState* state, bool completed) {
+  state->idle_since.store(CoarseNow().time_since_epoch().count(), std::memory_order_relaxed);
+  if (completed) return;  // CompleteCall set it idle
   uint8_t running = CallState::kRunning;
   state->status.compare_exchange_strong(running, CallState::kIdle);
 }
@@ -98,7 +117,7 @@ bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
       cv_.notify_all();
       return false;
     }
-    if (!known) early_.push_back({key.communicator, key.sequence, peer, key.call, Clock::now()});
+    if (!known) early_.push_back({key.communicator, key.sequence, peer, key.call, CoarseNow()});
   }
   return true;
 }

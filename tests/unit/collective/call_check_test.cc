@@ -340,14 +340,45 @@ TEST(CallDescription, FingerprintCoversTheCallButNotTheShape) {
            [](CallDescription& d) {
              d.counts = {1, 2};
            },
-           [](CallDescription& d) { d.kind = CallKind::kBroadcast; }}) {
+           [](CallDescription& d) { d.kind = CallKind::kBroadcast; },
+           // Differences only in a word's high bits, a sign, an order.
+           [](CallDescription& d) { d.count += uint64_t{1} << 63; },
+           [](CallDescription& d) { d.segment_bytes = uint64_t{1} << 56; },
+           [](CallDescription& d) { d.prescale = -1.0; }, [](CallDescription& d) { d.root = -2; },
+           [](CallDescription& d) { d.name = "w "; },
+           [](CallDescription& d) {
+             d.counts = {2, 1};
+           }}) {
     CallDescription c = a;
     change(c);
     EXPECT_NE(c.Fingerprint(), a.Fingerprint()) << c.Summary();
   }
+  // The fingerprint is on the wire (docs/protocol-collective.md): ranks of
+  // different builds must compute the same one.
+  EXPECT_EQ(a.Fingerprint(), 0x291788bf27cfe3a1ULL);
   const CallDescription back = CallDescription::Decode(a.Encode());
   EXPECT_EQ(back.Encode(), a.Encode());
   EXPECT_EQ(back.Summary(), "allreduce 'w' float32 [2, 5] sum");
+}
+
+TEST(CallDescription, EncodingIntoAReusedBufferLeavesNothingOfTheLastCall) {
+  CallDescription big;
+  big.kind = CallKind::kAllGather;
+  big.counts = {1, 2, 3, 4};
+  big.name = std::string(300, 'x');
+  big.shape = {10};
+  CallDescription small;
+  small.kind = CallKind::kAllReduce;
+  small.dtype = DType::kF64;
+  small.count = 7;
+  std::string buffer;
+  EXPECT_EQ(big.EncodeInto(buffer), big.Fingerprint());
+  EXPECT_EQ(buffer, big.Encode());
+  const size_t capacity = buffer.capacity();
+  EXPECT_EQ(small.EncodeInto(buffer), small.Fingerprint());
+  EXPECT_EQ(buffer, small.Encode());
+  EXPECT_EQ(buffer.capacity(), capacity);  // kept, not reallocated
+  EXPECT_EQ(CallDescription::Decode(buffer).Summary(), small.Summary());
 }
 
 TEST(CallDescription, DecoderRefusesWhatItCannotTrust) {
