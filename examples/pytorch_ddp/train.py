@@ -12,6 +12,10 @@ Where a DDP script has                       this one has
 Run (collectives, worker 0 hosts the rendezvous):
   build/bin/tandem launch --launcher local -n 2 --no-scheduler -- \
       /usr/bin/python3 examples/pytorch_ddp/train.py
+Gradients compressed to float16 on the wire (Horovod's Compression.fp16;
+bf16 too, --error-feedback keeps what the rounding lost for the next step):
+  build/bin/tandem launch --launcher local -n 2 --no-scheduler -- \
+      /usr/bin/python3 examples/pytorch_ddp/train.py --compression fp16
 Through the parameter server instead (gradients pushed, weights pulled):
   build/bin/tandem launch --launcher local -n 2 -s 1 -- \
       /usr/bin/python3 examples/pytorch_ddp/train.py --kvstore dist_sync
@@ -93,7 +97,19 @@ def main() -> None:
     ap.add_argument("--kvstore", default=None,
                     help="dist_sync: gradients through the parameter server (needs -s >= 1) "
                          "instead of allreduce")
+    ap.add_argument("--compression", default="none",
+                    help="none, fp16 or bf16: what the gradients travel as (allreduce only)")
+    ap.add_argument("--error-feedback", action="store_true",
+                    help="with --compression: add what the rounding lost to the next gradient")
     args = ap.parse_args()
+    # Checked before anything starts: an unknown name fails here, naming the known ones.
+    try:
+        compression = tt.Compression.by_name(args.compression)
+    except tandem.InvalidArgument as e:
+        ap.error(str(e))
+    if args.kvstore and compression is not tt.Compression.none:
+        ap.error("--compression applies to the allreduce path; the parameter server's is "
+                 "the KVStore's gradient compression (docs/gradient-compression.md)")
     torch.set_num_threads(1)
 
     kv = None
@@ -110,7 +126,9 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * world, momentum=0.9,
                                 weight_decay=5e-4)
     if kv is None:
-        optimizer = tt.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+        optimizer = tt.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                            compression=compression,
+                                            error_feedback=args.error_feedback)
         tt.broadcast_parameters(model.state_dict(), root_rank=0)  # buffers too (BatchNorm)
         tt.broadcast_optimizer_state(optimizer, root_rank=0)
     else:

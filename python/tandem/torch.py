@@ -33,8 +33,10 @@ import numpy as np
 import torch
 
 from tandem import _c10d_backend
+from tandem import _compression
 from tandem import _core
 from tandem import collective as _coll
+from tandem._compression import Compression
 
 # dist.init_process_group("tandem") after `import tandem.torch`.
 _c10d_backend.register()
@@ -168,7 +170,8 @@ class DistributedOptimizer(_HookedOptimizer):
 
     def __init__(self, optimizer: torch.optim.Optimizer,
                  named_parameters: Optional[Iterable] = None, op: str = Average,
-                 group: Optional[_coll.Communicator] = None, negotiate: bool = False):
+                 group: Optional[_coll.Communicator] = None, negotiate: bool = False,
+                 compression=Compression.none, error_feedback: bool = False):
         """negotiate=True reduces through the framework engine
         (tandem.engine()): Horovod's semantics, where ranks may produce
         their gradients in different orders, small ones are fused, and a
@@ -177,7 +180,15 @@ class DistributedOptimizer(_HookedOptimizer):
         Without it (the default) each gradient is its own allreduce in the
         order the hooks fire, which must be the same on every rank: a rank
         whose order or shapes differ raises tandem.CallMismatch on every
-        rank. negotiate=True works over every worker only (no group)."""
+        rank. negotiate=True works over every worker only (no group).
+
+        compression (Compression.none, .fp16, .bf16, their names, or a
+        compressor of Horovod's shape) is what the gradients travel as;
+        every rank must use the same one (else tandem.CallMismatch). With
+        error_feedback=True, what compression rounded off a gradient is
+        kept on this rank and added to that parameter's next gradient
+        before it is compressed. wire_bytes_per_step says what one step's
+        gradients came to on the wire (this rank's payload)."""
         if not _coll.is_initialized():
             raise _core.InvalidArgument("DistributedOptimizer needs tandem.init() first")
         if negotiate and group is not None:
@@ -185,16 +196,33 @@ class DistributedOptimizer(_HookedOptimizer):
                                         "worker; it takes no group")
         self._op = op
         self._group = group
+        self._compression = _compression.resolve(compression)
+        self._error_feedback = bool(error_feedback)
+        self._residuals: dict[int, torch.Tensor] = {}  # parameter index -> rounded-off part
+        self._step_bytes = 0
+        self.wire_bytes_per_step = 0
         self._engine = _coll.engine() if negotiate else None
         super().__init__(optimizer, named_parameters)
 
-    def _start(self, i: int, name: str, p: torch.Tensor):
+    def _start(self, i: int, name: str, p: torch.Tensor, feedback: bool = True):
         g = _contiguous_grad(p)
+        send, ctx = g, None
+        if self._compression is not _compression.NoneCompressor:
+            x = g
+            feedback = feedback and self._error_feedback
+            if feedback and i in self._residuals:
+                x = g + self._residuals[i]
+            send, ctx = self._compression.compress(x)
+            if feedback:
+                self._residuals[i] = x - self._compression.decompress(send, ctx)
+            if send is x and x is not g:
+                send = g.copy_(x)  # nothing compressed (not floating point)
+        self._step_bytes += send.numel() * send.element_size()
         if self._engine is not None:
-            h = _coll.Handle(self._engine.allreduce_async(g, g, self._op, name=name), g)
+            h = _coll.Handle(self._engine.allreduce_async(send, send, self._op, name=name), send)
         else:
-            h = _coll.allreduce_async(g, self._op, out=g, name=name, group=self._group)
-        return (h, g)
+            h = _coll.allreduce_async(send, self._op, out=send, name=name, group=self._group)
+        return (h, g, send, ctx)
 
     def synchronize(self) -> None:
         """Starts the reductions the hooks did not (unused parameters; zero
@@ -209,13 +237,17 @@ class DistributedOptimizer(_HookedOptimizer):
 
     def _wait_pending(self) -> None:
         """Waits for the reductions started and leaves them in .grad."""
-        for i, (h, g) in sorted(self._pending.items()):
+        for i, (h, g, send, ctx) in sorted(self._pending.items()):
             h.wait()
+            if send is not g:
+                g.copy_(self._compression.decompress(send, ctx))
             p = self._named[i][1]
             if g.data_ptr() != p.grad.data_ptr():
                 p.grad.copy_(g)
         self._pending.clear()
         self._started_in_backward = 0
+        self.wire_bytes_per_step = self._step_bytes
+        self._step_bytes = 0
 
     def step(self, closure=None):
         """synchronize(), then the wrapped optimizer's step()."""
@@ -254,7 +286,8 @@ class DistributedOptimizer(_HookedOptimizer):
                     p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 else:
                     p.grad.zero_()
-                self._pending[i] = self._start(i, name, p)
+                # Zeros, not this rank's residual: it has no gradient left.
+                self._pending[i] = self._start(i, name, p, feedback=False)
             self._wait_pending()
             self._opt.step()
             shadowed += 1
@@ -379,9 +412,16 @@ def allreduce_(tensor: torch.Tensor, op: str = Average, **kwargs) -> torch.Tenso
     return allreduce_async_(tensor, op, **kwargs).wait()
 
 
-def allreduce(tensor: torch.Tensor, op: str = Average, **kwargs) -> torch.Tensor:
-    """Horovod's hvd.allreduce: a new tensor, averaging by default."""
-    return _coll.allreduce(tensor, op, **kwargs)
+def allreduce(tensor: torch.Tensor, op: str = Average, compression=Compression.none,
+              **kwargs) -> torch.Tensor:
+    """Horovod's hvd.allreduce: a new tensor, averaging by default; with
+    `compression` (Compression.fp16, ...) the tensor travels compressed and
+    the result comes back in its dtype."""
+    compressor = _compression.resolve(compression)
+    send, ctx = compressor.compress(tensor)
+    if send is tensor:
+        return _coll.allreduce(tensor, op, **kwargs)
+    return compressor.decompress(_coll.allreduce_(send, op, **kwargs), ctx)
 
 
 def broadcast_parameters(params, root_rank: int = 0,

@@ -43,6 +43,9 @@ CASES = {
     # The first gradient produced (the last layer's) is the first mismatch.
     "torch_model": lambda n: ["allreduce '2.weight': mismatched shape", "rank 0 float32 [3, 17]",
                               f"{others(n)} float32 [3, 16]"],
+    # The last layer's bias is the first gradient produced.
+    "torch_compression": lambda n: ["allreduce '2.bias': mismatched dtype", "rank 0 float16 [3]",
+                                    f"{others(n)} float32 [3]"],
     "torch_broadcast_parameters": lambda n: ["broadcast 'bias': mismatched shape",
                                              "rank 0 float32 [4]", f"{others(n)} float32 [5]"],
 }
@@ -70,7 +73,8 @@ def run(launch, tandem_bin_dir, case: str, workers: int, env: dict[str, str]):
     ("dtype", 3, "samehost"), ("dtype", 3, "tcp"), ("order", 2, "tcp"), ("root", 4, "samehost"),
     ("reduction", 5, "tcp"), ("count", 3, "samehost"), ("allgather_trailing", 3, "tcp"),
     ("alltoall_block", 2, "samehost"), ("reduce_scatter_count", 4, "tcp"),
-    ("torch_model", 2, "samehost"), ("torch_broadcast_parameters", 3, "tcp"),
+    ("torch_model", 2, "samehost"), ("torch_compression", 3, "tcp"),
+    ("torch_broadcast_parameters", 3, "tcp"),
 ])
 def test_every_rank_raises_naming_every_call(launch, tandem_bin_dir, case, workers, path):
     found = run(launch, tandem_bin_dir, case, workers, PATHS[path])

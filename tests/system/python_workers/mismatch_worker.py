@@ -88,6 +88,21 @@ def case_torch_model(rank, size):
     opt.step()
 
 
+def case_torch_compression(rank, size):
+    # Rank 0 compresses its gradients to float16, the others do not.
+    import torch
+    import tandem.torch as tt
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+    opt = tt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  named_parameters=model.named_parameters(),
+                                  compression="fp16" if rank == 0 else "none")
+    loss = model(torch.randn(8, 10)).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
 def case_torch_broadcast_parameters(rank, size):
     import torch
     import tandem.torch as tt

@@ -7,7 +7,15 @@ optimizer); the distributed parameters must equal the reference within
 float reassociation (rtol 1e-5, atol 1e-6): the mean of the ranks' mean-loss
 gradients is the mean-loss gradient of the union when batches are equal.
 
+With --compression fp16|bf16 (allreduce mode) the gradients travel
+compressed: the reference then trains on the ranks' gradients computed
+one by one, each compressed and decompressed as its rank's was (with the
+rank's error-feedback residual under --error-feedback) and averaged in
+float32, and the parameters must match it within the rounding of the
+reduction's partial sums in the wire dtype (atol 1e-4 fp16, 1e-3 bf16).
+
     torch_worker.py --mode allreduce|ps-worker-update|ps-server-update [--steps K]
+                    [--compression none|fp16|bf16] [--error-feedback]
 """
 
 from __future__ import annotations
@@ -44,12 +52,41 @@ def digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
+def reference_step(reference, ref_opt, loss_fn, step, n, compressor, residuals) -> None:
+    """One step of the compressed reference: every rank's gradient on the
+    reference's parameters, compressed and decompressed as that rank's
+    DistributedOptimizer does (residuals[r][i]: rank r's error feedback),
+    averaged in float32."""
+    total = [torch.zeros_like(p) for p in reference.parameters()]
+    for r in range(n):
+        x, y = batch(r, step)
+        reference.zero_grad()
+        loss_fn(reference(x), y).backward()
+        for i, p in enumerate(reference.parameters()):
+            g = p.grad.detach().clone()
+            if residuals is not None and residuals[r][i] is not None:
+                g = g + residuals[r][i]
+            c, ctx = compressor.compress(g)
+            d = compressor.decompress(c, ctx)
+            if residuals is not None:
+                residuals[r][i] = g - d
+            total[i] += d
+    ref_opt.zero_grad()
+    for p, t in zip(reference.parameters(), total):
+        p.grad = t / n
+    ref_opt.step()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["allreduce", "ps-worker-update", "ps-server-update"],
                     required=True)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--compression", default="none")
+    ap.add_argument("--error-feedback", action="store_true")
     args = ap.parse_args()
+    compressor = tt.Compression.by_name(args.compression)
+    compressed = compressor is not tt.Compression.none
     loss_fn = nn.CrossEntropyLoss()
 
     kv = None
@@ -58,7 +95,9 @@ def main() -> None:
         rank, n = tandem.rank(), tandem.size()
         model = make_model(seed=rank)
         base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-        opt = tt.DistributedOptimizer(base, named_parameters=model.named_parameters())
+        opt = tt.DistributedOptimizer(base, named_parameters=model.named_parameters(),
+                                      compression=args.compression,
+                                      error_feedback=args.error_feedback)
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
         tt.broadcast_optimizer_state(opt, root_rank=0)
         reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
@@ -81,12 +120,17 @@ def main() -> None:
     ref_opt = reference_opt(reference)
 
     overlapped = []
+    residuals = [[None] * len(list(reference.parameters())) for _ in range(n)]
     for step in range(args.steps):
         x, y = batch(rank, step)
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         overlapped.append(opt.started_in_backward)
         opt.step()
+        if compressed:
+            reference_step(reference, ref_opt, loss_fn, step, n, compressor,
+                           residuals if args.error_feedback else None)
+            continue
         # The reference: one process on the union of the ranks' batches.
         xs, ys = zip(*(batch(r, step) for r in range(n)))
         ref_opt.zero_grad()
@@ -94,9 +138,14 @@ def main() -> None:
         ref_opt.step()
     params = len([p for p in model.parameters()])
     print(f"torch_worker: overlapped={overlapped} of {params}", flush=True)
+    if args.mode == "allreduce":
+        print(f"torch_worker: wire_bytes_per_step={opt.wire_bytes_per_step}", flush=True)
+    rtol, atol = 1e-5, 1e-6
+    if compressed:
+        rtol, atol = 0.0, (1e-4 if args.compression == "fp16" else 1e-3)
     worst = 0.0
     for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
-        if not torch.allclose(p, q, rtol=1e-5, atol=1e-6):
+        if not torch.allclose(p, q, rtol=rtol, atol=atol):
             print(f"torch_worker: WRONG {name} differs from the single-process reference by "
                   f"{(p - q).abs().max().item()}", file=sys.stderr, flush=True)
             sys.exit(1)
