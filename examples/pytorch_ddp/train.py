@@ -13,7 +13,8 @@ Run (collectives, worker 0 hosts the rendezvous):
   build/bin/tandem launch --launcher local -n 2 --no-scheduler -- \
       /usr/bin/python3 examples/pytorch_ddp/train.py
 Gradients compressed to float16 on the wire (Horovod's Compression.fp16;
-bf16 too, --error-feedback keeps what the rounding lost for the next step):
+bf16 too, --error-feedback keeps what the rounding lost for the next step;
+or --compression powersgd [--powersgd-rank R] for low-rank factors):
   build/bin/tandem launch --launcher local -n 2 --no-scheduler -- \
       /usr/bin/python3 examples/pytorch_ddp/train.py --compression fp16
 Through the parameter server instead (gradients pushed, weights pulled):
@@ -98,16 +99,24 @@ def main() -> None:
                     help="dist_sync: gradients through the parameter server (needs -s >= 1) "
                          "instead of allreduce")
     ap.add_argument("--compression", default="none",
-                    help="none, fp16 or bf16: what the gradients travel as (allreduce only)")
+                    help="none, fp16, bf16 or powersgd: what the gradients travel as "
+                         "(allreduce only)")
+    ap.add_argument("--powersgd-rank", type=int, default=2,
+                    help="with --compression powersgd: the factors' rank")
+    ap.add_argument("--powersgd-start", type=int, default=10,
+                    help="with --compression powersgd: plain allreduce for this many steps")
     ap.add_argument("--error-feedback", action="store_true",
                     help="with --compression: add what the rounding lost to the next gradient")
     args = ap.parse_args()
     # Checked before anything starts: an unknown name fails here, naming the known ones.
     try:
-        compression = tt.Compression.by_name(args.compression)
+        if args.compression == "powersgd":
+            compression = tt.PowerSGD(rank=args.powersgd_rank, start_iter=args.powersgd_start)
+        else:
+            compression = tt.Compression.by_name(args.compression)
     except tandem.InvalidArgument as e:
         ap.error(str(e))
-    if args.kvstore and compression is not tt.Compression.none:
+    if args.kvstore and args.compression != "none":
         ap.error("--compression applies to the allreduce path; the parameter server's is "
                  "the KVStore's gradient compression (docs/gradient-compression.md)")
     torch.set_num_threads(1)

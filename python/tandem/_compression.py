@@ -85,7 +85,8 @@ class Compression:
             if name == c.name:
                 return c
         raise _core.InvalidArgument(
-            f"unknown gradient compression '{name}': tandem.torch knows none, fp16, bf16")
+            f"unknown gradient compression '{name}': tandem.torch knows none, fp16, bf16 "
+            "(and PowerSGD, as compression=tandem.torch.PowerSGD(rank=...))")
 
 
 def resolve(compression):
@@ -101,3 +102,121 @@ def resolve(compression):
     raise _core.InvalidArgument(
         f"compression={compression!r}: expected a name (none, fp16, bf16) or a compressor "
         "with compress(tensor) -> (tensor, ctx) and decompress(tensor, ctx)")
+
+
+class PowerSGD:
+    """PowerSGD (Vogels et al., 2019) as torch 1.13's powerSGD_hook defines
+    it, per parameter: a gradient M (viewed as shape[0] x the rest) travels
+    as two thin matrices, P = M Q (n x r) and Q = M^T P (m x r), instead of
+    n x m values. Q is kept from the last step (warm start) and
+    re-orthogonalised; P is summed over the ranks and orthogonalised
+    (Householder QR in float64, where torch uses Gram-Schmidt or QR in the
+    gradient's dtype), Q averaged, and every rank takes P Q^T, the average
+    gradient projected on P's columns. With error feedback, what that
+    projection lost is added to the parameter's next gradient on this rank.
+    A tensor is compressed only when (n + m) * r * min_compression_rate <
+    n * m (biases, small layers travel whole, averaged); the first
+    start_iter steps are plain averaged allreduces. Each rank draws the
+    first Q from a generator seeded with (seed, parameter index), so every
+    rank starts from the same Q.
+
+    Use: DistributedOptimizer(opt, ..., compression=PowerSGD(rank=2)).
+    """
+
+    name = "powersgd"
+
+    def __init__(self, rank: int = 1, start_iter: int = 10, min_compression_rate: float = 2.0,
+                 error_feedback: bool = True, warm_start: bool = True, seed: int = 0):
+        if not isinstance(rank, int) or rank < 1:
+            raise _core.InvalidArgument(f"PowerSGD: rank {rank!r} must be a positive integer")
+        if not isinstance(start_iter, int) or start_iter < 0:
+            raise _core.InvalidArgument(
+                f"PowerSGD: start_iter {start_iter!r} must be a non-negative integer")
+        if not min_compression_rate >= 0:
+            raise _core.InvalidArgument(
+                f"PowerSGD: min_compression_rate {min_compression_rate!r} must be >= 0")
+        self.rank = rank
+        self.start_iter = start_iter
+        self.min_compression_rate = float(min_compression_rate)
+        self.error_feedback = bool(error_feedback)
+        self.warm_start = bool(warm_start)
+        self.seed = int(seed)
+        self.steps = 0  # synchronised steps so far (the same on every rank)
+        self._q: dict[int, torch.Tensor] = {}
+        self._errors: dict[int, torch.Tensor] = {}
+
+    def rank_for(self, shape) -> int:
+        """The rank a gradient of `shape` travels at; 0: it travels whole."""
+        if len(shape) < 2:
+            return 0
+        n = int(shape[0])
+        m = 1
+        for d in shape[1:]:
+            m *= int(d)
+        r = min(n, m, self.rank)
+        return r if (n + m) * r * self.min_compression_rate < n * m else 0
+
+    def check(self, named) -> None:
+        """InvalidArgument when no parameter of `named` ((name, tensor)
+        pairs) would be compressed: the rank is larger than every tensor
+        allows at min_compression_rate."""
+        matrices = [(n, p) for n, p in named if p.dim() >= 2]
+        if any(self.rank_for(p.shape) for _, p in matrices):
+            return
+        if not matrices:
+            raise _core.InvalidArgument("PowerSGD: the model has no parameter of two or more "
+                                        "dimensions to compress")
+        name, p = max(matrices, key=lambda np_: np_[1].numel())
+        n, m = p.shape[0], p.numel() // p.shape[0]
+        best = 0
+        for r in range(1, min(n, m) + 1):
+            if (n + m) * r * self.min_compression_rate < n * m:
+                best = r
+        allows = (f"needs rank <= {best}" if best else
+                  "is too small for any rank")
+        raise _core.InvalidArgument(
+            f"PowerSGD rank {self.rank}: no parameter is worth compressing at "
+            f"min_compression_rate {self.min_compression_rate:g}; the largest, '{name}' "
+            f"{list(p.shape)}, {allows}")
+
+    @staticmethod
+    def _orthogonalize(a: torch.Tensor) -> torch.Tensor:
+        """Replaces the columns of `a` by an orthonormal basis of a space that
+        holds them (Householder QR in float64), in place. Gradient matrices
+        are often ill-conditioned or rank-deficient (a classifier's last
+        layer has rank classes - 1): there Gram-Schmidt in float32 leaves
+        columns far from orthonormal, and P P^T is then no projection."""
+        a.copy_(torch.linalg.qr(a.double(), mode="reduced").Q)
+        return a
+
+    def begin(self, i: int, g: torch.Tensor, feedback: bool):
+        """The first half for parameter i's gradient g (rank_for(g.shape) >
+        0): returns (M, P, Q) with P = M Q to be summed over the ranks."""
+        r = self.rank_for(g.shape)
+        m = g.view(g.shape[0], -1)
+        if feedback and self.error_feedback and i in self._errors:
+            m = m + self._errors[i]
+        elif feedback and self.error_feedback:
+            m = m.clone()
+        q = self._q.get(i) if self.warm_start else None
+        if q is None:
+            gen = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
+            q = torch.randn(m.shape[1], r, generator=gen, dtype=m.dtype)
+        self._orthogonalize(q)
+        return m, m @ q, q
+
+    def middle(self, m: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """After P was summed: orthogonalises it (in place) and returns
+        M^T P, to be averaged over the ranks."""
+        self._orthogonalize(p)
+        return m.t() @ p
+
+    def end(self, i: int, g: torch.Tensor, m: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
+            feedback: bool) -> None:
+        """After Q was averaged: g = P Q^T; keeps Q (warm start) and the
+        error."""
+        approx = p @ q.t()
+        if feedback and self.error_feedback:
+            self._errors[i] = m - approx
+        self._q[i] = q
+        g.copy_(approx.view_as(g))

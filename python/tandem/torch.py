@@ -36,7 +36,7 @@ from tandem import _c10d_backend
 from tandem import _compression
 from tandem import _core
 from tandem import collective as _coll
-from tandem._compression import Compression
+from tandem._compression import Compression, PowerSGD
 
 # dist.init_process_group("tandem") after `import tandem.torch`.
 _c10d_backend.register()
@@ -187,8 +187,11 @@ class DistributedOptimizer(_HookedOptimizer):
         every rank must use the same one (else tandem.CallMismatch). With
         error_feedback=True, what compression rounded off a gradient is
         kept on this rank and added to that parameter's next gradient
-        before it is compressed. wire_bytes_per_step says what one step's
-        gradients came to on the wire (this rank's payload)."""
+        before it is compressed. compression=PowerSGD(rank=r, ...) sends
+        low-rank factors instead (two allreduces per compressed gradient;
+        its own error feedback; not with negotiate=True).
+        wire_bytes_per_step says what one step's gradients came to on the
+        wire (this rank's payload)."""
         if not _coll.is_initialized():
             raise _core.InvalidArgument("DistributedOptimizer needs tandem.init() first")
         if negotiate and group is not None:
@@ -196,6 +199,16 @@ class DistributedOptimizer(_HookedOptimizer):
                                         "worker; it takes no group")
         self._op = op
         self._group = group
+        self._powersgd = compression if isinstance(compression, PowerSGD) else None
+        if self._powersgd is not None:
+            if negotiate:
+                raise _core.InvalidArgument("DistributedOptimizer: PowerSGD exchanges two "
+                                            "factors per gradient in order; it does not run "
+                                            "with negotiate=True")
+            if op not in (Average, "avg", "average"):
+                raise _core.InvalidArgument(f"DistributedOptimizer: PowerSGD averages; op "
+                                            f"{op!r} is not supported with it")
+            compression = Compression.none
         self._compression = _compression.resolve(compression)
         self._error_feedback = bool(error_feedback)
         self._residuals: dict[int, torch.Tensor] = {}  # parameter index -> rounded-off part
@@ -203,9 +216,18 @@ class DistributedOptimizer(_HookedOptimizer):
         self.wire_bytes_per_step = 0
         self._engine = _coll.engine() if negotiate else None
         super().__init__(optimizer, named_parameters)
+        if self._powersgd is not None:
+            self._powersgd.check(self._named)
 
     def _start(self, i: int, name: str, p: torch.Tensor, feedback: bool = True):
         g = _contiguous_grad(p)
+        psgd = self._powersgd
+        if psgd is not None and psgd.steps >= psgd.start_iter and psgd.rank_for(g.shape):
+            m, pm, q = psgd.begin(i, g, feedback)
+            self._step_bytes += pm.numel() * pm.element_size()
+            h = _coll.allreduce_async(pm, "sum", out=pm, name=f"{name} (PowerSGD P)",
+                                      group=self._group)
+            return (h, g, pm, (m, q, feedback))
         send, ctx = g, None
         if self._compression is not _compression.NoneCompressor:
             x = g
@@ -237,17 +259,35 @@ class DistributedOptimizer(_HookedOptimizer):
 
     def _wait_pending(self) -> None:
         """Waits for the reductions started and leaves them in .grad."""
+        second = {}  # PowerSGD's Q allreduces, started once every P is summed
         for i, (h, g, send, ctx) in sorted(self._pending.items()):
             h.wait()
+            if self._powersgd is not None and isinstance(ctx, tuple):
+                m, _, _ = ctx
+                q = self._powersgd.middle(m, send)
+                self._step_bytes += q.numel() * q.element_size()
+                second[i] = _coll.allreduce_async(q, Average, out=q,
+                                                  name=f"{self._named[i][0]} (PowerSGD Q)",
+                                                  group=self._group)
+                continue
             if send is not g:
                 g.copy_(self._compression.decompress(send, ctx))
-            p = self._named[i][1]
-            if g.data_ptr() != p.grad.data_ptr():
-                p.grad.copy_(g)
+            self._copy_back(i, g)
+        for i, h in second.items():
+            _, g, pm, (m, _, feedback) = self._pending[i]
+            self._powersgd.end(i, g, m, pm, h.wait(), feedback)
+            self._copy_back(i, g)
         self._pending.clear()
         self._started_in_backward = 0
         self.wire_bytes_per_step = self._step_bytes
         self._step_bytes = 0
+        if self._powersgd is not None:
+            self._powersgd.steps += 1
+
+    def _copy_back(self, i: int, g: torch.Tensor) -> None:
+        p = self._named[i][1]
+        if g.data_ptr() != p.grad.data_ptr():
+            p.grad.copy_(g)
 
     def step(self, closure=None):
         """synchronize(), then the wrapped optimizer's step()."""

@@ -53,6 +53,17 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mod
 
 # The worker's model: Linear(10, 16), Linear(16, 16), Linear(16, 3).
 PARAMETERS = 10 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3
+BIASES = 16 + 16 + 3
+
+
+def powersgd_floats(rank: int) -> int:
+    """P and Q of each weight [n, m] at rank r = min(n, m, rank), every
+    weight compressed (--powersgd-min-rate 0), plus the biases whole."""
+    total = BIASES
+    for n, m in ((16, 10), (16, 16), (3, 16)):
+        r = min(n, m, rank)
+        total += (n + m) * r
+    return total
 
 
 @pytest.mark.parametrize("compression,feedback,workers", [("none", False, 2), ("fp16", False, 2),
@@ -76,14 +87,35 @@ def test_compressed_gradients(launch, tandem_bin_dir, compression, feedback, wor
     assert [int(w) for w in wire] == [PARAMETERS * per_parameter] * workers, wire
 
 
+@pytest.mark.parametrize("rank,start,workers", [(16, 0, 3), (1, 2, 2)])
+def test_powersgd(launch, tandem_bin_dir, rank, start, workers):
+    """DistributedOptimizer(compression=PowerSGD(...)): at a rank that covers
+    every weight the projection is exact, so the parameters equal the
+    uncompressed single-process reference (rtol 1e-5); at rank 1 the
+    replicas stay bit-identical and a step sends the factors' bytes: P and
+    Q of each weight, the biases whole."""
+    args = ["--mode", "allreduce", "--steps", "5", "--compression", "powersgd",
+            "--powersgd-rank", str(rank), "--powersgd-start", str(start),
+            "--powersgd-min-rate", "0"]
+    result = launch(workers, 0, worker("torch_worker.py") + args, extra_args=["--no-scheduler"],
+                    launcher_env=python_env(tandem_bin_dir), timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    done = DONE.findall(result.output)
+    assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
+    assert all(d[4] == "True" for d in done), done
+    assert len({d[5] for d in done}) == 1, done
+    wire = re.findall(r"\[worker \d+\] torch_worker: wire_bytes_per_step=(\d+)", result.output)
+    assert [int(w) for w in wire] == [4 * powersgd_floats(rank)] * workers, wire
+
+
 EPOCH = re.compile(r"\[worker 0\] epoch (\d+)/(\d+): loss ([0-9.]+) train accuracy ([0-9.]+)%")
 
 
 @pytest.mark.parametrize("kvstore,compression", [(None, "none"), ("dist_sync", "none"),
-                                                 (None, "fp16")])
+                                                 (None, "fp16"), (None, "powersgd")])
 def test_the_ddp_example_trains(launch, tandem_bin_dir, kvstore, compression):
     """examples/pytorch_ddp/train.py, shortened: the loss falls over 3 epochs
-    (with float16 gradients too)."""
+    (with float16 gradients and PowerSGD's rank-2 factors too)."""
     from python_job import PYTHON
     from pathlib import Path
     script = Path(__file__).resolve().parents[2] / "examples" / "pytorch_ddp" / "train.py"
@@ -110,4 +142,20 @@ def test_an_unknown_compression_stops_before_training(launch, tandem_bin_dir):
     assert result.returncode != 0
     assert ("unknown gradient compression 'zip': tandem.torch knows none, fp16, bf16"
             in result.output), result.output
+    assert "epoch 1/" not in result.output
+
+
+def test_a_powersgd_rank_nothing_is_worth_compressing_at_stops_before_training(
+        launch, tandem_bin_dir):
+    from python_job import PYTHON
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "examples" / "pytorch_ddp" / "train.py"
+    result = launch(2, 0, [PYTHON, str(script), "--compression", "powersgd",
+                           "--powersgd-rank", "512"],
+                    extra_args=["--no-scheduler"], launcher_env=python_env(tandem_bin_dir),
+                    timeout=120)
+    assert result.returncode != 0
+    assert re.search(r"PowerSGD rank 512: no parameter is worth compressing at "
+                     r"min_compression_rate 2; the largest, '[\w.]+' \[\d+(, \d+)*\], needs "
+                     r"rank <= \d+", result.output), result.output
     assert "epoch 1/" not in result.output
