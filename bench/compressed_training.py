@@ -29,7 +29,6 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,10 +41,9 @@ def worker(args: argparse.Namespace) -> None:
     """One rank: trains args.steps timed steps of the variant."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     sys.path.insert(0, str(ROOT / "examples" / "pytorch_ddp"))
     sys.path.insert(0, str(ROOT / "build" / "python"))
-    from ddp_train import Cnn, Mlp
+    from ddp_train import Cnn, Mlp, timed_steps
 
     torch.manual_seed(0)
     model = Mlp() if args.model == "mlp" else Cnn()
@@ -70,18 +68,7 @@ def worker(args: argparse.Namespace) -> None:
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
         barrier = tandem.barrier
         wire = lambda: opt.wire_bytes_per_step  # noqa: E731
-    g = torch.Generator().manual_seed(rank)
-    x = torch.randn(args.batch_size, 1, 28, 28, generator=g)
-    y = torch.randint(0, 10, (args.batch_size,), generator=g)
-    start = 0.0
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            barrier()
-            start = time.perf_counter()
-        opt.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-    seconds = time.perf_counter() - start
+    seconds, _ = timed_steps(model, opt, rank, args.batch_size, args.warmup, args.steps, barrier)
     if rank == 0:
         print(f"compressed_training: variant={args.variant} "
               f"samples/s={args.steps * args.batch_size * workers / seconds:.1f} "

@@ -54,6 +54,26 @@ class Cnn(nn.Module):
         return self.fc2(F.relu(self.fc1(x.flatten(1))))
 
 
+def timed_steps(model, opt, rank: int, batch_size: int, warmup: int, steps: int,
+                barrier) -> tuple[float, torch.Tensor]:
+    """Trains warmup + steps steps on a fixed random batch of this rank's;
+    returns the seconds of the last `steps` (after a barrier) and the last
+    loss."""
+    g = torch.Generator().manual_seed(rank)
+    x = torch.randn(batch_size, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (batch_size,), generator=g)
+    start = 0.0
+    for step in range(warmup + steps):
+        if step == warmup:
+            barrier()
+            start = time.perf_counter()
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return time.perf_counter() - start, loss
+
+
 def register_tandem() -> None:
     """import tandem.torch, from where it is installed or else from the
     repository's build/python."""
@@ -80,19 +100,8 @@ def main() -> None:
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(Mlp() if args.model == "mlp" else Cnn())
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    g = torch.Generator().manual_seed(rank)
-    x = torch.randn(args.batch_size, 1, 28, 28, generator=g)
-    y = torch.randint(0, 10, (args.batch_size,), generator=g)
-    start = 0.0
-    for step in range(args.warmup + args.steps):
-        if step == args.warmup:
-            dist.barrier()
-            start = time.perf_counter()
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-    seconds = time.perf_counter() - start
+    seconds, loss = timed_steps(model, opt, rank, args.batch_size, args.warmup, args.steps,
+                                dist.barrier)
     if rank == 0:
         print(f"ddp_train: backend={args.backend} model={args.model} workers={workers} "
               f"batch={args.batch_size} steps={args.steps} "
