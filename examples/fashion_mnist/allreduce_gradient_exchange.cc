@@ -6,8 +6,8 @@
 namespace fashion_mnist {
 
 AllreduceGradientExchange::AllreduceGradientExchange(
-    std::unique_ptr<tandem::Collectives> collectives)
-    : collectives_(std::move(collectives)) {}
+    std::unique_ptr<tandem::Collectives> collectives, std::optional<tandem::DType> wire)
+    : collectives_(std::move(collectives)), wire_(wire) {}
 
 AllreduceGradientExchange::~AllreduceGradientExchange() {
   try {
@@ -31,6 +31,7 @@ void AllreduceGradientExchange::Exchange(const std::vector<tandem::TensorView>& 
   for (size_t i = 0; i < grads.size(); ++i) {
     tandem::ReduceOptions options;
     options.name = "gradient " + std::to_string(i);
+    options.wire_dtype = wire_;
     handles.push_back(collectives_->world().AllReduceAsync(grads[i], grads[i], options));
   }
   for (const tandem::CollectiveHandle& h : handles) h.Wait();

@@ -1,8 +1,11 @@
 // Gradients through tandem's collectives (docs/collectives.md): an in-place
-// sum allreduce per parameter; every worker then runs the optimizer itself.
+// sum allreduce per parameter, optionally in a narrower wire dtype
+// (--compression fp16|bf16: ReduceOptions::wire_dtype); every worker then
+// runs the optimizer itself.
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "gradient_exchange.h"
 #include "tandem/collective.h"
@@ -14,7 +17,9 @@ namespace fashion_mnist {
 /// Thread-safety: as GradientExchange; owns the collectives.
 class AllreduceGradientExchange : public GradientExchange {
  public:
-  explicit AllreduceGradientExchange(std::unique_ptr<tandem::Collectives> collectives);
+  /// `wire`: the dtype the gradients travel in (empty: their own).
+  AllreduceGradientExchange(std::unique_ptr<tandem::Collectives> collectives,
+                            std::optional<tandem::DType> wire);
   /// Finalizes the collectives (waits for queued operations, leaves the job).
   ~AllreduceGradientExchange() override;
 
@@ -30,6 +35,7 @@ class AllreduceGradientExchange : public GradientExchange {
 
  private:
   std::unique_ptr<tandem::Collectives> collectives_;
+  std::optional<tandem::DType> wire_;
 };
 
 }  // namespace fashion_mnist

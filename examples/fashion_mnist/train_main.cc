@@ -49,7 +49,10 @@ int Run(const TrainOptions& o) {
   }
   std::unique_ptr<GradientExchange> exchange;
   if (o.allreduce) {
-    exchange = std::make_unique<AllreduceGradientExchange>(std::move(collectives));
+    std::optional<tandem::DType> wire;
+    if (o.compression == "fp16") wire = tandem::DType::kF16;
+    if (o.compression == "bf16") wire = tandem::DType::kBF16;
+    exchange = std::make_unique<AllreduceGradientExchange>(std::move(collectives), wire);
   } else {
     std::optional<tandem::KVParams> server_sgd;
     if (!o.optimizer_on_workers) {

@@ -22,6 +22,10 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
   app.add_flag("--allreduce", o->allreduce,
                "sum gradients with tandem's allreduce among the workers (no servers; "
                "`tandem launch --no-scheduler`)");
+  app.add_option("--compression", o->compression,
+                 "with --allreduce: the dtype gradients travel and are summed in (none, fp16, "
+                 "bf16)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   app.add_flag("--optimizer-on-workers", o->optimizer_on_workers,
                "the servers only sum gradients; each worker runs SGD (dist_sync, local)");
   app.add_option("--epochs", o->epochs, "passes over the training set")->check(CLI::PositiveNumber);
@@ -97,6 +101,13 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
       return false;
     }
     o->restart_count = static_cast<int>(n);
+  }
+  if (!o->allreduce && o->compression != "none") {
+    std::cerr << "--compression " << o->compression
+              << " compresses the allreduce's gradients: it needs --allreduce (the parameter "
+                 "server's compression is the KVStore's, docs/gradient-compression.md)\n";
+    *exit_code = 2;
+    return false;
   }
   if (o->allreduce && o->optimizer_on_workers) {
     std::cerr << "--allreduce always runs the optimizer on the workers; drop "

@@ -13,6 +13,7 @@ namespace fashion_mnist {
 struct TrainOptions {
   std::string kvstore = "dist_sync";  ///< local, dist_sync, dist_async (ignored with allreduce)
   bool allreduce = false;             ///< gradients through collectives instead of servers
+  std::string compression = "none";   ///< with allreduce: none, fp16 or bf16 on the wire
   bool optimizer_on_workers = false;  ///< servers sum; every worker runs SGD itself
   int epochs = 2;
   int64_t batch_size = 64;  ///< per worker (the global batch is the sum)

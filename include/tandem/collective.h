@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,15 @@ struct ReduceOptions : CollectiveOptions {
   double postscale = 1.0;
   /// AllReduce only.
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+  /// AllReduce only: the dtype the data travel and are reduced in, when not
+  /// the tensor's: kF16 or kBF16 for a float32 or float64 tensor (half the
+  /// bytes of float32 on the wire; Horovod's fp16 compression). The input
+  /// (after prescale) is rounded to it, every partial result is rounded
+  /// to it, and the result is widened back into the output, where kAvg's
+  /// division and postscale apply. Every member must pass the same one: the
+  /// call's description carries the wire dtype, so a member that differs
+  /// raises CallMismatch naming both. Empty: the tensor's dtype.
+  std::optional<DType> wire_dtype;
 };
 
 /// The completion of an asynchronous operation.

@@ -150,6 +150,28 @@ inline BFloat16 FloatToBFloat16(float f) {
   return BFloat16{static_cast<uint16_t>(is_nan ? nan : rounded)};
 }
 
+/// A Half or BFloat16 widened to float (HalfToFloat, BFloat16ToFloat).
+template <typename H>
+requires std::is_same_v<H, Half> || std::is_same_v<H, BFloat16>
+inline float Widen(H h) {
+  if constexpr (std::is_same_v<H, Half>) {
+    return HalfToFloat(h);
+  } else {
+    return BFloat16ToFloat(h);
+  }
+}
+
+/// A float narrowed to Half or BFloat16 (FloatToHalf, FloatToBFloat16).
+template <typename H>
+requires std::is_same_v<H, Half> || std::is_same_v<H, BFloat16>
+inline H Narrow(float f) {
+  if constexpr (std::is_same_v<H, Half>) {
+    return FloatToHalf(f);
+  } else {
+    return FloatToBFloat16(f);
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Static dispatch.
 // ---------------------------------------------------------------------------

@@ -131,24 +131,6 @@ void CombineNative(T* out, const T* a, const T* b, size_t count, Op op) {
 
 // ---- Kernels for float16 and bfloat16 -----------------------------------
 
-template <typename H>
-float Widen(H h) {
-  if constexpr (std::is_same_v<H, Half>) {
-    return HalfToFloat(h);
-  } else {
-    return BFloat16ToFloat(h);
-  }
-}
-
-template <typename H>
-H Narrow(float f) {
-  if constexpr (std::is_same_v<H, Half>) {
-    return FloatToHalf(f);
-  } else {
-    return FloatToBFloat16(f);
-  }
-}
-
 template <typename H, typename FloatOp>
 void CombineHalf(H* out, const H* a, const H* b, size_t count, FloatOp op) {
   size_t i = 0;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/dtype.h"
+#include "base/dtype_convert.h"
 #include "base/reduce.h"
 #include "collective/algorithms.h"
 #include "collective/communicator_impl.h"
@@ -207,6 +208,35 @@ collective::CallDescription ReduceCall(collective::CallKind kind, const TensorVi
 // checks and synchronises like any other operation.
 void NoBytes(OpContext& ctx, CommunicatorImpl&) { collective::DisseminationBarrier(ctx); }
 
+// Runs the chosen allreduce algorithm from `from` into `dst` (may be the
+// same) over `count` elements of spec's dtype.
+void RunAllReduce(OpContext& ctx, CommunicatorImpl& c, AllReduceAlgorithm chosen,
+                  const collective::ReduceSpec& spec, const std::byte* from, std::byte* dst,
+                  size_t count, const collective::Finalize& finalize) {
+  const size_t bytes = count * spec.element_size;
+  if (chosen == AllReduceAlgorithm::kRing || chosen == AllReduceAlgorithm::kAuto) {
+    collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),
+                              c.settings().segment_bytes / spec.element_size, finalize);
+    return;
+  }
+  if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
+  switch (chosen) {
+    case AllReduceAlgorithm::kHalvingDoubling:
+      collective::HalvingDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes), finalize);
+      return;
+    case AllReduceAlgorithm::kDirect:
+      collective::DirectAllReduce(ctx, spec, dst, count,
+                                  c.Scratch(bytes * static_cast<size_t>(c.size())), finalize);
+      return;
+    case AllReduceAlgorithm::kRecursiveDoubling:
+      collective::RecursiveDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes), finalize);
+      return;
+    case AllReduceAlgorithm::kRing:
+    case AllReduceAlgorithm::kAuto:
+      return;  // above
+  }
+}
+
 Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const TensorView& out,
                           const ReduceOptions& o) {
   const std::string what = Describe("AllReduce", o, in, impl);
@@ -223,10 +253,20 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
   CheckReduceOptions(o, in.dtype, what);
   const auto count = static_cast<size_t>(in.num_elements());
   const DType dtype = in.dtype;
+  // The dtype the data travel and are reduced in.
+  const DType wire = o.wire_dtype.value_or(dtype);
+  if (wire != dtype && !(base::CanConvert(dtype, wire) && base::DTypeSize(wire) == 2)) {
+    throw InvalidArgument(fmt::format(
+        "{}: wire dtype {} for a {} tensor: tandem sends float32 and float64 as float16 or "
+        "bfloat16",
+        what, base::DTypeName(wire), base::DTypeName(dtype)));
+  }
   const std::byte* src = Bytes(in);
   std::byte* dst = Bytes(out);
   const int n = impl.size();
-  const collective::ReduceSpec spec = Spec(o, dtype);
+  const collective::ReduceSpec spec = Spec(o, wire);
+  // With a narrower wire dtype, kAvg's division and postscale run on the
+  // widened result (in the tensor's dtype), not in the wire dtype.
   collective::Finalize finalize = MakeFinalize(o, dtype, n);
   const double prescale = o.prescale;
   // Chosen here, so that the call's description carries it: members whose
@@ -235,39 +275,37 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
       impl.settings().table.Choose(count * spec.element_size, n, o.algorithm, impl.settings().path);
   collective::CallDescription call = ReduceCall(collective::CallKind::kAllReduce, in, o, impl);
   call.algorithm = static_cast<uint8_t>(chosen);
+  call.dtype = wire;
   if (count == 0) return Prepared{what, o.timeout, NoBytes, std::move(call)};
-  return Prepared{
-      what, o.timeout,
-      [=](OpContext& ctx, CommunicatorImpl& c) {
-        const size_t bytes = count * spec.element_size;
-        if (prescale != 1.0) {
-          if (src != dst && bytes > 0) std::memcpy(dst, src, bytes);
-          base::Scale(dtype, dst, count, prescale);
-        }
-        const std::byte* from = prescale != 1.0 ? dst : src;
-        switch (chosen) {
-          case AllReduceAlgorithm::kRing:
-          case AllReduceAlgorithm::kAuto:
-            collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),
-                                      c.settings().segment_bytes / spec.element_size, finalize);
-            return;
-          case AllReduceAlgorithm::kHalvingDoubling:
-            if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
-            collective::HalvingDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes), finalize);
-            return;
-          case AllReduceAlgorithm::kDirect:
-            if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
-            collective::DirectAllReduce(ctx, spec, dst, count,
-                                        c.Scratch(bytes * static_cast<size_t>(n)), finalize);
-            return;
-          case AllReduceAlgorithm::kRecursiveDoubling:
-            if (from != dst && bytes > 0) std::memcpy(dst, from, bytes);
-            collective::RecursiveDoublingAllReduce(ctx, spec, dst, count, c.Scratch(bytes),
-                                                   finalize);
-            return;
-        }
-      },
-      std::move(call)};
+  if (wire != dtype) {
+    return Prepared{what, o.timeout,
+                    [=](OpContext& ctx, CommunicatorImpl& c) {
+                      const std::byte* from = src;
+                      if (prescale != 1.0) {
+                        if (src != dst) std::memcpy(dst, src, count * base::DTypeSize(dtype));
+                        base::Scale(dtype, dst, count, prescale);
+                        from = dst;
+                      }
+                      std::span<std::byte> narrow = c.WireBuffer(count * spec.element_size);
+                      base::Convert(dtype, from, wire, narrow.data(), count);
+                      RunAllReduce(ctx, c, chosen, spec, narrow.data(), narrow.data(), count,
+                                   nullptr);
+                      base::Convert(wire, narrow.data(), dtype, dst, count);
+                      if (finalize) finalize(dst, count);
+                    },
+                    std::move(call)};
+  }
+  return Prepared{what, o.timeout,
+                  [=](OpContext& ctx, CommunicatorImpl& c) {
+                    if (prescale != 1.0) {
+                      const size_t bytes = count * spec.element_size;
+                      if (src != dst && bytes > 0) std::memcpy(dst, src, bytes);
+                      base::Scale(dtype, dst, count, prescale);
+                    }
+                    RunAllReduce(ctx, c, chosen, spec, prescale != 1.0 ? dst : src, dst, count,
+                                 finalize);
+                  },
+                  std::move(call)};
 }
 
 Prepared PrepareBroadcast(CommunicatorImpl& impl, const TensorView& data, int root,

@@ -74,6 +74,11 @@ std::span<std::byte> CommunicatorImpl::Scratch(size_t bytes) {
   return {scratch_.data(), bytes};
 }
 
+std::span<std::byte> CommunicatorImpl::WireBuffer(size_t bytes) {
+  if (wire_buffer_.size() < bytes) wire_buffer_.resize(bytes);
+  return {wire_buffer_.data(), bytes};
+}
+
 void CommunicatorImpl::Run(std::string what, CallDescription call,
                            std::chrono::milliseconds timeout, Body body) {
   {

@@ -105,6 +105,10 @@ class CommunicatorImpl {
   /// A scratch buffer of at least `bytes`, valid until the next call; only
   /// on the communicator's thread.
   std::span<std::byte> Scratch(size_t bytes);
+  /// A second such buffer, apart from Scratch's: an allreduce's data in its
+  /// narrower wire dtype (ReduceOptions::wire_dtype), which the algorithm
+  /// reduces while using Scratch.
+  std::span<std::byte> WireBuffer(size_t bytes);
 
   /// The point-to-point messages of this communicator (point_to_point.h),
   /// which bypass the queue: `timeout` zero is the default.
@@ -145,6 +149,7 @@ class CommunicatorImpl {
   uint64_t sequence_ = 0;                  // the thread holding busy_
   std::string call_buffer_;                // the thread holding busy_ (OpContext)
   std::vector<std::byte> scratch_;         // the thread holding busy_
+  std::vector<std::byte> wire_buffer_;     // the thread holding busy_
   std::thread thread_;
   PointToPoint p2p_;  // after thread_: destroyed first
 };

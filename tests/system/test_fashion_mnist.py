@@ -12,6 +12,7 @@ Debian's dataset-fashion-mnist is not installed."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -245,3 +246,35 @@ def test_unequal_shards_keep_the_global_mean(launch, trainer, tmp_path):
     diff = np.abs(single - parallel)
     assert np.allclose(parallel, single, rtol=RTOL, atol=ATOL), (
         f"workload 1,3: element {int(diff.argmax())} differs by {diff.max()}")
+
+
+@pytest.mark.parametrize("compression,atol", [("fp16", 1e-4), ("bf16", 1e-3)])
+def test_compressed_allreduce_stays_near_one_worker(launch, trainer, tmp_path, compression,
+                                                    atol):
+    """--allreduce --compression fp16|bf16: gradients travel and are summed in
+    the narrower dtype, so 2 workers x batch B follow 1 worker x 2B within
+    that dtype's rounding of the gradients (after K steps: atol, about 4x the
+    differences measured, 2.3e-5 and 2.4e-4, where an update is about 1e-3
+    per element), and the job still learns."""
+    single = weights_after(launch, trainer, tmp_path, 1, BATCH * 2, "allreduce")
+    out = tmp_path / f"weights-{compression}.bin"
+    run(launch, trainer, 2, "allreduce",
+        COMMON + ["--max-steps", str(K_STEPS), "--batch-size", str(BATCH), "--compression",
+                  compression, "--dump-weights", str(out)])
+    parallel = np.fromfile(out, dtype="<f4")
+    diff = np.abs(single - parallel)
+    assert diff.max() <= atol, f"{compression}: worst difference {diff.max()}"
+    assert diff.max() > 0, "the compressed run equals the uncompressed one bit for bit"
+    result = run(launch, trainer, 2, "allreduce",
+                 ["--epochs", "1", "--train-limit", "12000", "--test-limit", "2000",
+                  "--compression", compression])
+    assert final_accuracy(result.output) >= REDUCED_THRESHOLD, result.output
+
+
+def test_compression_without_allreduce_is_refused(trainer):
+    # Refused while parsing, before the job is joined: no launcher needed.
+    result = subprocess.run([str(trainer), "--kvstore", "dist_sync", "--compression", "fp16"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert "--compression fp16 compresses the allreduce's gradients: it needs --allreduce" in \
+        result.stderr, result.stderr

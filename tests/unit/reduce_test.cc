@@ -27,15 +27,11 @@ constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kProd, ReduceOp::kMin,
 template <typename T>
 constexpr bool kIsHalf = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
 
-float ToFloat(Half h) { return HalfToFloat(h); }
-float ToFloat(BFloat16 b) { return BFloat16ToFloat(b); }
+float ToFloat(Half h) { return Widen(h); }
+float ToFloat(BFloat16 b) { return Widen(b); }
 template <typename H>
 H FromFloat(float f) {
-  if constexpr (std::is_same_v<H, Half>) {
-    return FloatToHalf(f);
-  } else {
-    return FloatToBFloat16(f);
-  }
+  return Narrow<H>(f);
 }
 
 // ---- The scalar reference: the documented semantics, element by element ----

@@ -195,6 +195,41 @@ TEST_P(AllReduceTest, PreAndPostScaling) {
   });
 }
 
+TEST_P(AllReduceTest, NarrowWireDtypesRoundTheInputsAndKeepExactSums) {
+  const auto [n, algorithm] = GetParam();
+  CollectiveJob job(n);
+  job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
+    for (DType wire : {DType::kF16, DType::kBF16}) {
+      // Below half the wire dtype's spacing at 1: rounded away on the way
+      // out, so it must not reach the result (in float32 it would, n times).
+      const double tiny = wire == DType::kF16 ? 0x1p-12 : 0x1p-9;
+      for (DType dtype : {DType::kF32, DType::kF64}) {
+        for (Reduction op : {Reduction::kSum, Reduction::kAvg}) {
+          Buffer in(dtype, 1031), out(dtype, 1031);
+          for (int64_t i = 0; i < 1031; ++i)
+            in.Set(i, static_cast<double>(i % 8 + rank + 1) + tiny);
+          ReduceOptions o;
+          o.op = op;
+          o.algorithm = algorithm;
+          o.wire_dtype = wire;
+          if (op == Reduction::kAvg) {  // halves and doubles: still exact
+            o.prescale = 0.5;
+            o.postscale = 2.0;
+          }
+          s.World().AllReduce(in.view(), out.view(), o);
+          // Integers up to 92: exact in both wire dtypes, every partial sum too.
+          for (int64_t i = 0; i < 1031; ++i) {
+            const double sum = n * static_cast<double>(i % 8 + 1) + n * (n - 1) / 2.0;
+            ASSERT_EQ(out.Get(i), op == Reduction::kSum ? sum : sum / n)
+                << base::DTypeName(dtype) << " over " << base::DTypeName(wire) << " "
+                << ReductionName(op) << " element " << i;
+          }
+        }
+      }
+    }
+  });
+}
+
 std::string Name(const ::testing::TestParamInfo<AllReduceTest::ParamType>& info) {
   return fmt::format("n{}_{}", std::get<0>(info.param),
                      AllReduceAlgorithmName(std::get<1>(info.param)));
@@ -222,6 +257,21 @@ TEST(AllReduceArguments, MismatchedOutputAndIntegerScalingAreRefused) {
       ADD_FAILURE() << "scaling int32 was accepted";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("int32"), std::string::npos) << e.what();
+    }
+    // A wire dtype that is not a narrower float, or for an integer tensor.
+    for (auto [tensor, wire] : {std::pair{&a, DType::kI32}, std::pair{&c, DType::kF16}}) {
+      ReduceOptions w;
+      w.wire_dtype = wire;
+      try {
+        s.World().AllReduce(tensor->view(), tensor->view(), w);
+        ADD_FAILURE() << "wire dtype " << base::DTypeName(wire) << " was accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find(fmt::format("wire dtype {} for a {} tensor",
+                                                         base::DTypeName(wire),
+                                                         base::DTypeName(tensor->view().dtype))),
+                  std::string::npos)
+            << e.what();
+      }
     }
     // The communicator is still in step: a real operation succeeds.
     a.Set(0, 1.0);

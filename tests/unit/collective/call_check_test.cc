@@ -40,6 +40,18 @@ ReduceOptions Timed(ReduceOptions o = {}) {
 
 std::vector<Case> Cases() {
   return {
+      {"wire_dtype",
+       [](int rank, int, CollectiveService& s) {
+         Buffer b(DType::kF32, 10);
+         ReduceOptions o = Timed();
+         o.name = "grad";
+         if (rank == 0) o.wire_dtype = DType::kF16;
+         s.World().AllReduce(b.view(), b.view(), o);
+       },
+       [](int n) {
+         return std::vector<std::string>{"allreduce 'grad': mismatched dtype",
+                                         "rank 0 float16 [10]", Others(n) + " float32 [10]"};
+       }},
       {"dtype",
        [](int rank, int, CollectiveService& s) {
          Buffer b(rank == 0 ? DType::kF32 : DType::kI32, 10);
