@@ -230,15 +230,15 @@ class DistributedOptimizer(_HookedOptimizer):
             return (h, g, pm, (m, q, feedback))
         send, ctx = g, None
         if self._compression is not _compression.NoneCompressor:
-            x = g
             feedback = feedback and self._error_feedback
-            if feedback and i in self._residuals:
-                x = g + self._residuals[i]
+            x = g + self._residuals[i] if feedback and i in self._residuals else g
             send, ctx = self._compression.compress(x)
-            if feedback:
+            if send is x:
+                # Nothing compressed (not floating point): no residual was
+                # ever kept for it, so x is the gradient itself.
+                send, ctx = g, None
+            elif feedback:
                 self._residuals[i] = x - self._compression.decompress(send, ctx)
-            if send is x and x is not g:
-                send = g.copy_(x)  # nothing compressed (not floating point)
         self._step_bytes += send.numel() * send.element_size()
         if self._engine is not None:
             h = _coll.Handle(self._engine.allreduce_async(send, send, self._op, name=name), send)
