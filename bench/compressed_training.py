@@ -7,6 +7,10 @@ gradients"): the same model, batch and synthetic data under
   tandem          tandem.torch.DistributedOptimizer, gradients as they are,
   tandem-fp16     ... compression=Compression.fp16,
   tandem-powersgd ... compression=PowerSGD(rank=R, start_iter=0),
+  tandem-ps-kK    tandem.torch.KVStoreOptimizer over dist_sync: the servers
+                  sum, the optimizer runs on the workers; a server beside
+                  each worker and K more on spare hosts (BytePS's layout),
+                  TANDEM_KV_PLACEMENT=balanced (K = 0, 1, 2, 4),
 
 alternating, R rounds each; the table gives each one's median samples/s,
 step time and ratio to ddp-gloo, and tandem's bytes on the wire per step.
@@ -32,7 +36,13 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd")
+VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-ps-k0",
+            "tandem-ps-k1", "tandem-ps-k2", "tandem-ps-k4")
+
+
+def spare_servers(variant: str) -> int | None:
+    """K of tandem-ps-kK, else None."""
+    return int(variant.rsplit("-k", 1)[1]) if variant.startswith("tandem-ps-k") else None
 LINE = re.compile(r"compressed_training: variant=(\S+) samples/s=([0-9.]+) step_ms=([0-9.]+) "
                   r"wire_bytes=(\d+)")
 
@@ -54,6 +64,18 @@ def worker(args: argparse.Namespace) -> None:
         model = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         barrier = dist.barrier
+    elif spare_servers(args.variant) is not None:
+        import tandem
+        import tandem.torch as tt
+        kv = tandem.kvstore.create("dist_sync")
+        rank, workers = kv.rank, kv.num_workers
+        opt = tt.KVStoreOptimizer(kv, model.named_parameters(),
+                                  optimizer=torch.optim.SGD(model.parameters(), lr=0.01,
+                                                            momentum=0.9))
+        barrier = kv.barrier
+        # Each worker pushes every gradient and pulls every sum.
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        wire = lambda: 2 * grad_bytes  # noqa: E731
     else:
         import tandem
         import tandem.torch as tt
@@ -76,9 +98,16 @@ def worker(args: argparse.Namespace) -> None:
     if args.variant == "ddp-gloo":
         del model  # before the group (docs/pytorch-backend.md)
         dist.destroy_process_group()
+    elif spare_servers(args.variant) is not None:
+        kv.close()
     else:
         import tandem
         tandem.shutdown()
+
+
+def rate_args(bed_rate: str) -> list[str]:
+    """netbed_run's link rate; "unshaped" leaves the links as fast as veth."""
+    return [] if bed_rate == "unshaped" else ["--rate", bed_rate]
 
 
 def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
@@ -87,9 +116,28 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
           str(args.steps), "--warmup", str(args.warmup), "--powersgd-rank",
           str(args.powersgd_rank)]
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(args.bin_dir.parent / "python")}
-    if args.bed_rate:
+    spare = spare_servers(variant)
+    if spare is not None:
+        # Every process of the job runs this; the scheduler and the servers
+        # become tandem's own.
+        me = ["sh", "-c", 'case "$DMLC_ROLE" in worker) exec "$@" ;; '
+              f'*) exec {args.bin_dir / "tandem"} "$DMLC_ROLE" ;; esac', "sh", *me]
+        env["TANDEM_KV_PLACEMENT"] = "balanced"
+    if args.bed_rate and spare is not None:
         argv = ["/usr/bin/python3", str(ROOT / "bench" / "netbed_run.py"), "--hosts",
-                str(args.workers), "--rate", args.bed_rate, "--timeout", "900",
+                str(args.workers + spare), *rate_args(args.bed_rate), "--timeout", "900",
+                "--job", f"{args.workers},{args.workers + spare}", "--layout", "beside-workers"]
+        for k, v in env.items():
+            argv += ["--env", f"{k}={v}"]
+        argv += ["--", *me]
+        run_env = {**env, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    elif spare is not None:
+        argv = [str(args.bin_dir / "tandem"), "launch", "-n", str(args.workers), "-s",
+                str(args.workers + spare), "--command-runs-all-roles", "--", *me]
+        run_env = {**env, "PATH": "/usr/bin:/bin"}
+    elif args.bed_rate:
+        argv = ["/usr/bin/python3", str(ROOT / "bench" / "netbed_run.py"), "--hosts",
+                str(args.workers), *rate_args(args.bed_rate), "--timeout", "900",
                 "--env", "RANK={rank}", "--env", f"WORLD_SIZE={args.workers}",
                 "--env", "MASTER_ADDR=h1", "--env", "MASTER_PORT=29500",
                 "--env", "TANDEM_COLLECTIVE_SAME_HOST_COPY=0",
@@ -112,7 +160,8 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bin-dir", type=Path, default=ROOT / "build" / "bin")
-    parser.add_argument("--bed-rate", help="one rank per host of a bed at this link rate")
+    parser.add_argument("--bed-rate", help="one rank per host of a bed at this link rate "
+                                           "(tc's form, e.g. 100mbit; or unshaped)")
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
     parser.add_argument("--batch-size", type=int, default=8)

@@ -27,6 +27,9 @@ Two modes:
   # the scheduler and server roles itself, through tandem::ServeAssignedRole)
   bench/netbed_run.py --hosts 5 --rate 1gbit --loss 1 --job 4,2 \\
       --env PS_RESEND=1 -- build/bin/kv_rounds --rounds 200
+  # BytePS's layout: a server beside each worker and 2 on spare hosts (h5, h6)
+  bench/netbed_run.py --hosts 6 --rate 100mbit --job 4,6 --layout beside-workers \\
+      --env TANDEM_KV_PLACEMENT=balanced -- build/bin/kv_rounds --rounds 20
 
 Every process's output is printed with a "[h2 worker 1]" prefix once it
 ends; the exit code is 0 when every process exited 0, else the first
@@ -54,6 +57,21 @@ def placement(hosts: int, workers: int, servers: int) -> list[tuple[int, str]]:
     out = [(1, "scheduler")]
     out += [((1 + i) % hosts + 1, "server") for i in range(servers)]
     out += [(i % hosts + 1, "worker") for i in range(workers)]
+    return out
+
+
+def placement_beside_workers(hosts: int, workers: int, servers: int) -> list[tuple[int, str]]:
+    """BytePS's layout: worker i on host 1 + i, server i < workers beside it,
+    the other servers on hosts of their own after the workers' (spare
+    servers), the scheduler on h1."""
+    spare = max(0, servers - workers)
+    if workers > hosts or workers + spare > hosts:
+        raise SystemExit(f"netbed_run: --layout beside-workers with {workers} workers and "
+                         f"{servers} servers needs {workers + spare} hosts, the bed has {hosts}")
+    out = [(1, "scheduler")]
+    out += [(1 + i if i < workers else 1 + workers + (i - workers), "server")
+            for i in range(servers)]
+    out += [(1 + i, "worker") for i in range(workers)]
     return out
 
 
@@ -160,8 +178,9 @@ def measure_ring(bed: netbed.NetBed, seconds: float) -> list[float]:
 
 
 def run_job(bed: netbed.NetBed, command: list[str], env: dict[str, str], workers: int,
-            servers: int, timeout: float) -> int:
-    job = BedJob(bed, placement(len(bed.hosts), workers, servers), command, env=env)
+            servers: int, timeout: float, layout: str = "round-robin") -> int:
+    place = placement_beside_workers if layout == "beside-workers" else placement
+    job = BedJob(bed, place(len(bed.hosts), workers, servers), command, env=env)
     finished = job.wait_all(timeout)
     for p in job.procs:
         for line in p.output.splitlines():
@@ -184,6 +203,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--loss", type=float, help="percent of bridged frames to drop")
     parser.add_argument("--job", metavar="W,S",
                         help="run a tandem job of W workers and S servers (plus the scheduler)")
+    parser.add_argument("--layout", choices=["round-robin", "beside-workers"],
+                        default="round-robin",
+                        help="--job's placement: round-robin (servers from h2, workers over "
+                             "every host) or beside-workers (worker i and server i on host "
+                             "i+1, further servers on hosts of their own)")
     parser.add_argument("--env", action="append", default=[], metavar="K=V",
                         help="environment for every process (repeatable)")
     parser.add_argument("--stream", type=float, metavar="SECONDS",
@@ -215,7 +239,8 @@ def main(argv: list[str]) -> int:
                 code = 0
             elif args.job:
                 workers, _, servers = args.job.partition(",")
-                code = run_job(bed, command, env, int(workers), int(servers or 0), args.timeout)
+                code = run_job(bed, command, env, int(workers), int(servers or 0), args.timeout,
+                               args.layout)
             else:
                 code = run_everywhere(bed, command, env, args.timeout)
             if args.loss:

@@ -2,13 +2,16 @@
 //
 //   tandem launch --launcher local -n 2 -s 1 -- fashion_mnist_train --kvstore dist_sync
 //   tandem launch --launcher local -n 2 --no-scheduler -- fashion_mnist_train --allreduce
+//   tandem launch -n 4 -s 6 --launcher ssh ... -- fashion_mnist_train --servers-on-spare-hosts
 //   fashion_mnist_train --kvstore local
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "allreduce_gradient_exchange.h"
 #include "batch_plan.h"
@@ -34,6 +37,18 @@ int Run(const TrainOptions& o) {
     rank = collectives->world().rank();
     workers = collectives->world().size();
   } else {
+    if (o.servers_on_spare_hosts) {
+      // The store reads its placement from the environment; no thread has
+      // started yet, so setting it here is safe.
+      const char* placement = std::getenv("TANDEM_KV_PLACEMENT");
+      if (placement != nullptr && std::string(placement) != "balanced") {
+        throw tandem::ConfigError(fmt::format(
+            "--servers-on-spare-hosts places keys by TANDEM_KV_PLACEMENT=balanced, but the "
+            "environment sets TANDEM_KV_PLACEMENT={}",
+            placement));
+      }
+      setenv("TANDEM_KV_PLACEMENT", "balanced", 1);
+    }
     store = tandem::KVStore::Create(o.kvstore);
     rank = store->Rank();
     workers = store->NumWorkers();

@@ -28,6 +28,10 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
       ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   app.add_flag("--optimizer-on-workers", o->optimizer_on_workers,
                "the servers only sum gradients; each worker runs SGD (dist_sync, local)");
+  app.add_flag("--servers-on-spare-hosts", o->servers_on_spare_hosts,
+               "BytePS's summation service: dist_sync, the servers only sum and each worker runs "
+               "SGD; large keys are cut so that servers on hosts without a worker take the "
+               "larger share (TANDEM_KV_PLACEMENT=balanced, docs/kvstore.md)");
   app.add_option("--epochs", o->epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", o->batch_size, "examples per worker and step")
       ->check(CLI::PositiveNumber);
@@ -108,6 +112,17 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
                  "server's compression is the KVStore's, docs/gradient-compression.md)\n";
     *exit_code = 2;
     return false;
+  }
+  if (o->servers_on_spare_hosts) {
+    if (o->allreduce || o->kvstore != "dist_sync") {
+      std::cerr << "--servers-on-spare-hosts sums gradients on the parameter servers: it needs "
+                   "--kvstore dist_sync"
+                << (o->allreduce ? " and no --allreduce" : "") << " (got "
+                << (o->allreduce ? "--allreduce" : "--kvstore " + o->kvstore) << ")\n";
+      *exit_code = 2;
+      return false;
+    }
+    o->optimizer_on_workers = true;
   }
   if (o->allreduce && o->optimizer_on_workers) {
     std::cerr << "--allreduce always runs the optimizer on the workers; drop "

@@ -15,6 +15,9 @@ struct TrainOptions {
   bool allreduce = false;             ///< gradients through collectives instead of servers
   std::string compression = "none";   ///< with allreduce: none, fp16 or bf16 on the wire
   bool optimizer_on_workers = false;  ///< servers sum; every worker runs SGD itself
+  /// dist_sync with the optimizer on the workers and the balanced key
+  /// placement (TANDEM_KV_PLACEMENT=balanced); implies optimizer_on_workers.
+  bool servers_on_spare_hosts = false;
   int epochs = 2;
   int64_t batch_size = 64;  ///< per worker (the global batch is the sum)
   double lr = 0.05;         ///< for one worker's batch

@@ -2,11 +2,13 @@
 #include "kv/dist_kvstore.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstring>
 #include <exception>
 
 #include "base/dtype.h"
+#include "cluster/membership.h"
 #include "cluster/node_services.h"
 #include "kv/device_sum.h"
 #include "kv/optimizer/optimizer.h"
@@ -45,6 +47,16 @@ DistKVStore::DistKVStore(std::string type, KvClient& client, StoreSettings setti
       settings_(settings),
       mode_(ModeOf(type_)) {
   RequireServers();
+  if (settings_.balanced_placement) {
+    std::vector<std::string> server_hosts(static_cast<size_t>(client_.num_servers()));
+    std::vector<std::string> worker_hosts(static_cast<size_t>(client_.num_workers()));
+    for (const NodeInfo& n : client_.services().membership.table().nodes) {
+      if (n.role == Role::kServer) server_hosts.at(static_cast<size_t>(n.rank)) = n.host;
+      if (n.role == Role::kWorker) worker_hosts.at(static_cast<size_t>(n.rank)) = n.host;
+    }
+    shares_ = BalancedShares(server_hosts, worker_hosts);
+    client_.services().log.V1("balanced key placement: server shares {}", fmt::join(shares_, ", "));
+  }
 }
 
 void DistKVStore::RequireServers() const {
@@ -110,11 +122,11 @@ void DistKVStore::Init(const KVKey& key, const TensorView& value) {
       // travels uncompressed, in the same slices.
       const uint64_t per_word = compression_.type == CompressionType::kOneBit ? 32 : 16;
       added.slices = PlaceCompressedKey(added.id, added.elements, per_word, client_.num_servers(),
-                                        settings_.big_array_bound);
+                                        settings_.big_array_bound, shares_);
       added.residual.assign(added.elements, 0.0f);
     } else {
       added.slices = PlaceKey(added.id, added.elements, added.row_length, client_.num_servers(),
-                              settings_.big_array_bound);
+                              settings_.big_array_bound, shares_);
     }
     info = added;
   }

@@ -110,6 +110,9 @@ class DistKVStore final : public KVStore {
   KvClient& client_;
   StoreSettings settings_;
   UpdateMode mode_;
+  // Each server's share of a large key (BalancedShares); empty: MXNet's
+  // equal slices. Fixed at construction.
+  std::vector<double> shares_;
   std::unique_ptr<base::ThreadPool> pool_;  // the local sum's threads
   std::mutex mu_;
   KeyRegistry keys_;               // guarded by mu_

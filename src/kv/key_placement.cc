@@ -5,13 +5,70 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "tandem/error.h"
 
 namespace tandem::kv {
 
+namespace {
+
+// Checks `shares` against the server count (empty: equal shares).
+void CheckShares(uint64_t key, int num_servers, std::span<const double> shares) {
+  if (shares.empty()) return;
+  if (shares.size() != static_cast<size_t>(num_servers)) {
+    throw InvalidArgument(fmt::format("placing key {}: {} server shares for {} servers", key,
+                                      shares.size(), num_servers));
+  }
+  double total = 0;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    if (!std::isfinite(shares[i]) || shares[i] < 0) {
+      throw InvalidArgument(fmt::format("placing key {}: server {}'s share is {} (expected >= 0)",
+                                        key, i, shares[i]));
+    }
+    total += shares[i];
+  }
+  if (total <= 0) {
+    throw InvalidArgument(fmt::format("placing key {}: every server's share is 0", key));
+  }
+}
+
+// The end of unit range i of `units` cut into `servers` parts: MXNet's
+// round(units / S * (i + 1)) for equal shares, else round(units * c / T).
+uint64_t CutEnd(uint64_t units, uint64_t i, uint64_t servers, std::span<const double> shares,
+                double& cumulative, double total) {
+  if (i + 1 == servers) return units;  // no rounding loss at the end
+  if (shares.empty()) {
+    const double per = static_cast<double>(units) / static_cast<double>(servers);
+    return static_cast<uint64_t>(std::round(per * static_cast<double>(i + 1)));
+  }
+  cumulative += shares[i];
+  return std::min(
+      units, static_cast<uint64_t>(std::round(static_cast<double>(units) * cumulative / total)));
+}
+
+double Total(std::span<const double> shares) {
+  double total = 0;
+  for (double s : shares) total += s;
+  return total;
+}
+
+// The server of a key below the bound: MXNet's hash over the servers with
+// a share.
+int SmallKeyServer(uint64_t key, int num_servers, std::span<const double> shares) {
+  if (shares.empty()) return static_cast<int>((key * 9973u) % static_cast<uint64_t>(num_servers));
+  std::vector<int> eligible;
+  for (size_t i = 0; i < shares.size(); ++i) {
+    if (shares[i] > 0) eligible.push_back(static_cast<int>(i));
+  }
+  return eligible[(key * 9973u) % eligible.size()];
+}
+
+}  // namespace
+
 std::vector<KeySlice> PlaceKey(uint64_t key, uint64_t elements, uint64_t row_length,
-                               int num_servers, uint64_t big_array_bound) {
+                               int num_servers, uint64_t big_array_bound,
+                               std::span<const double> shares) {
   if (num_servers < 1) {
     throw InvalidArgument(fmt::format("placing key {}: the job has no servers", key));
   }
@@ -20,19 +77,19 @@ std::vector<KeySlice> PlaceKey(uint64_t key, uint64_t elements, uint64_t row_len
         fmt::format("placing key {}: row length {} does not divide its {} elements", key,
                     row_length, elements));
   }
+  CheckShares(key, num_servers, shares);
   const auto servers = static_cast<uint64_t>(num_servers);
   if (elements < big_array_bound || elements == 0) {
     // MXNet's "simple heuristic for load balance": a multiplicative hash.
-    int server = static_cast<int>((key * 9973u) % servers);
-    return {KeySlice{server, 0, elements}};
+    return {KeySlice{SmallKeyServer(key, num_servers, shares), 0, elements}};
   }
   const uint64_t rows = elements / row_length;
+  const double total = Total(shares);
+  double cumulative = 0;
   std::vector<KeySlice> out;
   uint64_t begin = 0;
   for (uint64_t i = 0; i < servers; ++i) {
-    const double per = static_cast<double>(rows) / static_cast<double>(servers);
-    auto end = static_cast<uint64_t>(std::round(per * static_cast<double>(i + 1)));
-    if (i + 1 == servers) end = rows;  // no rounding loss at the end
+    const uint64_t end = std::max(begin, CutEnd(rows, i, servers, shares, cumulative, total));
     if (end > begin) {
       out.push_back({static_cast<int>(i), begin * row_length, (end - begin) * row_length});
     }
@@ -42,25 +99,57 @@ std::vector<KeySlice> PlaceKey(uint64_t key, uint64_t elements, uint64_t row_len
 }
 
 std::vector<KeySlice> PlaceCompressedKey(uint64_t key, uint64_t elements, uint64_t values_per_word,
-                                         int num_servers, uint64_t big_array_bound) {
+                                         int num_servers, uint64_t big_array_bound,
+                                         std::span<const double> shares) {
   if (values_per_word == 0) {
     throw InvalidArgument(fmt::format("placing key {}: 0 values per word", key));
   }
   if (num_servers < 1 || elements < big_array_bound || elements == 0) {
-    return PlaceKey(key, elements, 1, num_servers, big_array_bound);
+    return PlaceKey(key, elements, 1, num_servers, big_array_bound, shares);
   }
+  CheckShares(key, num_servers, shares);
   const auto servers = static_cast<uint64_t>(num_servers);
   const uint64_t words = (elements + values_per_word - 1) / values_per_word;
+  const double total = Total(shares);
+  double cumulative = 0;
   std::vector<KeySlice> out;
   uint64_t begin = 0;
   for (uint64_t i = 0; i < servers; ++i) {
-    const double per = static_cast<double>(words) / static_cast<double>(servers);
-    const auto end_word = static_cast<uint64_t>(std::round(per * static_cast<double>(i + 1)));
+    const uint64_t end_word = CutEnd(words, i, servers, shares, cumulative, total);
     uint64_t end = i + 1 == servers ? elements : std::min(elements, end_word * values_per_word);
     if (end > begin) out.push_back({static_cast<int>(i), begin, end - begin});
     begin = std::max(begin, end);
   }
   return out;
+}
+
+std::vector<double> BalancedShares(const std::vector<std::string>& server_hosts,
+                                   const std::vector<std::string>& worker_hosts) {
+  if (server_hosts.empty() || worker_hosts.empty()) {
+    throw InvalidArgument(fmt::format(
+        "balanced key placement needs servers and workers; the job has {} servers and {} workers",
+        server_hosts.size(), worker_hosts.size()));
+  }
+  const std::set<std::string> with_worker(worker_hosts.begin(), worker_hosts.end());
+  std::vector<bool> colocated;
+  double c = 0;
+  for (const std::string& h : server_hosts) {
+    colocated.push_back(with_worker.contains(h));
+    c += colocated.back() ? 1 : 0;
+  }
+  const double k = static_cast<double>(server_hosts.size()) - c;
+  const double n = static_cast<double>(worker_hosts.size());
+  const double denominator = k * (n - 2) + n * c;
+  if (c == 0 || k == 0 || denominator <= 0) {
+    // One kind of server only, or one worker (whose link carries the same
+    // whatever the split): MXNet's equal cut.
+    return std::vector<double>(server_hosts.size(), 1.0 / static_cast<double>(server_hosts.size()));
+  }
+  const double x = std::max(0.0, (n - k) / denominator);
+  const double y = (1 - c * x) / k;
+  std::vector<double> shares;
+  for (bool co : colocated) shares.push_back(co ? x : y);
+  return shares;
 }
 
 }  // namespace tandem::kv

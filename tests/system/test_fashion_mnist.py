@@ -278,3 +278,50 @@ def test_compression_without_allreduce_is_refused(trainer):
     assert result.returncode == 2, result
     assert "--compression fp16 compresses the allreduce's gradients: it needs --allreduce" in \
         result.stderr, result.stderr
+
+
+# Each process announces its own loopback address, so that the job looks like
+# one worker per host with servers 0 and 1 beside workers 0 and 1 and server
+# 2 on a host of its own; the scheduler and servers are tandem's own.
+SPARE_HOST_WRAPPER = (
+    'case "$DMLC_ROLE" in '
+    'worker) export DMLC_NODE_HOST=127.0.0.$((DMLC_WORKER_ID + 1)); exec "$@" ;; '
+    'server) export DMLC_NODE_HOST=127.0.0.$((DMLC_SERVER_ID == 2 ? 9 : DMLC_SERVER_ID + 1)) ;; '
+    '*) export DMLC_NODE_HOST=127.0.0.1 ;; esac; exec "$TANDEM" "$DMLC_ROLE"')
+
+
+def test_servers_on_spare_hosts_equal_one_worker_on_batch_wb(launch, trainer, tmp_path,
+                                                             tandem_bin_dir):
+    """--servers-on-spare-hosts: 4 workers whose gradients the servers sum,
+    cut 0.3/0.3/0.4 over a server beside worker 0, one beside worker 1 and a
+    spare one (every key of 2000 elements or more is cut), end with the
+    weights of 1 worker on batch 4B, as the other modes."""
+    single = weights_after(launch, trainer, tmp_path, 1, BATCH * 4, "worker_sgd")
+    out = tmp_path / "weights-spare.bin"
+    command = ["sh", "-c", SPARE_HOST_WRAPPER, "sh", str(trainer), "--quiet", "--threads", "1",
+               "--servers-on-spare-hosts", *COMMON, "--max-steps", str(K_STEPS),
+               "--batch-size", str(BATCH), "--dump-weights", str(out)]
+    result = launch(4, 3, command, extra_args=["--command-runs-all-roles"], timeout=120,
+                    env={"TANDEM": str(tandem_bin_dir / "tandem"), "PS_VERBOSE": "1",
+                         "MXNET_KVSTORE_BIGARRAY_BOUND": "2000"})
+    assert result.returncode == 0, result.job.describe()
+    for rank in range(4):
+        assert re.search(rf"^\[worker {rank}\] .*balanced key placement: server shares "
+                         r"0\.3, 0\.3, 0\.4$", result.output, re.M), result.output
+    parallel = np.fromfile(out, dtype="<f4")
+    diff = np.abs(single - parallel)
+    assert np.allclose(parallel, single, rtol=RTOL, atol=ATOL), (
+        f"spare servers: element {int(diff.argmax())} differs by {diff.max()}")
+
+
+@pytest.mark.parametrize("args,says", [
+    (["--allreduce"], "--servers-on-spare-hosts sums gradients on the parameter servers: it "
+                      "needs --kvstore dist_sync and no --allreduce (got --allreduce)"),
+    (["--kvstore", "dist_async"], "--servers-on-spare-hosts sums gradients on the parameter "
+                                  "servers: it needs --kvstore dist_sync (got --kvstore "
+                                  "dist_async)")])
+def test_servers_on_spare_hosts_refuses_other_modes(trainer, args, says):
+    result = subprocess.run([str(trainer), "--servers-on-spare-hosts", *args],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2, result
+    assert says in result.stderr, result.stderr

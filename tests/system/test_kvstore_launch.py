@@ -23,16 +23,20 @@ def f32(x: float) -> float:
 
 
 def run(launch, tandem_bin_dir, scenario, tmp_path=None, env=None, timeout=60, launcher="local",
-        launcher_env=None):
-    args = [tandem_bin_dir / "kvstore_check", "--scenario", scenario]
+        launcher_env=None, servers=SERVERS, wrap=None, extra_args=()):
+    """Runs kvstore_check's `scenario`; `wrap` (a function of the argv) may
+    put a wrapper around it."""
+    args = [str(tandem_bin_dir / "kvstore_check"), "--scenario", scenario]
     if tmp_path is not None:
         args += ["--dir", str(tmp_path)]
-    result = launch(WORKERS, SERVERS, args, env=env or {}, timeout=timeout, launcher=launcher,
-                    launcher_env=launcher_env)
+    if wrap is not None:
+        args = wrap(args)
+    result = launch(WORKERS, servers, args, env=env or {}, timeout=timeout, launcher=launcher,
+                    launcher_env=launcher_env, extra_args=extra_args)
     assert result.returncode == 0, result.job.describe()
     for rank in range(WORKERS):
         assert (f"[worker {rank}] kvstore_check: done scenario={scenario} rank={rank} "
-                f"workers={WORKERS} servers={SERVERS}") in result.output, result.output
+                f"workers={WORKERS} servers={servers}") in result.output, result.output
     seen: dict[int, dict[str, str]] = {r: {} for r in range(WORKERS)}
     for rank, label, value in LINE.findall(result.output):
         seen[int(rank)][label] = value
@@ -61,6 +65,38 @@ def check_big(seen, label, n, value_at):
 
 def test_sync_sums_big_keys_fp16_row_sparse_local_update_and_bad_input(launch, tandem_bin_dir):
     check_sync_scenario(*run(launch, tandem_bin_dir, "sync"))
+
+
+# Each process announces its own loopback address, so that the job looks like
+# one worker per host: servers 0 and 1 beside workers 0 and 1, server 2 on a
+# host of its own (a spare server), the scheduler on 127.0.0.1.
+ANNOUNCE_HOSTS = (
+    'case "$DMLC_ROLE" in '
+    'worker) export DMLC_NODE_HOST=127.0.0.$((DMLC_WORKER_ID + 1)) ;; '
+    'server) export DMLC_NODE_HOST=127.0.0.$((DMLC_SERVER_ID == 2 ? 9 : DMLC_SERVER_ID + 1)) ;; '
+    '*) export DMLC_NODE_HOST=127.0.0.1 ;; esac; exec "$@"')
+
+
+def test_balanced_placement_cuts_keys_by_host_and_sums_stay_exact(launch, tandem_bin_dir):
+    """TANDEM_KV_PLACEMENT=balanced with 4 workers, 2 servers beside workers
+    and 1 spare: BytePS's split gives 0.3, 0.3, 0.4 (docs/kvstore.md), every
+    worker cuts the big keys so, and the sums are those of the equal cut."""
+    output, seen = run(launch, tandem_bin_dir, "sync", servers=3,
+                       env={"TANDEM_KV_PLACEMENT": "balanced", "PS_VERBOSE": "1"},
+                       wrap=lambda argv: ["sh", "-c", ANNOUNCE_HOSTS, "sh", *argv],
+                       extra_args=["--command-runs-all-roles"], timeout=120)
+    check_sync_scenario(output, seen)
+    for rank in range(WORKERS):
+        assert re.search(rf"^\[worker {rank}\] .*balanced key placement: server shares "
+                         r"0\.3, 0\.3, 0\.4$", output, re.M), output
+
+
+def test_unknown_placement_is_refused_naming_the_variable(launch, tandem_bin_dir):
+    result = launch(WORKERS, SERVERS, [str(tandem_bin_dir / "kvstore_check"), "--scenario",
+                                       "sync"], env={"TANDEM_KV_PLACEMENT": "bytePS"}, timeout=60)
+    assert result.returncode != 0
+    assert "TANDEM_KV_PLACEMENT is 'bytePS' (expected mxnet or balanced)" in result.output, \
+        result.output
 
 
 @pytest.mark.parametrize("drop,seed", [(2, 11), (5, 12)])
