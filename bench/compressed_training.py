@@ -19,6 +19,7 @@ Usage (root: the bed is network namespaces):
   /usr/bin/python3 bench/compressed_training.py --bed-rate 100mbit \\
       [--workers 4] [--model mlp] [--batch-size 8] [--steps 10] [--rounds 2] \\
       [--powersgd-rank 4] [--variants ddp-gloo,tandem,tandem-fp16,tandem-powersgd]
+      [--partition-bytes N]   (the tandem-ps-kK variants)
 Without --bed-rate the ranks run on this machine (tandem launch). On the
 bed one rank runs per host under torchrun's variables, with the same-host
 copy and the mailbox off (the shaped links carry every byte). Figures are
@@ -71,7 +72,8 @@ def worker(args: argparse.Namespace) -> None:
         rank, workers = kv.rank, kv.num_workers
         opt = tt.KVStoreOptimizer(kv, model.named_parameters(),
                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.01,
-                                                            momentum=0.9))
+                                                            momentum=0.9),
+                                  partition_bytes=args.partition_bytes)
         barrier = kv.barrier
         # Each worker pushes every gradient and pulls every sum.
         grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
     me = ["/usr/bin/python3", str(Path(__file__).resolve()), "--worker", "--variant", variant,
           "--model", args.model, "--batch-size", str(args.batch_size), "--steps",
           str(args.steps), "--warmup", str(args.warmup), "--powersgd-rank",
-          str(args.powersgd_rank)]
+          str(args.powersgd_rank), "--partition-bytes", str(args.partition_bytes)]
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(args.bin_dir.parent / "python")}
     spare = spare_servers(variant)
     if spare is not None:
@@ -123,6 +125,9 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
         me = ["sh", "-c", 'case "$DMLC_ROLE" in worker) exec "$@" ;; '
               f'*) exec {args.bin_dir / "tandem"} "$DMLC_ROLE" ;; esac', "sh", *me]
         env["TANDEM_KV_PLACEMENT"] = "balanced"
+        # Every partition (at least partition_bytes) is cut over the servers
+        # in the balanced shares; the small tensors stay whole.
+        env["MXNET_KVSTORE_BIGARRAY_BOUND"] = str(max(1, args.partition_bytes // 8))
     if args.bed_rate and spare is not None:
         argv = ["/usr/bin/python3", str(ROOT / "bench" / "netbed_run.py"), "--hosts",
                 str(args.workers + spare), *rate_args(args.bed_rate), "--timeout", "900",
@@ -169,6 +174,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--partition-bytes", type=int, default=4096000,
+                        help="tandem-ps-kK: KVStoreOptimizer's partition_bytes")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)

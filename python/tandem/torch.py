@@ -363,30 +363,38 @@ class _Join:
 class KVStoreOptimizer(_HookedOptimizer):
     """Data-parallel training through tandem's parameter server.
 
-    Key i is the i-th parameter of named_parameters (requires_grad ones);
-    the constructor initialises every key from worker 0's value and pulls
-    it, so all replicas start from worker 0's weights. During backward each
-    parameter's gradient is pushed (pushpull, asynchronous, priority -i so
-    that the first layers go first). Two modes:
+    The parameters of named_parameters (requires_grad ones) become keys in
+    order; the constructor initialises every key from worker 0's value and
+    pulls it, so all replicas start from worker 0's weights. During backward
+    each parameter's gradient is pushed (pushpull, asynchronous, priority
+    -key so that the first layers go first). Two modes:
 
     - `optimizer` (a torch optimizer), update on the workers: the servers
       only sum (store without an optimizer; dist_sync or local); step()
       divides the sums by the number of workers into .grad and runs the
-      optimizer. Every replica applies the same update.
+      optimizer. Every replica applies the same update. A gradient of more
+      than `partition_bytes` (BytePS's BYTEPS_PARTITION_BYTES, 4096000 by
+      default; 0: never) is cut into floor(bytes / partition_bytes) equal
+      parts, each a key of its own, so that the sums of the first parts
+      come back while the later ones are still being pushed.
     - `server_optimizer` (MXNet's name, "sgd", "adam", ...; `server_params`
       its parameters), update on the servers (dist_sync or dist_async):
       step() copies the pulled weights into the parameters. rescale_grad
-      defaults to 1/num_workers (the average gradient).
+      defaults to 1/num_workers (the average gradient). One key per
+      parameter (an optimizer may use a whole tensor's norm).
 
     Thread-safety: use from the training thread.
     """
 
     def __init__(self, kvstore, named_parameters, optimizer: Optional[torch.optim.Optimizer] = None,
-                 server_optimizer: Optional[str] = None, **server_params):
+                 server_optimizer: Optional[str] = None, partition_bytes: int = 4096000,
+                 **server_params):
         if (optimizer is None) == (server_optimizer is None):
             raise _core.InvalidArgument(
                 "KVStoreOptimizer takes exactly one of optimizer (update on the workers) and "
                 "server_optimizer (update on the servers)")
+        if partition_bytes < 0:
+            raise _core.InvalidArgument(f"partition_bytes must be >= 0, got {partition_bytes}")
         self._kv = kvstore
         self._server_side = server_optimizer is not None
         super().__init__(optimizer, named_parameters)
@@ -395,18 +403,44 @@ class KVStoreOptimizer(_HookedOptimizer):
             params.setdefault("rescale_grad", 1.0 / kvstore.num_workers)
             kvstore.set_optimizer(server_optimizer, **params)
         self._weights = []
-        for i, (name, p) in enumerate(self._named):
+        self._parts: list[list[tuple[int, int, int]]] = []  # per parameter: (key, begin, end)
+        key = 0
+        for name, p in self._named:
             if not p.is_contiguous():
                 raise _core.InvalidArgument(f"parameter '{name}' is not contiguous")
-            kvstore.init(i, p.data)
-            kvstore.pull(i, out=p.data)
+            n = p.numel()
+            pieces = 1
+            if not self._server_side and partition_bytes > 0:
+                pieces = max(1, n * p.element_size() // partition_bytes)
+            size = -(-n // pieces)
+            parts = [(key + j, j * size, min(n, (j + 1) * size)) for j in range(pieces)]
+            key += pieces
+            self._parts.append(parts)
+            flat = p.data.view(-1)
+            for k, a, b in parts:
+                kvstore.init(k, flat[a:b] if pieces > 1 else p.data)
+                kvstore.pull(k, out=flat[a:b] if pieces > 1 else p.data)
             self._weights.append(torch.empty_like(p.data) if self._server_side else None)
+
+    @property
+    def num_keys(self) -> int:
+        """Keys in the store: one per parameter, more where gradients are
+        partitioned."""
+        return sum(len(parts) for parts in self._parts)
 
     def _start(self, i: int, name: str, p: torch.Tensor):
         g = _contiguous_grad(p)
         out = self._weights[i] if self._server_side else g
-        (h,) = self._kv.pushpull_async(i, g, out=out, priority=-i)
-        return (h, g)
+        parts = self._parts[i]
+        if len(parts) == 1:
+            (k, _, _), = parts
+            (h,) = self._kv.pushpull_async(k, g, out=out, priority=-k)
+            return ([h], g)
+        flat, flat_out = g.view(-1), out.view(-1)
+        handles = []
+        for k, a, b in parts:
+            handles += self._kv.pushpull_async(k, flat[a:b], out=flat_out[a:b], priority=-k)
+        return (handles, g)
 
     def synchronize(self) -> None:
         """Pushes what the hooks did not, waits for every push and pull, and
@@ -414,8 +448,9 @@ class KVStoreOptimizer(_HookedOptimizer):
         the new weights in the parameters (update on the servers)."""
         self._start_missing()
         n = self._kv.num_workers
-        for i, (h, g) in sorted(self._pending.items()):
-            h.wait()
+        for i, (handles, g) in sorted(self._pending.items()):
+            for h in handles:
+                h.wait()
             p = self._named[i][1]
             with torch.no_grad():
                 if self._server_side:

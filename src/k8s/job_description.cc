@@ -308,6 +308,14 @@ void ParsePods(const json& doc, JobDescription& d) {
     throw InvalidArgument(
         "server_resources is for strategy 'parameter-server' (collectives have no servers)");
   }
+  d.node_selector =
+      ParseStringMap(GetObject(doc, "node_selector", "node_selector"), "node_selector");
+  d.server_node_selector = ParseStringMap(
+      GetObject(doc, "server_node_selector", "server_node_selector"), "server_node_selector");
+  if (d.strategy == Strategy::kCollectives && doc.contains("server_node_selector")) {
+    throw InvalidArgument(
+        "server_node_selector is for strategy 'parameter-server' (collectives have no servers)");
+  }
   d.gpu_resource = GetString(doc, "gpu_resource", d.gpu_resource, "gpu_resource");
   if (d.gpu_resource.empty() || d.gpu_resource.find('/') == std::string::npos) {
     throw InvalidArgument(fmt::format(
@@ -440,6 +448,8 @@ JobDescription ParseJobDescription(const json& doc) {
                     "port",
                     "resources",
                     "server_resources",
+                    "node_selector",
+                    "server_node_selector",
                     "gpu_resource",
                     "shm_size",
                     "host_network",

@@ -56,6 +56,11 @@ struct JobDescription {
   int port = 0;  ///< the rendezvous port (0 until defaulted)
   Resources worker_resources;
   Resources server_resources;  ///< servers and the scheduler
+  /// The workers' pods' nodeSelector (e.g. {"pool": "gpu"}); empty: none.
+  std::map<std::string, std::string> node_selector;
+  /// The servers' and the scheduler's nodeSelector (parameter server only),
+  /// e.g. {"pool": "cpu"} to run the servers on CPU nodes; empty: none.
+  std::map<std::string, std::string> server_node_selector;
   std::string gpu_resource = "nvidia.com/gpu";
   std::string shm_size = "1Gi";  ///< /dev/shm size; empty: no memory-backed /dev/shm
   bool host_network = false;

@@ -152,6 +152,8 @@ json PodTemplate(const JobDescription& d, Role role, json spec, const std::strin
   }
   if (!pod_group.empty()) annotations["scheduling.k8s.io/group-name"] = pod_group;
   if (!annotations.empty()) metadata["annotations"] = annotations;
+  const auto& selector = role == Role::kWorker ? d.node_selector : d.server_node_selector;
+  if (!selector.empty()) spec["nodeSelector"] = selector;
   return {{"metadata", metadata}, {"spec", std::move(spec)}};
 }
 

@@ -75,7 +75,9 @@ json Container(const JobDescription& d, const ContainerOptions& options);
 json PodSpec(const JobDescription& d, json containers, const std::string& restart_policy);
 
 /// A pod template: metadata (labels of `role`, metrics annotations, the
-/// Volcano group name when `pod_group` is not empty) and `spec`.
+/// Volcano group name when `pod_group` is not empty) and `spec`, with the
+/// nodeSelector of `role` (node_selector for workers, server_node_selector
+/// for the servers and the scheduler) when one is given.
 json PodTemplate(const JobDescription& d, Role role, json spec, const std::string& pod_group = "");
 
 /// The Secret holding TANDEM_SECRET under the description's key.

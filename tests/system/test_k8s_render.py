@@ -34,6 +34,8 @@ PS_JOB = {
     "servers": 2,
     "resources": {"cpu": "4", "memory": "8Gi", "gpus": 1},
     "server_resources": {"cpu": "2", "memory": "4Gi"},
+    "node_selector": {"pool": "gpu"},
+    "server_node_selector": {"pool": "cpu"},
     "shm_size": "2Gi",
     "checkpoint": {"claim": "mnist-checkpoints", "mount_path": "/checkpoints"},
     "metrics_port": 9100,
@@ -47,6 +49,7 @@ COLLECTIVES_JOB = {
     "image": "registry.example.com/tandem:0.1.0",
     "command": ["python3", "/opt/tandem/examples/pytorch_ddp/train.py"],
     "workers": 3,
+    "node_selector": {"pool": "gpu"},
     "host_network": True,
     "secret": {"name": "shared-tandem-secret", "key": "secret"},
 }

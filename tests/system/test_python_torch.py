@@ -22,14 +22,22 @@ OVERLAP = re.compile(r"\[worker (\d+)\] torch_worker: overlapped=\[([\d, ]+)\] o
 
 @pytest.mark.parametrize("mode,workers,servers", [("allreduce", 2, 0), ("allreduce", 4, 0),
                                                   ("ps-worker-update", 2, 1),
+                                                  ("ps-partitioned", 3, 2),
                                                   ("ps-server-update", 3, 2)])
 def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mode, workers,
                                                      servers):
+    """ps-partitioned: KVStoreOptimizer(partition_bytes=192), so the 16 x 16
+    layer travels as 5 keys and the 10 x 16 one as 3, cut over 2 servers
+    (MXNET_KVSTORE_BIGARRAY_BOUND=20) in the balanced placement."""
     steps = 5
     extra = ["--no-scheduler"] if servers == 0 else []
-    result = launch(workers, servers, worker("torch_worker.py") +
-                    ["--mode", mode, "--steps", str(steps)], extra_args=extra,
-                    launcher_env=python_env(tandem_bin_dir), timeout=240)
+    args = ["--mode", mode, "--steps", str(steps)]
+    env = {}
+    if mode == "ps-partitioned":
+        args = ["--mode", "ps-worker-update", "--steps", str(steps), "--partition-bytes", "192"]
+        env = {"MXNET_KVSTORE_BIGARRAY_BOUND": "20", "TANDEM_KV_PLACEMENT": "balanced"}
+    result = launch(workers, servers, worker("torch_worker.py") + args, extra_args=extra,
+                    env=env, launcher_env=python_env(tandem_bin_dir), timeout=240)
     assert result.returncode == 0, result.job.describe()
     done = DONE.findall(result.output)
     assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
@@ -40,6 +48,9 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mod
     assert len({d[5] for d in done}) == 1, done
     starts = START.findall(result.output)
     assert len(starts) == workers and len({s[1] for s in starts}) == 1, starts
+    if mode == "ps-partitioned":
+        keys = re.findall(r"torch_worker: keys=(\d+)", result.output)
+        assert keys == ["12"] * workers, keys  # 3 + 1 + 5 + 1 + 1 + 1
     # Every gradient's communication started inside backward(), every step.
     for tag, counts, params in OVERLAP.findall(result.output):
         assert [int(c) for c in counts.split(",")] == [int(params)] * steps, (tag, counts)

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -155,6 +157,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "unknown field 'resources.gpu'"},
         BadField{"ServerResourcesCollectives", R"({"server_resources": {"cpu": "1"}})", false,
                  "server_resources is for strategy 'parameter-server'"},
+        BadField{"ServerSelectorCollectives", R"({"server_node_selector": {"pool": "cpu"}})", false,
+                 "server_node_selector is for strategy 'parameter-server'"},
+        BadField{"NodeSelectorValue", R"({"node_selector": {"pool": 1}})", false,
+                 "node_selector.pool must be a string, got 1"},
+        BadField{"ServerSelectorValue", R"({"server_node_selector": {"pool": true}})", true,
+                 "server_node_selector.pool must be a string, got true"},
         BadField{"ServerCpu", R"({"server_resources": {"cpu": "x"}})", true,
                  "server_resources.cpu must be a Kubernetes quantity"},
         BadField{"GpuResource", R"({"gpu_resource": "gpu"})", false,
@@ -553,6 +561,51 @@ TEST(K8sKinds, ResourcesShmCheckpointAndMetrics) {
   EXPECT_EQ(volumes[1]["persistentVolumeClaim"]["claimName"], "ckpt");
   EXPECT_EQ(c["volumeMounts"][0]["mountPath"], "/dev/shm");
   EXPECT_EQ(c["volumeMounts"][1]["mountPath"], "/checkpoints");
+}
+
+// (kind): the servers and the scheduler on the CPU pool, the workers on the
+// GPU pool, through every kind that runs a parameter server.
+class K8sNodeSelector : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(K8sNodeSelector, ServersOnCpuNodesWorkersOnGpuNodes) {
+  json doc = PsJob();
+  doc["node_selector"] = {{"pool", "gpu"}};
+  doc["server_node_selector"] = {{"pool", "cpu"}, {"zone", "a"}};
+  int seen = 0;
+  for (const auto& o : Render(ParseJobDescription(doc), GetParam(), "x")) {
+    std::vector<json> templates;
+    std::function<void(const json&)> walk = [&](const json& node) {
+      if (node.is_object()) {
+        if (node.contains("spec") && node["spec"].is_object() &&
+            node["spec"].contains("containers")) {
+          templates.push_back(node);
+          return;
+        }
+        for (const auto& [key, value] : node.items()) walk(value);
+      } else if (node.is_array()) {
+        for (const auto& v : node) walk(v);
+      }
+    };
+    walk(o);
+    for (const json& t : templates) {
+      const std::string role = t["metadata"]["labels"]["tandem.io/role"];
+      const json want =
+          role == "worker" ? json({{"pool", "gpu"}}) : json({{"pool", "cpu"}, {"zone", "a"}});
+      EXPECT_EQ(t["spec"]["nodeSelector"], want) << role;
+      ++seen;
+    }
+  }
+  EXPECT_GE(seen, 3);  // scheduler, server, worker
+}
+
+INSTANTIATE_TEST_SUITE_P(ParameterServerKinds, K8sNodeSelector,
+                         ::testing::Values(Kind::kMXJob, Kind::kIndexedJob, Kind::kJobSet,
+                                           Kind::kVolcanoJob, Kind::kTFJob));
+
+TEST(K8sKinds, NoNodeSelectorUnlessGiven) {
+  for (const auto& o : Render(ParseJobDescription(PsJob()), Kind::kMXJob, "x")) {
+    EXPECT_EQ(o.dump().find("nodeSelector"), std::string::npos);
+  }
 }
 
 TEST(K8sKinds, NoShmWhenSizeIsEmpty) {

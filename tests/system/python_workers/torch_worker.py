@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--compression", default="none")
     ap.add_argument("--error-feedback", action="store_true")
     ap.add_argument("--powersgd-rank", type=int, default=1)
+    ap.add_argument("--partition-bytes", type=int)
     ap.add_argument("--powersgd-start", type=int, default=0)
     ap.add_argument("--powersgd-min-rate", type=float, default=2.0)
     args = ap.parse_args()
@@ -122,7 +123,11 @@ def main() -> None:
         model = make_model(seed=rank)
         if args.mode == "ps-worker-update":
             base = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-            opt = tt.KVStoreOptimizer(kv, model.named_parameters(), optimizer=base)
+            kwargs = {}
+            if args.partition_bytes is not None:
+                kwargs["partition_bytes"] = args.partition_bytes
+            opt = tt.KVStoreOptimizer(kv, model.named_parameters(), optimizer=base, **kwargs)
+            print(f"torch_worker: keys={opt.num_keys}", flush=True)
             reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
         else:
             # The servers' SGD without momentum: w -= lr * rescale_grad * sum.
