@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
+#include <vector>
 
 #include "collective_job.h"
 
@@ -108,46 +110,67 @@ Expect Reference(Reduction op, DType dtype, const std::vector<Buffer>& inputs, i
 
 class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
 
+// One dtype x reduction x size: every rank's input and the expected result,
+// computed once per job (not once per rank: under the sanitizers that was
+// most of the suite's time).
+struct Case {
+  DType dtype;
+  Reduction op;
+  int64_t count;
+  std::vector<Buffer> inputs;  // by rank
+  std::vector<Expect> expected;
+};
+
+std::vector<Case> AllCases(int n) {
+  std::vector<Case> cases;
+  for (DType dtype : kDTypes) {
+    for (Reduction op : kOps) {
+      for (int64_t count : kCounts) {
+        Case c{dtype, op, count, {}, {}};
+        for (int r = 0; r < n; ++r) {
+          c.inputs.emplace_back(dtype, count);
+          for (int64_t i = 0; i < count; ++i) c.inputs.back().Set(i, Input(op, dtype, r, i));
+        }
+        for (int64_t i = 0; i < count; ++i) c.expected.push_back(Reference(op, dtype, c.inputs, i));
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  return cases;
+}
+
 TEST_P(AllReduceTest, EveryDTypeOpAndSizeMatchesTheReference) {
   const auto [n, algorithm] = GetParam();
+  const std::vector<Case> cases = AllCases(n);
   CollectiveJob job(n);
   job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     Communicator& world = s.World();
     ASSERT_EQ(world.rank(), rank);
     ASSERT_EQ(world.size(), n);
     int round = 0;
-    for (DType dtype : kDTypes) {
-      for (Reduction op : kOps) {
-        for (int64_t count : kCounts) {
-          std::vector<Buffer> inputs;
-          for (int r = 0; r < n; ++r) {
-            inputs.emplace_back(dtype, count);
-            for (int64_t i = 0; i < count; ++i) inputs.back().Set(i, Input(op, dtype, r, i));
-          }
-          Buffer in = inputs[static_cast<size_t>(rank)];
-          Buffer out(dtype, count);
-          const bool in_place = (round++ % 2) == 0;
-          ReduceOptions o;
-          o.op = op;
-          o.algorithm = algorithm;
-          o.name = fmt::format("{}/{}/{}", base::DTypeName(dtype), ReductionName(op), count);
-          world.AllReduce(in.view(), in_place ? in.view() : out.view(), o);
-          const Buffer& got = in_place ? in : out;
-          for (int64_t i = 0; i < count; ++i) {
-            Expect e = Reference(op, dtype, inputs, i);
-            const double g = got.Get(i);
-            if (std::fabs(g - e.value) > e.tolerance) {
-              ADD_FAILURE() << o.name << (in_place ? " in place" : " out of place") << " rank "
-                            << rank << " element " << i << ": got " << g << ", expected " << e.value
-                            << " within " << e.tolerance;
-              break;
-            }
-          }
-          if (!in_place) {
-            // Out of place leaves the input alone.
-            ASSERT_EQ(in.bytes, inputs[static_cast<size_t>(rank)].bytes) << o.name;
-          }
+    for (const Case& c : cases) {
+      Buffer in = c.inputs[static_cast<size_t>(rank)];
+      Buffer out(c.dtype, c.count);
+      const bool in_place = (round++ % 2) == 0;
+      ReduceOptions o;
+      o.op = c.op;
+      o.algorithm = algorithm;
+      o.name = fmt::format("{}/{}/{}", base::DTypeName(c.dtype), ReductionName(c.op), c.count);
+      world.AllReduce(in.view(), in_place ? in.view() : out.view(), o);
+      const Buffer& got = in_place ? in : out;
+      for (int64_t i = 0; i < c.count; ++i) {
+        const Expect& e = c.expected[static_cast<size_t>(i)];
+        const double g = got.Get(i);
+        if (std::fabs(g - e.value) > e.tolerance) {
+          ADD_FAILURE() << o.name << (in_place ? " in place" : " out of place") << " rank " << rank
+                        << " element " << i << ": got " << g << ", expected " << e.value
+                        << " within " << e.tolerance;
+          break;
         }
+      }
+      if (!in_place) {
+        // Out of place leaves the input alone.
+        ASSERT_EQ(in.bytes, c.inputs[static_cast<size_t>(rank)].bytes) << o.name;
       }
     }
   });
