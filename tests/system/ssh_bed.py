@@ -125,8 +125,19 @@ def start_launch(sb: SshBed, tandem_bin_dir: Path, hostfile: str, extra: list[st
     proc = sb.bed.popen(1, argv, env=base, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                         text=True, cwd=str(sb.dir))
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True).start()
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    proc.reader = reader  # wait_launch joins it
     return proc, lines
+
+
+def wait_launch(proc: subprocess.Popen, timeout: float) -> int:
+    """Waits for a launcher of start_launch and then for its output's end, so
+    that the lines hold everything it wrote (its last lines can still be in
+    the pipe when it exits); returns its exit code."""
+    code = proc.wait(timeout=timeout)
+    proc.reader.join(timeout=10)
+    return code
 
 
 def wait_for(lines: list[str], pattern: re.Pattern, count: int, timeout: float) -> list[re.Match]:

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from ssh_bed import assert_nothing_left, sshbed, start_launch, wait_for  # noqa: F401 - a fixture
+from ssh_bed import (  # noqa: F401 - sshbed is a fixture
+    assert_nothing_left, sshbed, start_launch, wait_for, wait_launch)
 from test_kvstore_launch import LINE, SERVERS, WORKERS, check_sync_scenario
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
@@ -31,7 +32,7 @@ HOST_OF = re.compile(r"\[rank-exec\] (scheduler|server \d+|worker \d+) on (h\d) 
 
 
 def finish(proc, lines, timeout: float) -> tuple[int, str]:
-    code = proc.wait(timeout=timeout)
+    code = wait_launch(proc, timeout)
     time.sleep(0.2)  # the reader thread takes the last lines
     return code, "".join(lines)
 

@@ -16,7 +16,8 @@ import re
 import signal
 import time
 
-from ssh_bed import assert_nothing_left, sshbed, start_launch, wait_for  # noqa: F401 - a fixture
+from ssh_bed import (  # noqa: F401 - sshbed is a fixture
+    assert_nothing_left, sshbed, start_launch, wait_for, wait_launch)
 
 DONE = re.compile(r"\[(scheduler|server \d+|worker \d+)\] cluster_check: done role=(\w+) "
                   r"rank=(\d+) workers=(\d+) servers=(\d+)")
@@ -30,7 +31,7 @@ def test_a_job_across_three_hosts_completes(sshbed, tandem_bin_dir):
     proc, lines = start_launch(sshbed, tandem_bin_dir, HOSTFILE, ["-n", "4", "-s", "2"],
                                [str(tandem_bin_dir / "cluster_check"), "--serve-roles",
                                 "--barriers", "30"])
-    assert proc.wait(timeout=120) == 0, "".join(lines)
+    assert wait_launch(proc, 120) == 0, "".join(lines)
     time.sleep(0.2)
     found = [m.groups() for m in (DONE.search(l) for l in lines) if m]
     workers = sorted(int(r) for label, role, r, nw, ns in found if role == "worker")
@@ -58,7 +59,7 @@ def test_kill_9_of_a_remote_worker_fails_the_job_and_leaves_nothing(sshbed, tand
     wait_for(lines, FORMED, 1, 60)
     time.sleep(0.5)
     os.kill(pids["worker 3"], signal.SIGKILL)
-    code = proc.wait(timeout=40)
+    code = wait_launch(proc, 40)
     out = "".join(lines)
     assert code != 0, out
     assert re.search(r"lost worker 3 \(node \d+", out), out
@@ -88,7 +89,7 @@ def test_kill_9_of_the_launcher_stops_every_remote_process(sshbed, tandem_bin_di
 def test_an_unreachable_host_is_diagnosed_before_anything_starts(sshbed, tandem_bin_dir):
     proc, lines = start_launch(sshbed, tandem_bin_dir, "h1\nnosuchhost\n", ["-n", "2", "-s", "0"],
                                [str(tandem_bin_dir / "cluster_check")])
-    code = proc.wait(timeout=60)
+    code = wait_launch(proc, 60)
     out = "".join(lines)
     assert code != 0, out
     assert "nosuchhost: ssh failed" in out, out
@@ -106,7 +107,7 @@ def test_timeline_of_every_remote_process_is_merged(sshbed, tandem_bin_dir):
                                ["-n", "3", "--no-scheduler", "--env",
                                 f"TANDEM_TIMELINE={trace}"],
                                [str(tandem_bin_dir / "collective_check"), "--steady", "5"])
-    assert proc.wait(timeout=120) == 0, "".join(lines)
+    assert wait_launch(proc, 120) == 0, "".join(lines)
     time.sleep(0.2)
     out = "".join(lines)
     assert "[launcher] timeline: merged 3 of 3 processes" in out and f"into {trace}" in out, out
@@ -121,7 +122,7 @@ def test_max_restarts_restarts_every_process_on_every_host(sshbed, tandem_bin_di
         ["-n", "2", "-s", "1", "--command-runs-all-roles", "--teardown-grace", "4",
          "--max-restarts", "2", "--restart-delay", "0.2"],
         [str(tandem_bin_dir / "restart_check"), "--fail-rank", "1", "--fail-until", "1"])
-    code = proc.wait(timeout=90)
+    code = wait_launch(proc, 90)
     time.sleep(0.2)  # the reader thread takes the last lines
     out = "".join(lines)
     assert code == 0, out
