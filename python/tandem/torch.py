@@ -416,11 +416,19 @@ class KVStoreOptimizer(_HookedOptimizer):
             parts = [(key + j, j * size, min(n, (j + 1) * size)) for j in range(pieces)]
             key += pieces
             self._parts.append(parts)
-            flat = p.data.view(-1)
-            for k, a, b in parts:
-                kvstore.init(k, flat[a:b] if pieces > 1 else p.data)
-                kvstore.pull(k, out=flat[a:b] if pieces > 1 else p.data)
+            for k, view in self._views(len(self._parts) - 1, p.data):
+                kvstore.init(k, view)
+                kvstore.pull(k, out=view)
             self._weights.append(torch.empty_like(p.data) if self._server_side else None)
+
+    def _views(self, i: int, t: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+        """(key, view of t) for each part of parameter i: t itself when the
+        parameter is one key, else slices of its flattened elements."""
+        parts = self._parts[i]
+        if len(parts) == 1:
+            return [(parts[0][0], t)]
+        flat = t.view(-1)
+        return [(k, flat[a:b]) for k, a, b in parts]
 
     @property
     def num_keys(self) -> int:
@@ -431,15 +439,9 @@ class KVStoreOptimizer(_HookedOptimizer):
     def _start(self, i: int, name: str, p: torch.Tensor):
         g = _contiguous_grad(p)
         out = self._weights[i] if self._server_side else g
-        parts = self._parts[i]
-        if len(parts) == 1:
-            (k, _, _), = parts
-            (h,) = self._kv.pushpull_async(k, g, out=out, priority=-k)
-            return ([h], g)
-        flat, flat_out = g.view(-1), out.view(-1)
         handles = []
-        for k, a, b in parts:
-            handles += self._kv.pushpull_async(k, flat[a:b], out=flat_out[a:b], priority=-k)
+        for (k, grad), (_, dest) in zip(self._views(i, g), self._views(i, out)):
+            handles += self._kv.pushpull_async(k, grad, out=dest, priority=-k)
         return (handles, g)
 
     def synchronize(self) -> None:

@@ -33,24 +33,27 @@ void CheckShares(uint64_t key, int num_servers, std::span<const double> shares) 
   }
 }
 
-// The end of unit range i of `units` cut into `servers` parts: MXNet's
-// round(units / S * (i + 1)) for equal shares, else round(units * c / T).
-uint64_t CutEnd(uint64_t units, uint64_t i, uint64_t servers, std::span<const double> shares,
-                double& cumulative, double total) {
-  if (i + 1 == servers) return units;  // no rounding loss at the end
-  if (shares.empty()) {
-    const double per = static_cast<double>(units) / static_cast<double>(servers);
-    return static_cast<uint64_t>(std::round(per * static_cast<double>(i + 1)));
-  }
-  cumulative += shares[i];
-  return std::min(
-      units, static_cast<uint64_t>(std::round(static_cast<double>(units) * cumulative / total)));
-}
-
-double Total(std::span<const double> shares) {
+// The ends of the `servers` consecutive parts of `units`: MXNet's
+// round(units / S * (i + 1)) for equal shares, else round(units * c / T)
+// with c the shares of parts 0..i and T their total; the last ends at
+// `units` (no rounding loss).
+std::vector<uint64_t> CutEnds(uint64_t units, uint64_t servers, std::span<const double> shares) {
   double total = 0;
-  for (double s : shares) total += s;
-  return total;
+  for (double share : shares) total += share;
+  std::vector<uint64_t> ends;
+  double cumulative = 0;
+  for (uint64_t i = 0; i + 1 < servers; ++i) {
+    if (shares.empty()) {
+      const double per = static_cast<double>(units) / static_cast<double>(servers);
+      ends.push_back(static_cast<uint64_t>(std::round(per * static_cast<double>(i + 1))));
+    } else {
+      cumulative += shares[i];
+      ends.push_back(std::min(units, static_cast<uint64_t>(std::round(static_cast<double>(units) *
+                                                                      cumulative / total))));
+    }
+  }
+  ends.push_back(units);
+  return ends;
 }
 
 // The server of a key below the bound: MXNet's hash over the servers with
@@ -84,12 +87,11 @@ std::vector<KeySlice> PlaceKey(uint64_t key, uint64_t elements, uint64_t row_len
     return {KeySlice{SmallKeyServer(key, num_servers, shares), 0, elements}};
   }
   const uint64_t rows = elements / row_length;
-  const double total = Total(shares);
-  double cumulative = 0;
+  const std::vector<uint64_t> ends = CutEnds(rows, servers, shares);
   std::vector<KeySlice> out;
   uint64_t begin = 0;
   for (uint64_t i = 0; i < servers; ++i) {
-    const uint64_t end = std::max(begin, CutEnd(rows, i, servers, shares, cumulative, total));
+    const uint64_t end = std::max(begin, ends[i]);
     if (end > begin) {
       out.push_back({static_cast<int>(i), begin * row_length, (end - begin) * row_length});
     }
@@ -110,12 +112,11 @@ std::vector<KeySlice> PlaceCompressedKey(uint64_t key, uint64_t elements, uint64
   CheckShares(key, num_servers, shares);
   const auto servers = static_cast<uint64_t>(num_servers);
   const uint64_t words = (elements + values_per_word - 1) / values_per_word;
-  const double total = Total(shares);
-  double cumulative = 0;
+  const std::vector<uint64_t> ends = CutEnds(words, servers, shares);
   std::vector<KeySlice> out;
   uint64_t begin = 0;
   for (uint64_t i = 0; i < servers; ++i) {
-    const uint64_t end_word = CutEnd(words, i, servers, shares, cumulative, total);
+    const uint64_t end_word = ends[i];
     uint64_t end = i + 1 == servers ? elements : std::min(elements, end_word * values_per_word);
     if (end > begin) out.push_back({static_cast<int>(i), begin, end - begin});
     begin = std::max(begin, end);
