@@ -14,6 +14,20 @@
 
 #include "tandem/error.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define TANDEM_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TANDEM_UNDER_TSAN 1
+#endif
+#endif
+#ifndef TANDEM_UNDER_TSAN
+#define TANDEM_UNDER_TSAN 0
+#endif
+#if TANDEM_UNDER_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 namespace tandem::collective {
 
 namespace {
@@ -52,6 +66,36 @@ struct RecordHeader {
 };
 static_assert(sizeof(RecordHeader) == kRecordHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+#if TANDEM_UNDER_TSAN
+// The word that stands for ring `rank` of the region tagged `cookie`.
+void* RingSyncWord(uint64_t cookie, size_t rank) {
+  static std::byte words[1024];
+  return &words[(cookie ^ (rank * 0x9E3779B97F4A7C15ull)) % sizeof words];
+}
+#endif
+
+// ThreadSanitizer and the rings' ordering. A ring's writer publishes its
+// head with a release store and the reader loads it with acquire; that
+// orders everything the writer did before (such as reading a user buffer
+// into a record) before everything the reader does after (such as a reply
+// that lets the writer's buffer be overwritten). Where TSan runs, every
+// rank is a thread of one test process, and the owner and each peer map
+// the region at different addresses, so TSan cannot pair the two halves
+// and reports the buffers this ordering protects. Under TSan both sides
+// therefore also release and acquire a word of this process that stands
+// for the ring (two rings sharing a word only add orderings).
+void TsanRelease([[maybe_unused]] uint64_t cookie, [[maybe_unused]] size_t rank) {
+#if TANDEM_UNDER_TSAN
+  __tsan_release(RingSyncWord(cookie, rank));
+#endif
+}
+
+void TsanAcquire([[maybe_unused]] uint64_t cookie, [[maybe_unused]] size_t rank) {
+#if TANDEM_UNDER_TSAN
+  __tsan_acquire(RingSyncWord(cookie, rank));
+#endif
+}
 
 size_t RegionBytes(size_t rings, size_t ring_bytes) {
   return kRegionHeaderBytes + rings * (kControlBytes + ring_bytes);
@@ -166,7 +210,7 @@ ParsedMailboxRecord ParseMailboxRecord(std::span<const std::byte> published, siz
 }
 
 MailboxRegion::MailboxRegion(int rings, size_t ring_bytes, uint64_t cookie)
-    : rings_(rings), ring_bytes_(ring_bytes) {
+    : cookie_(cookie), rings_(rings), ring_bytes_(ring_bytes) {
   if (rings < 1 || ring_bytes < 4096 || ring_bytes % 64 != 0) {
     throw InvalidArgument(
         fmt::format("mailbox of {} rings of {} bytes: need at least one ring of a multiple of 64 "
@@ -212,6 +256,7 @@ size_t MailboxRegion::Drain(int sender, const std::function<void(const MailboxRe
   for (;;) {
     const uint64_t head = head_word.load(std::memory_order_acquire);
     if (head == tail) return delivered;
+    TsanAcquire(cookie_, r);
     if (head - tail > ring_bytes_) {
       throw ProtocolError(
           fmt::format("mailbox ring of worker rank {}: {} bytes published, more than the ring's {}",
@@ -245,7 +290,7 @@ void MailboxRegion::Prefault(int sender) {
 }
 
 MailboxLink::MailboxLink(int32_t pid, int32_t fd, uint64_t cookie, int self_rank)
-    : self_rank_(self_rank) {
+    : cookie_(cookie), self_rank_(self_rank) {
   const std::string path = fmt::format("/proc/{}/fd/{}", pid, fd);
   base::UniqueFd file(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!file) throw IoError(fmt::format("opening the mailbox {}: {}", path, std::strerror(errno)));
@@ -320,6 +365,7 @@ bool MailboxLink::TryWrite(uint16_t type, const MessageKey& key, std::span<const
       at = 0;
     }
     WriteMailboxRecord(data + at, MailboxRecord{type, key, address, length, payload});
+    TsanRelease(cookie_, r);
     head_word.store(head + pad + need, std::memory_order_release);
   }
   if (ring) doorbell_->Ring();

@@ -100,6 +100,7 @@ class MailboxRegion {
 
  private:
   base::UniqueFd fd_;
+  uint64_t cookie_ = 0;
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
   int rings_ = 0;
@@ -132,6 +133,7 @@ class MailboxLink {
 
  private:
   std::mutex mu_;  // one writer at a time into the ring
+  uint64_t cookie_ = 0;
   std::byte* base_ = nullptr;
   size_t bytes_ = 0;
   size_t ring_bytes_ = 0;

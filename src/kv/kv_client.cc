@@ -12,8 +12,9 @@ namespace tandem::kv {
 
 KvClient::Options KvClient::Options::FromEnvironment(const base::Environment& env) {
   Options o;
-  o.inflight_bytes = static_cast<uint64_t>(
-      env.GetInt("TANDEM_KV_INFLIGHT_BYTES", static_cast<int64_t>(o.inflight_bytes), 1));
+  o.inflight_bytes = static_cast<uint64_t>(env.GetInt("TANDEM_KV_INFLIGHT_BYTES",
+                                                      static_cast<int64_t>(o.inflight_bytes),
+                                                      static_cast<int64_t>(kMinInflightBytes)));
   o.timeout = env.GetSeconds("TANDEM_KV_TIMEOUT", o.timeout);
   return o;
 }
@@ -39,7 +40,11 @@ KvClient::KvClient(const cluster::NodeServices& services, Options options)
                services.timeline),
       outstanding_(services.stats.GetGauge(
           "tandem_kv_requests_outstanding",
-          "Requests of this worker queued for or awaiting a server's reply.")) {
+          "Requests of this worker queued for or awaiting a server's reply.")),
+      window_bytes_(services.stats.GetGauge(
+          "tandem_kv_window_bytes",
+          "Bytes this worker's windows count toward the servers, all servers together "
+          "(TANDEM_KV_INFLIGHT_BYTES bounds each).")) {
   services_.dispatcher.Register(kvmsg::kFirst, kvmsg::kLast, this);
   services_.membership.AddFailureListener(
       [this](const std::string&, const std::exception_ptr& error) { FailAll(error); });
@@ -112,10 +117,11 @@ void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<Client
       p.seq = next_seq_++;
       p.request_id = id;
       p.submitted = services_.clock.Now();
-      for (auto s : r.payload) p.bytes += s.size();
-      p.bytes += r.destination.size();
-      // At least what the server books for it (request_window.h).
-      p.bytes += net::kHeaderSize + r.meta.size();
+      // At least what the server books for it (request_window.h), and the
+      // reply's destination.
+      for (auto s : r.payload) p.wire_bytes += s.size();
+      p.wire_bytes += net::kHeaderSize + r.meta.size();
+      p.bytes = p.wire_bytes + r.destination.size();
       ServerState& s = servers_[static_cast<size_t>(server)];
       auto& fifo = s.by_key[r.key];
       fifo.push_back(id);
@@ -131,6 +137,12 @@ void KvClient::Submit(const std::shared_ptr<KvOperation>& op, std::vector<Client
     }
   }
   for (auto& [server, msgs] : to_send) SendAll(std::move(msgs), server);
+}
+
+void KvClient::AddInflight(ServerState& s, int64_t delta) {
+  s.inflight = static_cast<uint64_t>(static_cast<int64_t>(s.inflight) + delta);
+  window_total_ = static_cast<uint64_t>(static_cast<int64_t>(window_total_) + delta);
+  window_bytes_.Set(static_cast<double>(window_total_));
 }
 
 std::vector<net::OutgoingMessage> KvClient::TakeSendable(int server) {
@@ -151,7 +163,8 @@ std::vector<net::OutgoingMessage> KvClient::TakeSendable(int server) {
       s.ready.emplace(next.request.priority, -static_cast<int64_t>(next.seq), fifo.front());
     }
     p.sent = true;
-    s.inflight += p.bytes;
+    p.counted = p.bytes;
+    AddInflight(s, static_cast<int64_t>(p.counted));
     net::OutgoingMessage m;
     m.header.type = p.request.type;
     m.header.sender = self_id_;
@@ -193,7 +206,10 @@ void KvClient::SendAll(std::vector<net::OutgoingMessage> msgs, int server) {
 
 std::span<std::byte> KvClient::PayloadDestination(net::ConnectionId, const net::Header& h,
                                                   const std::string&) {
-  if ((h.flags & net::flags::kResponse) == 0 || (h.flags & net::flags::kError) != 0) return {};
+  if ((h.flags & net::flags::kResponse) == 0 || (h.flags & net::flags::kError) != 0 ||
+      h.type == kvmsg::kReceipt) {
+    return {};
+  }
   std::lock_guard lock(mu_);
   auto it = pending_.find(h.request_id);
   if (it == pending_.end()) return {};
@@ -208,6 +224,10 @@ void KvClient::OnMessage(net::ConnectionId id, net::Message&& msg) {
   if ((h.flags & net::flags::kResponse) == 0) {
     services_.log.Warn("dropped {} from node {}: a worker serves no requests",
                        KvMessageName(h.type), h.sender);
+    return;
+  }
+  if (h.type == kvmsg::kReceipt) {
+    OnReceipt(msg);
     return;
   }
   std::span<std::byte> destination;
@@ -242,6 +262,35 @@ void KvClient::OnMessage(net::ConnectionId id, net::Message&& msg) {
   Finish(h.request_id, error);
 }
 
+void KvClient::OnReceipt(const net::Message& msg) {
+  Receipt receipt;
+  try {
+    receipt = Receipt::Decode(msg.meta);
+  } catch (const ProtocolError&) {
+    // The request's answer is still due; failing it here would free its
+    // memory while the server may still send into it.
+    services_.log.Warn("dropped an undecodable receipt from node {} for request {}",
+                       msg.header.sender, msg.header.request_id);
+    return;
+  }
+  std::vector<net::OutgoingMessage> next;
+  int server = -1;
+  {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(msg.header.request_id);
+    if (it == pending_.end() || !it->second.sent) return;  // its call already ended
+    Pending& p = it->second;
+    server = p.request.server;
+    const uint64_t held = receipt.state == Receipt::State::kMerged ? 0 : p.wire_bytes;
+    if (held >= p.counted) return;
+    ServerState& s = servers_[static_cast<size_t>(server)];
+    AddInflight(s, -static_cast<int64_t>(p.counted - held));
+    p.counted = held;
+    if (!s.lost && !failure_) next = TakeSendable(server);
+  }
+  if (!next.empty()) SendAll(std::move(next), server);
+}
+
 void KvClient::Finish(uint64_t request_id, std::exception_ptr error) {
   std::shared_ptr<KvOperation> op;
   int server = -1;
@@ -261,7 +310,7 @@ void KvClient::Finish(uint64_t request_id, std::exception_ptr error) {
     bytes = it->second.bytes;
     submitted = it->second.submitted;
     ServerState& s = servers_[static_cast<size_t>(server)];
-    if (it->second.sent) s.inflight -= it->second.bytes;
+    AddInflight(s, -static_cast<int64_t>(it->second.counted));
     pending_.erase(it);
     outstanding_.Set(static_cast<double>(pending_.size()));
     if (!s.lost && !failure_) next = TakeSendable(server);

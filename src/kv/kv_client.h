@@ -8,7 +8,8 @@
 //
 // Priorities: requests wait in a per-server queue ordered by priority (then
 // issue order) and go out while fewer than TANDEM_KV_INFLIGHT_BYTES are in
-// flight to that server (at least one request always is). Requests of one
+// flight to that server (at least one request always is); a server's
+// receipt takes a merged push out of the count before its round ends. Requests of one
 // key to one server keep their issue order whatever their priorities, so a
 // pull never overtakes the push before it. Servers are independent, so the
 // slices of a big key go out in parallel.
@@ -56,10 +57,11 @@ struct ClientRequest {
 class KvClient final : public net::TransportHandler {
  public:
   struct Options {
-    /// TANDEM_KV_INFLIGHT_BYTES: per server, bytes of unanswered requests
-    /// (header, metadata, payload and the reply's destination); the next
-    /// request is sent only while below it, as the server requires
-    /// (request_window.h).
+    /// TANDEM_KV_INFLIGHT_BYTES (at least kMinInflightBytes from the
+    /// environment): per server, bytes of sent requests not yet merged or
+    /// answered (header, metadata, payload and the reply's destination;
+    /// a parked request only its own bytes); the next request is sent only
+    /// while below it, as the server requires (request_window.h).
     uint64_t inflight_bytes = kDefaultInflightBytes;
     /// TANDEM_KV_TIMEOUT (seconds): the default wait of a handle.
     std::chrono::milliseconds timeout{std::chrono::seconds(600)};
@@ -95,7 +97,9 @@ class KvClient final : public net::TransportHandler {
     ClientRequest request;
     uint64_t seq = 0;
     uint64_t request_id = 0;
-    uint64_t bytes = 0;          // out + in, for the in-flight window
+    uint64_t bytes = 0;          // out + in, for the latency record
+    uint64_t wire_bytes = 0;     // out only: what the server books for it
+    uint64_t counted = 0;        // what the in-flight window counts now
     bool sent = false;           // handed to the transport
     bool receiving = false;      // the transport writes into destination
     base::SteadyTime submitted;  // for the latency histogram
@@ -111,10 +115,15 @@ class KvClient final : public net::TransportHandler {
     std::optional<std::string> lost;
   };
 
+  // Changes what `s`'s window counts by `delta` bytes. Requires mu_.
+  void AddInflight(ServerState& s, int64_t delta);
   // Moves what fits the window out of `server`'s queue; returns it to send.
   std::vector<net::OutgoingMessage> TakeSendable(int server);  // requires mu_
   void SendAll(std::vector<net::OutgoingMessage> msgs, int server);
   void Finish(uint64_t request_id, std::exception_ptr error);
+  // A kReceipt: the request waits for other workers; the window counts only
+  // what the server still holds for it, and the next requests may go.
+  void OnReceipt(const net::Message& msg);
   void FailServer(int server, const std::string& text);
   // The job's failure, waiting up to two heartbeat intervals for it
   // (Membership::AwaitFailure); null when none came.
@@ -126,7 +135,8 @@ class KvClient final : public net::TransportHandler {
   const Options options_;
   // Request latency, submit to reply, by message type (docs/metrics.md).
   base::OpRecorder latency_;
-  base::Gauge& outstanding_;  // requests queued or awaiting a reply; set under mu_
+  base::Gauge& outstanding_;   // requests queued or awaiting a reply; set under mu_
+  base::Gauge& window_bytes_;  // tandem_kv_window_bytes; set under mu_
   int rank_ = -1;
   int num_workers_ = 0;
   int self_id_ = -1;
@@ -136,6 +146,7 @@ class KvClient final : public net::TransportHandler {
   std::unordered_map<uint64_t, Pending> pending_;  // by request id
   std::map<net::ConnectionId, int> server_of_connection_;
   std::exception_ptr failure_;  // the job's failure
+  uint64_t window_total_ = 0;   // every server's inflight together
   uint64_t next_request_ = 1;
   uint64_t next_seq_ = 1;
 };

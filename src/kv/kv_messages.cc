@@ -44,6 +44,8 @@ std::string KvMessageName(uint16_t type) {
       return "checkpoint-outcome";
     case kvmsg::kCheckpointQuery:
       return "checkpoint-query";
+    case kvmsg::kReceipt:
+      return "receipt";
     default:
       return fmt::format("kv message {}", type);
   }
@@ -237,6 +239,25 @@ CheckpointOutcome CheckpointOutcome::Decode(std::string_view meta) {
   o.found = r.Get<bool>("found");
   o.round = r.Get<uint64_t>("round");
   o.error = r.GetString("error", kMaxText);
+  r.ExpectEnd();
+  return o;
+}
+
+std::string Receipt::Encode() const {
+  base::ByteWriter w;
+  w.Put(static_cast<uint8_t>(state));
+  return w.Take();
+}
+
+Receipt Receipt::Decode(std::string_view meta) {
+  base::ByteReader r(meta, "kv receipt");
+  Receipt o;
+  const auto state = r.Get<uint8_t>("state");
+  if (state > static_cast<uint8_t>(State::kParked)) {
+    throw ProtocolError(
+        fmt::format("kv receipt: state: expected 0 (merged) or 1 (parked), got {}", state));
+  }
+  o.state = static_cast<State>(state);
   r.ExpectEnd();
   return o;
 }

@@ -47,11 +47,15 @@ inline constexpr uint16_t kLoadOptimizerStates = net::msgtype::kKvFirst + 7;
 inline constexpr uint16_t kCheckpoint = net::msgtype::kKvFirst + 8;
 inline constexpr uint16_t kCheckpointOutcome = net::msgtype::kKvFirst + 9;
 inline constexpr uint16_t kCheckpointQuery = net::msgtype::kKvFirst + 10;
+/// The highest request type this version defines; a request of a type in
+/// (kLastDefined, kLast] is answered with an error.
+inline constexpr uint16_t kLastDefined = kCheckpointQuery;
+/// Server to worker only, with flags::kResponse and the request's id: a
+/// dist_sync push or pull is waiting for other workers (Receipt); its
+/// answer follows when the round ends.
+inline constexpr uint16_t kReceipt = net::msgtype::kKvFirst + 11;
 inline constexpr uint16_t kFirst = net::msgtype::kKvFirst;
 inline constexpr uint16_t kLast = net::msgtype::kKvFirst + 63;
-/// The highest type this version defines; anything in (kLastDefined, kLast]
-/// is answered with an error.
-inline constexpr uint16_t kLastDefined = kCheckpointQuery;
 }  // namespace kvmsg
 
 /// "init", "push", ... for error messages; "kv message N" otherwise.
@@ -144,6 +148,23 @@ struct CheckpointOutcome {
   std::string error;  ///< empty when the call succeeded
   std::string Encode() const;
   static CheckpointOutcome Decode(std::string_view meta);
+};
+
+/// kReceipt: what became of a request that waits for other workers
+/// (docs/kvstore.md, "Bounded memory"). The worker's window stops counting
+/// what the server no longer holds for it.
+struct Receipt {
+  enum class State : uint8_t {
+    /// A push merged into its round: the server holds none of its bytes.
+    kMerged = 0,
+    /// A push or pull held until the worker's current round of its key
+    /// ends: the server holds the request, and its answer is not yet due.
+    kParked = 1,
+  };
+  State state = State::kMerged;
+  std::string Encode() const;
+  /// Throws ProtocolError naming an unknown state.
+  static Receipt Decode(std::string_view meta);
 };
 
 /// What kind of failure an error response reports; the worker rethrows it

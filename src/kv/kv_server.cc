@@ -24,8 +24,9 @@ KvServer::Options KvServer::Options::FromEnvironment(const base::Environment& en
       env.GetInt("TANDEM_KV_SERVER_POOL_BYTES", static_cast<int64_t>(o.pool_bytes), 0));
   o.threads =
       static_cast<int>(env.GetInt("TANDEM_KV_SERVER_THREADS", std::min<int64_t>(cores, 8), 1, 256));
-  o.inflight_bytes = static_cast<uint64_t>(
-      env.GetInt("TANDEM_KV_INFLIGHT_BYTES", static_cast<int64_t>(o.inflight_bytes), 1));
+  o.inflight_bytes = static_cast<uint64_t>(env.GetInt("TANDEM_KV_INFLIGHT_BYTES",
+                                                      static_cast<int64_t>(o.inflight_bytes),
+                                                      static_cast<int64_t>(kMinInflightBytes)));
   return o;
 }
 

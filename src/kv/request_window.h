@@ -1,20 +1,22 @@
 // The bound on what one worker may have outstanding at one server
 // (docs/kvstore.md, "Bounded memory"): request bytes, as on the wire
 // (64-byte header, metadata, payload), that a server has received from a
-// connection and not yet answered, whether queued for a shard, merging in
-// an unfinished dist_sync round, or waiting for a later round.
+// connection and still holds: queued for a shard, or parked until the
+// worker's current dist_sync round of the key ends. A push merged into its
+// round leaves the books at once (its bytes live on only in the round's
+// sum) and the worker is told with a receipt (kvmsg::kReceipt).
 //
 // Both ends apply the same rule with the same bound, TANDEM_KV_INFLIGHT_BYTES:
-// the worker's KvClient sends a request only while its unanswered bytes
-// toward that server are below the bound (or none are), counting at least
-// what the server counts; the server answers before the worker learns of
-// the answer, and receives after the worker counted. So what a server holds
+// the worker's KvClient sends a request only while its counted bytes toward
+// that server are below the bound (or none are), counting at least what the
+// server holds; the server releases before the worker learns of it (receipt
+// or answer), and books after the worker counted. So what a server holds
 // for a connection is never more than what that worker counts, and a correct
-// worker is never refused: the bound costs a correct job no deadlock (a
-// worker only ever waits for answers to its own earlier requests, which do
-// not depend on its later ones). A worker that ignores the rule (another
-// implementation, a bug) gets its excess requests refused with an error,
-// and the server's memory stays bounded.
+// worker is never refused. A worker's window never waits on the order in
+// which other workers send: what it counts is on its way to a shard, parked
+// behind its own push of the key, or an answer under way. A worker that
+// ignores the rule (another implementation, a bug) gets its excess requests
+// refused with an error, and the server's memory stays bounded.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,9 @@ namespace tandem::kv {
 
 /// TANDEM_KV_INFLIGHT_BYTES's default: bytes per worker and server.
 inline constexpr uint64_t kDefaultInflightBytes = uint64_t{64} << 20;
+/// TANDEM_KV_INFLIGHT_BYTES's least value: room for some 500 parked pulls
+/// (docs/kvstore.md, "Bounded memory").
+inline constexpr uint64_t kMinInflightBytes = uint64_t{64} << 10;
 
 /// The request bytes a server holds per connection. Thread-safety: any
 /// thread (Admit runs on the transport thread, Release on shard threads);
@@ -45,8 +50,9 @@ class RequestWindow {
   /// held, the request's, the bound and the setting) and books nothing.
   std::string Admit(net::ConnectionId c, uint64_t request_id, uint64_t bytes);
 
-  /// Request `request_id` of `c` is being answered: its bytes leave the
-  /// books. Unknown requests are ignored. Call before sending the reply.
+  /// Request `request_id` of `c` is being answered, or was merged into its
+  /// round: its bytes leave the books. Unknown requests are ignored. Call
+  /// before sending the reply or the receipt.
   void Release(net::ConnectionId c, uint64_t request_id);
 
   /// The connection is gone: everything it held leaves the books.

@@ -219,7 +219,7 @@ void ServerShard::HandlePush(ShardItem& item) {
                                       item.msg.payload.bytes.size()));
   }
   if (q.mode == UpdateMode::kSync && k.merge.HasPushed(q.worker_rank)) {
-    k.waiting.push_back(std::move(item));  // its round has not ended yet
+    Park(k, item);  // its round has not ended yet
     return;
   }
   if (q.mode == UpdateMode::kAsync) {
@@ -251,7 +251,11 @@ void ServerShard::HandlePush(ShardItem& item) {
   }
   ctx_.pool->Give(k.merge.Add(q.worker_rank, ctx_.num_workers, DenseGradient(q, item.msg), q.dtype,
                               q.count, PendingAck{item.connection, h}));
-  if (k.merge.pushed() == ctx_.num_workers) FinishRound(q.key, k);
+  if (k.merge.pushed() == ctx_.num_workers) {
+    FinishRound(q.key, k);
+  } else {
+    SendReceipt(item.connection, h, Receipt::State::kMerged);
+  }
 }
 
 void ServerShard::FinishRound(uint64_t key, StoredKey& k) {
@@ -352,7 +356,7 @@ void ServerShard::HandlePull(ShardItem& item) {
   StoredKey& k = it->second;
   CheckLayout(k.layout, q, "pull");
   if (q.mode == UpdateMode::kSync && k.merge.HasPushed(q.worker_rank)) {
-    k.waiting.push_back(std::move(item));  // a pull after a push sees its round
+    Park(k, item);  // a pull after a push sees its round
     return;
   }
   if (item.msg.header.type == kvmsg::kPull) {
@@ -503,6 +507,30 @@ void ServerShard::ReplyError(net::ConnectionId c, const net::Header& request, Er
   m.header = ResponseHeader(request, ctx_.self_id, net::flags::kError);
   m.meta = ErrorReply{kind, text}.Encode();
   Send(c, std::move(m));
+}
+
+void ServerShard::Park(StoredKey& k, ShardItem& item) {
+  const net::ConnectionId c = item.connection;
+  const net::Header h = item.msg.header;
+  k.waiting.push_back(std::move(item));
+  SendReceipt(c, h, Receipt::State::kParked);
+}
+
+void ServerShard::SendReceipt(net::ConnectionId c, const net::Header& request,
+                              Receipt::State state) {
+  // A merged push's bytes live on only in the round's sum: they leave the
+  // books before the worker can learn of it (request_window.h). A parked
+  // request stays booked until its answer.
+  if (state == Receipt::State::kMerged && ctx_.window) ctx_.window->Release(c, request.request_id);
+  net::OutgoingMessage m;
+  m.header = ResponseHeader(request, ctx_.self_id);
+  m.header.type = kvmsg::kReceipt;
+  m.meta = Receipt{state}.Encode();
+  try {
+    ctx_.transport->Send(c, std::move(m));
+  } catch (const std::exception& e) {
+    ctx_.log->Warn("shard {}: receipt on connection {} failed: {}", index_, c, e.what());
+  }
 }
 
 void ServerShard::Send(net::ConnectionId c, net::OutgoingMessage m) {

@@ -143,6 +143,12 @@ class ServerShard {
   void ReplyError(net::ConnectionId c, const net::Header& request, ErrorKind kind,
                   const std::string& text);
   void Send(net::ConnectionId c, net::OutgoingMessage m);
+  // Holds `item` until the worker's current round of its key ends, and
+  // tells the worker (a kParked receipt).
+  void Park(StoredKey& k, ShardItem& item);
+  // Tells the worker that request `request` waits for other workers
+  // (kvmsg::kReceipt); a merged push's bytes leave the window first.
+  void SendReceipt(net::ConnectionId c, const net::Header& request, Receipt::State state);
 
   const ShardContext& ctx_;
   const int index_;

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view meta(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 4) {
+    switch (data[0] % 5) {
       case 0: {
         KeyRequest q = KeyRequest::Decode(meta);
         (void)q.ExpectedPushBytes();
@@ -37,6 +37,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3:
         (void)ErrorReply::Decode(meta);  // never throws
         break;
+      case 4: {
+        Receipt r = Receipt::Decode(meta);
+        if (r.Encode() != meta) std::abort();
+        break;
+      }
     }
   } catch (const tandem::ProtocolError&) {
   }

@@ -143,5 +143,25 @@ TEST(Commands, RoundTrip) {
   EXPECT_EQ(ErrorReply::Decode("\x01").kind, ErrorKind::kProtocol);
 }
 
+// Receipts: both states round-trip; an unknown state, a missing byte and a
+// trailing one are refused, naming what was wrong.
+TEST(Receipts, RoundTripAndRefuseUnknownStates) {
+  for (auto state : {Receipt::State::kMerged, Receipt::State::kParked}) {
+    EXPECT_EQ(Receipt::Decode(Receipt{state}.Encode()).state, state);
+  }
+  try {
+    Receipt::Decode(std::string("\x02", 1));
+    ADD_FAILURE() << "state 2 decoded";
+  } catch (const ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("state: expected 0 (merged) or 1 (parked), got 2"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(Receipt::Decode(""), ProtocolError);
+  EXPECT_THROW(Receipt::Decode(std::string("\x00\x00", 2)), ProtocolError);
+  EXPECT_EQ(KvMessageName(kvmsg::kReceipt), "receipt");
+  EXPECT_GT(kvmsg::kReceipt, kvmsg::kLastDefined);  // a server refuses it as a request
+}
+
 }  // namespace
 }  // namespace tandem::kv

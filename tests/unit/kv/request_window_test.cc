@@ -81,6 +81,17 @@ double Metric(base::StatsRegistry& stats, const std::string& name) {
   return -1;
 }
 
+// One server, two workers, the same bound in the workers' windows and on
+// the server.
+KvJobOptions OneServerTwoWorkers(uint64_t bound) {
+  KvJobOptions o;
+  o.servers = 1;
+  o.workers = 2;
+  o.inflight_bytes = bound;
+  o.server_inflight_bytes = bound;
+  return o;
+}
+
 // (bound in bytes, elements per push)
 class FarAhead : public ::testing::TestWithParam<std::tuple<uint64_t, int>> {};
 
@@ -92,12 +103,7 @@ TEST_P(FarAhead, CorrectWorkerIsHeldBackAndNeverRefused) {
   const int n = std::get<1>(GetParam());
   // Enough rounds to be several bounds ahead.
   const int rounds = static_cast<int>(std::max<uint64_t>(8, 4 * bound / PushBytes(n) + 2));
-  KvJobOptions o;
-  o.servers = 1;
-  o.workers = 2;
-  o.inflight_bytes = bound;
-  o.server_inflight_bytes = bound;
-  KvJob job(o);
+  KvJob job(OneServerTwoWorkers(bound));
   base::StatsRegistry& server_stats = job.node(0).stats;
   std::unique_ptr<PeakSampler> sampler;
   std::promise<void> initialised;
@@ -136,16 +142,29 @@ TEST_P(FarAhead, CorrectWorkerIsHeldBackAndNeverRefused) {
   EXPECT_EQ(Metric(server_stats, "tandem_kv_server_inflight_bytes"), 0);
 }
 
+// Polls `name` on `stats` until it equals `want` (at most 20 s).
+void AwaitMetric(base::StatsRegistry& stats, const std::string& name, double want) {
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (Metric(stats, name) != want && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(Metric(stats, name), want) << name;
+}
+
 // Worker 0's client ignores the bound (a window far larger than the
 // server's): the server books requests while it holds less than the bound
 // and refuses the rest, each with an error naming the setting; the admitted
-// rounds complete exactly once worker 1 pushes them.
+// rounds complete exactly once worker 1 pushes them. Round 0's push is
+// merged (and leaves the books) before the others are sent; the later
+// rounds wait for worker 1, held by the server.
 TEST_P(FarAhead, WorkerIgnoringTheBoundHasItsExcessRefused) {
   const uint64_t bound = std::get<0>(GetParam());
   const int n = std::get<1>(GetParam());
   const uint64_t each = PushBytes(n);
-  // Booked while the held bytes are below the bound: ceil(bound / each).
-  const int admitted = static_cast<int>((bound + each - 1) / each);
+  // Held while the held bytes are below the bound: ceil(bound / each), after
+  // round 0.
+  const int held = static_cast<int>((bound + each - 1) / each);
+  const int admitted = 1 + held;
   constexpr int kExcess = 5;
   const int rounds = admitted + kExcess;
   KvJobOptions o;
@@ -164,7 +183,10 @@ TEST_P(FarAhead, WorkerIgnoringTheBoundHasItsExcessRefused) {
       std::vector<std::vector<float>> grads;
       for (int r = 0; r < rounds; ++r) grads.push_back(Gradient(0, r, n));
       std::vector<std::shared_ptr<kv::KvOperation>> ops;
-      for (int r = 0; r < rounds; ++r)
+      ops.push_back(SubmitPush(job.client(0), 0, grads[0]));
+      // Sent at once; its window lets go of it when the merge's receipt came.
+      AwaitMetric(job.node(1).stats, "tandem_kv_window_bytes", 0);
+      for (int r = 1; r < rounds; ++r)
         ops.push_back(SubmitPush(job.client(0), 0, grads[size_t(r)]));
       for (int r = admitted; r < rounds; ++r) {
         try {
@@ -176,13 +198,13 @@ TEST_P(FarAhead, WorkerIgnoringTheBoundHasItsExcessRefused) {
           EXPECT_NE(what.find(std::to_string(bound) + " B (TANDEM_KV_INFLIGHT_BYTES)"),
                     std::string::npos)
               << what;
-          EXPECT_NE(what.find(std::to_string(admitted * each) + " B of unanswered requests"),
+          EXPECT_NE(what.find(std::to_string(held * each) + " B of unanswered requests"),
                     std::string::npos)
               << what;
         }
       }
       EXPECT_EQ(Metric(server_stats, "tandem_kv_server_inflight_bytes"),
-                static_cast<double>(admitted * each));
+                static_cast<double>(held * each));
       refusals_seen.set_value();
       for (int r = 0; r < admitted; ++r) ops[size_t(r)]->Wait();
     } else {
@@ -208,6 +230,78 @@ INSTANTIATE_TEST_SUITE_P(BoundsAndSizes, FarAhead,
                                               std::get<0>(info.param) >> 10,
                                               std::get<1>(info.param));
                          });
+
+// How each worker sends one step's keys in OppositeOrders.
+enum class StepShape { kPushPull, kPushThenPull };
+
+// (shape, the workers' window in bytes)
+class OppositeOrders : public ::testing::TestWithParam<std::tuple<StepShape, uint64_t>> {};
+
+// Two workers send one step's keys in opposite orders (priorities) through
+// windows that hold about one key (the least TANDEM_KV_INFLIGHT_BYTES, and
+// three pushes): each worker's first key waits for the other's last. The server's receipts take
+// merged pushes (and what a parked request's answer would bring) out of the windows, so every step
+// completes with exact sums; counting requests until their round ends, as the window did before
+// receipts, deadlocked here.
+TEST_P(OppositeOrders, EveryStepCompletesWithExactSums) {
+  const auto [shape, window] = GetParam();
+  constexpr int kKeys = 6;
+  constexpr int kSteps = 3;
+  constexpr int kFloats = 16384;  // a push of a little more than the least window
+  KvJob job(OneServerTwoWorkers(window));
+  auto errors = job.Run("dist_sync", [&, shape = shape](KVStore& kv, int rank) {
+    std::vector<Tensor> grads, outs;
+    for (int k = 0; k < kKeys; ++k) {
+      Tensor w(DType::kF32, {kFloats}, [](size_t) { return 0.0; });
+      kv.Init(k, w.view());
+      grads.emplace_back(DType::kF32, std::vector<int64_t>{kFloats});
+      outs.emplace_back(DType::kF32, std::vector<int64_t>{kFloats});
+    }
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<KVHandle> handles;
+      for (int k = 0; k < kKeys; ++k) {
+        // Worker w's gradient of key k at element i: (w+1)*(k+1)*(step+1) + i.
+        Tensor& g = grads[size_t(k)];
+        for (int i = 0; i < kFloats; ++i)
+          SetAt(g.dtype, g.bytes.data(), size_t(i), (rank + 1) * (k + 1) * (step + 1) + i);
+        // Worker 0 favours low keys, worker 1 high keys.
+        const int priority = rank == 0 ? kKeys - k : k;
+        if (shape == StepShape::kPushPull) {
+          handles.push_back(
+              kv.PushPullAsync(k, {grads[size_t(k)].view()}, {outs[size_t(k)].view()}, priority));
+        } else {
+          handles.push_back(kv.PushAsync(k, {grads[size_t(k)].view()}, priority));
+        }
+      }
+      if (shape == StepShape::kPushThenPull) {
+        for (int k = 0; k < kKeys; ++k) {
+          const int priority = rank == 0 ? kKeys - k : k;
+          handles.push_back(kv.PullAsync(k, {outs[size_t(k)].view()}, priority));
+        }
+      }
+      for (auto& h : handles) h.Wait(20s);
+      for (int k = 0; k < kKeys; ++k) {
+        for (int i = 0; i < kFloats; ++i) {
+          ASSERT_EQ(outs[size_t(k)].at(size_t(i)), 3.0 * (k + 1) * (step + 1) + 2.0 * i)
+              << "rank " << rank << " step " << step << " key " << k << " element " << i;
+        }
+      }
+    }
+  });
+  ExpectNoErrors(errors);
+  EXPECT_EQ(Metric(job.node(0).stats, "tandem_kv_server_refused_requests_total"), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ShapesAndWindows, OppositeOrders,
+    ::testing::Combine(::testing::Values(StepShape::kPushPull, StepShape::kPushThenPull),
+                       ::testing::Values(kv::kMinInflightBytes, 3 * PushBytes(16384))),
+    [](const auto& info) {
+      return fmt::format(
+          "{}_window{}B",
+          std::get<0>(info.param) == StepShape::kPushPull ? "pushpull" : "push_then_pull",
+          std::get<1>(info.param));
+    });
 
 // The window's own rule, on its own: book below the bound, refuse at or
 // over it, release per request, forget a connection.
