@@ -19,7 +19,7 @@ Usage (root: the bed is network namespaces):
   /usr/bin/python3 bench/compressed_training.py --bed-rate 100mbit \\
       [--workers 4] [--model mlp] [--batch-size 8] [--steps 10] [--rounds 2] \\
       [--powersgd-rank 4] [--variants ddp-gloo,tandem,tandem-fp16,tandem-powersgd]
-      [--partition-bytes N]   (the tandem-ps-kK variants)
+      [--partition-bytes N] [--kv-window BYTES]   (the tandem-ps-kK variants)
 Without --bed-rate the ranks run on this machine (tandem launch). On the
 bed one rank runs per host under torchrun's variables, with the same-host
 copy and the mailbox off (the shaped links carry every byte). Figures are
@@ -128,6 +128,8 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
         # Every partition (at least partition_bytes) is cut over the servers
         # in the balanced shares; the small tensors stay whole.
         env["MXNET_KVSTORE_BIGARRAY_BOUND"] = str(max(1, args.partition_bytes // 8))
+        if args.kv_window:
+            env["TANDEM_KV_INFLIGHT_BYTES"] = str(args.kv_window)
     if args.bed_rate and spare is not None:
         argv = ["/usr/bin/python3", str(ROOT / "bench" / "netbed_run.py"), "--hosts",
                 str(args.workers + spare), *rate_args(args.bed_rate), "--timeout", "900",
@@ -176,6 +178,9 @@ def main() -> None:
     parser.add_argument("--powersgd-rank", type=int, default=4)
     parser.add_argument("--partition-bytes", type=int, default=4096000,
                         help="tandem-ps-kK: KVStoreOptimizer's partition_bytes")
+    parser.add_argument("--kv-window", type=int, default=0,
+                        help="TANDEM_KV_INFLIGHT_BYTES of the tandem-ps-kK variants "
+                             "(0: tandem's default)")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
