@@ -519,17 +519,16 @@ void ServerShard::Park(StoredKey& k, ShardItem& item) {
 void ServerShard::SendReceipt(net::ConnectionId c, const net::Header& request,
                               Receipt::State state) {
   // A merged push's bytes live on only in the round's sum: they leave the
-  // books before the worker can learn of it (request_window.h). A parked
-  // request stays booked until its answer.
-  if (state == Receipt::State::kMerged && ctx_.window) ctx_.window->Release(c, request.request_id);
+  // books before the worker can learn of it (Send releases them,
+  // request_window.h). A parked request stays booked until its answer.
   net::OutgoingMessage m;
   m.header = ResponseHeader(request, ctx_.self_id);
   m.header.type = kvmsg::kReceipt;
   m.meta = Receipt{state}.Encode();
-  try {
-    ctx_.transport->Send(c, std::move(m));
-  } catch (const std::exception& e) {
-    ctx_.log->Warn("shard {}: receipt on connection {} failed: {}", index_, c, e.what());
+  if (state == Receipt::State::kMerged) {
+    Send(c, std::move(m));
+  } else {
+    Transmit(c, std::move(m));
   }
 }
 
@@ -537,10 +536,16 @@ void ServerShard::Send(net::ConnectionId c, net::OutgoingMessage m) {
   // Before the reply leaves: the worker may send its next request the
   // moment the reply arrives (request_window.h).
   if (ctx_.window) ctx_.window->Release(c, m.header.request_id);
+  Transmit(c, std::move(m));
+}
+
+void ServerShard::Transmit(net::ConnectionId c, net::OutgoingMessage m) {
+  const uint16_t type = m.header.type;
   try {
     ctx_.transport->Send(c, std::move(m));
   } catch (const std::exception& e) {
-    ctx_.log->Warn("shard {}: reply on connection {} failed: {}", index_, c, e.what());
+    ctx_.log->Warn("shard {}: {} reply on connection {} failed: {}", index_, KvMessageName(type), c,
+                   e.what());
   }
 }
 

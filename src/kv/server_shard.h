@@ -142,7 +142,10 @@ class ServerShard {
   void ReplyAck(net::ConnectionId c, const net::Header& request);
   void ReplyError(net::ConnectionId c, const net::Header& request, ErrorKind kind,
                   const std::string& text);
+  // Releases the request's bytes (RequestWindow) and transmits `m`.
   void Send(net::ConnectionId c, net::OutgoingMessage m);
+  // Hands `m` to the transport; a failure is logged (the node is going).
+  void Transmit(net::ConnectionId c, net::OutgoingMessage m);
   // Holds `item` until the worker's current round of its key ends, and
   // tells the worker (a kParked receipt).
   void Park(StoredKey& k, ShardItem& item);

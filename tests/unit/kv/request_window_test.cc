@@ -257,6 +257,8 @@ TEST_P(OppositeOrders, EveryStepCompletesWithExactSums) {
       grads.emplace_back(DType::kF32, std::vector<int64_t>{kFloats});
       outs.emplace_back(DType::kF32, std::vector<int64_t>{kFloats});
     }
+    // Worker 0 favours low keys, worker 1 high keys.
+    const auto priority = [&](int k) { return rank == 0 ? kKeys - k : k; };
     for (int step = 0; step < kSteps; ++step) {
       std::vector<KVHandle> handles;
       for (int k = 0; k < kKeys; ++k) {
@@ -264,19 +266,16 @@ TEST_P(OppositeOrders, EveryStepCompletesWithExactSums) {
         Tensor& g = grads[size_t(k)];
         for (int i = 0; i < kFloats; ++i)
           SetAt(g.dtype, g.bytes.data(), size_t(i), (rank + 1) * (k + 1) * (step + 1) + i);
-        // Worker 0 favours low keys, worker 1 high keys.
-        const int priority = rank == 0 ? kKeys - k : k;
         if (shape == StepShape::kPushPull) {
-          handles.push_back(
-              kv.PushPullAsync(k, {grads[size_t(k)].view()}, {outs[size_t(k)].view()}, priority));
+          handles.push_back(kv.PushPullAsync(k, {grads[size_t(k)].view()}, {outs[size_t(k)].view()},
+                                             priority(k)));
         } else {
-          handles.push_back(kv.PushAsync(k, {grads[size_t(k)].view()}, priority));
+          handles.push_back(kv.PushAsync(k, {grads[size_t(k)].view()}, priority(k)));
         }
       }
       if (shape == StepShape::kPushThenPull) {
         for (int k = 0; k < kKeys; ++k) {
-          const int priority = rank == 0 ? kKeys - k : k;
-          handles.push_back(kv.PullAsync(k, {outs[size_t(k)].view()}, priority));
+          handles.push_back(kv.PullAsync(k, {outs[size_t(k)].view()}, priority(k)));
         }
       }
       for (auto& h : handles) h.Wait(20s);
