@@ -8,6 +8,7 @@
 #include "error_mapping.h"
 #include "kvstore_binding.h"
 #include "placement_binding.h"
+#include "quantizer_binding.h"
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "tandem's C++ API (KVStore, collectives) for the tandem package";
@@ -17,4 +18,5 @@ PYBIND11_MODULE(_core, m) {
   tandem::python::RegisterKVStore(m);
   tandem::python::RegisterCollectives(m);
   tandem::python::RegisterPlacement(m);
+  tandem::python::RegisterQuantizer(m);
 }

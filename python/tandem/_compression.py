@@ -16,6 +16,8 @@ of every partial sum. docs/python.md "Compressed gradients".
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from tandem import _core
@@ -85,8 +87,65 @@ class Compression:
             if name == c.name:
                 return c
         raise _core.InvalidArgument(
-            f"unknown gradient compression '{name}': tandem.torch knows none, fp16, bf16 "
-            "(and PowerSGD, as compression=tandem.torch.PowerSGD(rank=...))")
+            f"unknown gradient compression '{name}': tandem.torch knows none, fp16, bf16, "
+            "2bit, 1bit (and PowerSGD, as compression=tandem.torch.PowerSGD(rank=...))")
+
+
+class _Quantized:
+    """MXNet's gradient quantisation on the allreduce path
+    (docs/gradient-compression.md for the formats): each rank quantises its
+    float32 gradient plus its residual (error feedback, always on, as in
+    MXNet), the ranks allgather the quantised words, and every rank expands
+    each rank's words and sums them in rank order (MXNet's server sums the
+    expanded pushes the same way), so the result is the same on every rank.
+    Tensors of other dtypes travel whole. A rank receives (size - 1) times
+    the quantised bytes: 16x (2bit) or 32x (1bit) fewer than float32 per
+    rank, against the ring allreduce's 2 (size - 1) / size times the
+    float32 bytes."""
+
+    type = ""
+
+    def __init__(self, threshold: float = 0.5):
+        self.threshold = float(threshold)
+        self.name = self.type
+        self._core = _core.GradientQuantizer({"type": self.type,
+                                              "threshold": repr(self.threshold)})
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(threshold={self.threshold!r})"
+
+    def quantize(self, g: torch.Tensor, residual: Optional[torch.Tensor]) -> torch.Tensor:
+        """g (+ residual, updated in place) as quantised words (uint8); no
+        residual: g alone, nothing kept."""
+        out = torch.empty(self._core.quantized_bytes(g.numel()), dtype=torch.uint8)
+        self._core.quantize(g, torch.zeros_like(g) if residual is None else residual, out)
+        return out
+
+    def sum_into(self, g: torch.Tensor, gathered: torch.Tensor, average: bool) -> None:
+        """g = the sum (or average) of every rank's expanded row of
+        `gathered` (size x quantised bytes), in rank order."""
+        part = torch.empty_like(g)
+        self._core.dequantize(gathered[0], g)
+        for row in gathered[1:]:
+            self._core.dequantize(row, part)
+            g.add_(part)
+        if average:
+            g.div_(gathered.shape[0])
+
+
+class TwoBit(_Quantized):
+    """MXNet's 2bit: a value whose accumulation reaches +-threshold travels
+    as +-threshold (the rest stays in the residual), others as 0; 16 values
+    per 32-bit word."""
+
+    type = "2bit"
+
+
+class OneBit(_Quantized):
+    """MXNet's 1bit: +1 where the accumulation is above threshold, else -1
+    (the residual keeps the difference); 32 values per 32-bit word."""
+
+    type = "1bit"
 
 
 def resolve(compression):
@@ -95,12 +154,17 @@ def resolve(compression):
     if compression is None:
         return NoneCompressor
     if isinstance(compression, str):
+        if compression in (TwoBit.type, OneBit.type):
+            return TwoBit() if compression == TwoBit.type else OneBit()
         return Compression.by_name(compression)
+    if isinstance(compression, _Quantized):
+        return compression
     if callable(getattr(compression, "compress", None)) and \
             callable(getattr(compression, "decompress", None)):
         return compression
     raise _core.InvalidArgument(
-        f"compression={compression!r}: expected a name (none, fp16, bf16) or a compressor "
+        f"compression={compression!r}: expected a name (none, fp16, bf16, 2bit, 1bit) or a "
+        "compressor "
         "with compress(tensor) -> (tensor, ctx) and decompress(tensor, ctx)")
 
 

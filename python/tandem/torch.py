@@ -36,7 +36,7 @@ from tandem import _c10d_backend
 from tandem import _compression
 from tandem import _core
 from tandem import collective as _coll
-from tandem._compression import Compression, PowerSGD
+from tandem._compression import Compression, OneBit, PowerSGD, TwoBit
 
 # dist.init_process_group("tandem") after `import tandem.torch`.
 _c10d_backend.register()
@@ -210,6 +210,18 @@ class DistributedOptimizer(_HookedOptimizer):
                                             f"{op!r} is not supported with it")
             compression = Compression.none
         self._compression = _compression.resolve(compression)
+        self._quantizer = None
+        if isinstance(self._compression, _compression._Quantized):
+            if negotiate:
+                raise _core.InvalidArgument(
+                    f"DistributedOptimizer: {self._compression.type} gradients are allgathered "
+                    "in order; they do not run with negotiate=True")
+            if op not in (Average, "avg", "average", Sum, "sum"):
+                raise _core.InvalidArgument(
+                    f"DistributedOptimizer: {self._compression.type} gradients are summed or "
+                    f"averaged; op {op!r} is not supported with them")
+            self._quantizer = self._compression
+            self._compression = Compression.none
         self._error_feedback = bool(error_feedback)
         self._residuals: dict[int, torch.Tensor] = {}  # parameter index -> rounded-off part
         self._step_bytes = 0
@@ -228,6 +240,21 @@ class DistributedOptimizer(_HookedOptimizer):
             h = _coll.allreduce_async(pm, "sum", out=pm, name=f"{name} (PowerSGD P)",
                                       group=self._group)
             return (h, g, pm, (m, q, feedback))
+        quantizer = self._quantizer
+        if quantizer is not None and g.dtype == torch.float32:
+            # The residual is MXNet's error feedback, always on; a shadowing
+            # rank (feedback=False) quantises zeros with none.
+            residual = None
+            if feedback:
+                residual = self._residuals.get(i)
+                if residual is None:
+                    residual = self._residuals[i] = torch.zeros_like(g)
+            words = quantizer.quantize(g, residual)
+            self._step_bytes += words.numel()
+            gathered = torch.empty((_coll.size(self._group), words.numel()), dtype=torch.uint8)
+            h = _coll.allgather_async(words, out=gathered, name=f"{name} ({quantizer.type})",
+                                      group=self._group)
+            return (h, g, gathered, quantizer)
         send, ctx = g, None
         if self._compression is not _compression.NoneCompressor:
             feedback = feedback and self._error_feedback
@@ -270,7 +297,9 @@ class DistributedOptimizer(_HookedOptimizer):
                                                   name=f"{self._named[i][0]} (PowerSGD Q)",
                                                   group=self._group)
                 continue
-            if send is not g:
+            if isinstance(ctx, _compression._Quantized):
+                ctx.sum_into(g, send, average=self._op != Sum and self._op != "sum")
+            elif send is not g:
                 g.copy_(self._compression.decompress(send, ctx))
             self._copy_back(i, g)
         for i, h in second.items():
@@ -304,7 +333,13 @@ class DistributedOptimizer(_HookedOptimizer):
         at step() (not during backward), with one small extra allreduce per
         step; avg divides by the number of workers, joined ones included
         (DDP's divide_by_initial_world_size=True). An exception inside the
-        context leaves at once, without shadowing."""
+        context leaves at once, without shadowing. Not with 1bit
+        compression, which has no code for a zero gradient."""
+        if isinstance(self._quantizer, OneBit):
+            raise _core.InvalidArgument(
+                "DistributedOptimizer.join(): 1bit sends every value as +1 or -1, so a rank "
+                "that has run out of data cannot contribute zeros; use 2bit or another "
+                "compression with join()")
         return _Join(self)
 
     @property
@@ -495,6 +530,10 @@ def allreduce(tensor: torch.Tensor, op: str = Average, compression=Compression.n
     `compression` (Compression.fp16, ...) the tensor travels compressed and
     the result comes back in its dtype."""
     compressor = _compression.resolve(compression)
+    if isinstance(compressor, _compression._Quantized):
+        raise _core.InvalidArgument(
+            f"allreduce: {compressor.type} keeps a residual per gradient; use it through "
+            "DistributedOptimizer(compression=...)")
     send, ctx = compressor.compress(tensor)
     if send is tensor:
         return _coll.allreduce(tensor, op, **kwargs)

@@ -96,12 +96,15 @@ def test_a_member_in_another_communicator(launch, tandem_bin_dir, workers):
         assert float(seconds) < 1.0, (rank, seconds, message)
 
 
-@pytest.mark.parametrize("negotiate,workers", [(False, 2), (False, 3), (True, 3)])
-def test_uneven_inputs_join(launch, tandem_bin_dir, negotiate, workers):
+@pytest.mark.parametrize("negotiate,twobit,workers", [(False, None, 2), (False, None, 3),
+                                                     (True, None, 3), (False, 0.05, 3)])
+def test_uneven_inputs_join(launch, tandem_bin_dir, negotiate, twobit, workers):
     """Rank r has 3 + r batches: inside DistributedOptimizer.join() the ranks
     that ran out shadow the others' steps; everyone ends with the
-    reference's parameters (python_workers/join_worker.py)."""
-    args = ["--negotiate"] if negotiate else []
+    reference's parameters (python_workers/join_worker.py), also with 2bit
+    gradients (a shadowing rank's zeros quantise to zeros)."""
+    args = (["--negotiate"] if negotiate else []) + \
+        (["--twobit", str(twobit)] if twobit else [])
     result = launch(workers, 0, worker("join_worker.py") + args, extra_args=["--no-scheduler"],
                     launcher_env=python_env(tandem_bin_dir), timeout=120)
     assert result.returncode == 0, result.job.describe()

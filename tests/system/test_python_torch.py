@@ -98,6 +98,47 @@ def test_compressed_gradients(launch, tandem_bin_dir, compression, feedback, wor
     assert [int(w) for w in wire] == [PARAMETERS * per_parameter] * workers, wire
 
 
+def run_allreduce_worker(launch, tandem_bin_dir, workers: int, args: list[str]):
+    """Runs torch_worker.py --mode allreduce with `args` on `workers` ranks
+    and checks what every such run must show: every rank done, its
+    parameters changed, the replicas bit-identical. Returns (output, each
+    rank's wire_bytes_per_step)."""
+    result = launch(workers, 0, worker("torch_worker.py") + ["--mode", "allreduce"] + args,
+                    extra_args=["--no-scheduler"], launcher_env=python_env(tandem_bin_dir),
+                    timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    done = DONE.findall(result.output)
+    assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
+    assert all(d[4] == "True" for d in done), done
+    assert len({d[5] for d in done}) == 1, done
+    wire = re.findall(r"\[worker \d+\] torch_worker: wire_bytes_per_step=(\d+)", result.output)
+    return result.output, [int(w) for w in wire]
+
+
+@pytest.mark.parametrize("kind,threshold,workers", [("2bit", 0.05, 2), ("2bit", 0.02, 4),
+                                                   ("1bit", 0.0, 3)])
+def test_quantized_gradients(launch, tandem_bin_dir, kind, threshold, workers):
+    """DistributedOptimizer(compression=TwoBit/OneBit(...)): the replicas
+    stay bit-identical, the parameters follow a reference that quantises
+    every rank's gradient with its residual by docs/gradient-compression.md
+    (written in the worker, not tandem's code) and averages them, and one
+    step sends each tensor's whole 32-bit words: 16 values per word (2bit)
+    or 32 (1bit)."""
+    output, wire = run_allreduce_worker(launch, tandem_bin_dir, workers,
+                                        ["--steps", "5", "--compression", kind, "--threshold",
+                                         str(threshold)])
+    per_word = 16 if kind == "2bit" else 32
+    sizes = (10 * 16, 16, 16 * 16, 16, 16 * 3, 3)
+    assert wire == [sum(4 * -(-n // per_word) for n in sizes)] * workers, wire
+    # Calls quantisation cannot serve raise InvalidArgument saying why.
+    misuses = ["allreduce", "op", "negotiate", "dtype", "size"] + (["join"] if kind == "1bit"
+                                                                    else [])
+    for rank in range(workers):
+        for what in misuses:
+            assert f"[worker {rank}] torch_worker: misuse quantized {what}: " in output, \
+                (rank, what, output)
+
+
 @pytest.mark.parametrize("rank,start,workers", [(16, 0, 3), (1, 2, 2)])
 def test_powersgd(launch, tandem_bin_dir, rank, start, workers):
     """DistributedOptimizer(compression=PowerSGD(...)): at a rank that covers
@@ -105,18 +146,11 @@ def test_powersgd(launch, tandem_bin_dir, rank, start, workers):
     uncompressed single-process reference (rtol 1e-5); at rank 1 the
     replicas stay bit-identical and a step sends the factors' bytes: P and
     Q of each weight, the biases whole."""
-    args = ["--mode", "allreduce", "--steps", "5", "--compression", "powersgd",
-            "--powersgd-rank", str(rank), "--powersgd-start", str(start),
-            "--powersgd-min-rate", "0"]
-    result = launch(workers, 0, worker("torch_worker.py") + args, extra_args=["--no-scheduler"],
-                    launcher_env=python_env(tandem_bin_dir), timeout=240)
-    assert result.returncode == 0, result.job.describe()
-    done = DONE.findall(result.output)
-    assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
-    assert all(d[4] == "True" for d in done), done
-    assert len({d[5] for d in done}) == 1, done
-    wire = re.findall(r"\[worker \d+\] torch_worker: wire_bytes_per_step=(\d+)", result.output)
-    assert [int(w) for w in wire] == [4 * powersgd_floats(rank)] * workers, wire
+    _, wire = run_allreduce_worker(launch, tandem_bin_dir, workers,
+                                   ["--steps", "5", "--compression", "powersgd",
+                                    "--powersgd-rank", str(rank), "--powersgd-start", str(start),
+                                    "--powersgd-min-rate", "0"])
+    assert wire == [4 * powersgd_floats(rank)] * workers, wire
 
 
 EPOCH = re.compile(r"\[worker 0\] epoch (\d+)/(\d+): loss ([0-9.]+) train accuracy ([0-9.]+)%")

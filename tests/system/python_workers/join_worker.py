@@ -9,7 +9,13 @@ and prints
 
     join_worker: ok rank=R size=N shadowed=K digest=HEX
 
-    join_worker.py [--negotiate]
+With --twobit T the gradients travel as MXNet's 2bit at threshold T (each
+rank's residual kept across its steps, a shadowing rank sending zeros):
+the reference quantises each rank's gradient the same way
+(docs/gradient-compression.md: +-T where gradient plus residual reaches
++-T, else 0).
+
+    join_worker.py [--negotiate] [--twobit T]
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ def model() -> torch.nn.Module:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--negotiate", action="store_true")
+    parser.add_argument("--twobit", type=float)
     args = parser.parse_args()
     torch.set_num_threads(1)
     tandem.init()
@@ -46,7 +53,8 @@ def main() -> int:
     net = model()
     opt = tt.DistributedOptimizer(torch.optim.SGD(net.parameters(), lr=0.1),
                                   named_parameters=net.named_parameters(),
-                                  negotiate=args.negotiate)
+                                  negotiate=args.negotiate,
+                                  compression=tt.TwoBit(args.twobit) if args.twobit else "none")
     with opt.join() as joined:
         for step in range(STEPS + rank):
             x, y = batch(rank, step)
@@ -56,6 +64,7 @@ def main() -> int:
     # The reference: every step, the ranks that still have data.
     ref = model()
     sgd = torch.optim.SGD(ref.parameters(), lr=0.1)
+    residuals = {}
     for step in range(STEPS + size - 1):
         total = [torch.zeros_like(p) for p in ref.parameters()]
         for r in range(size):
@@ -63,8 +72,16 @@ def main() -> int:
                 ref.zero_grad()
                 x, y = batch(r, step)
                 torch.nn.functional.mse_loss(ref(x), y).backward()
-                for t, p in zip(total, ref.parameters()):
-                    t += p.grad
+                for i, (t, p) in enumerate(zip(total, ref.parameters())):
+                    g = p.grad
+                    if args.twobit:
+                        g = g + residuals.get((r, i), torch.zeros_like(g))
+                        th = torch.tensor(args.twobit)
+                        d = torch.where(g >= th, th, torch.where(g <= -th, -th,
+                                                                 torch.zeros_like(g)))
+                        residuals[(r, i)] = g - d
+                        g = d
+                    t += g
         for t, p in zip(total, ref.parameters()):
             p.grad = t / size
         sgd.step()

@@ -20,8 +20,16 @@ parameters must match the uncompressed reference (rtol 1e-5, atol 1e-6);
 at a low rank they are only checked to be finite, changed and identical
 across ranks (the test checks the bytes on the wire).
 
+With --compression 2bit|1bit --threshold T every rank's gradient is
+quantised with its residual (always), the quantised words allgathered and
+each rank's expanded and summed: the reference quantises every rank's
+gradient with a quantiser written here from docs/gradient-compression.md,
+so the parameters must match it exactly up to float reassociation (rtol
+1e-5, atol 1e-6).
+
     torch_worker.py --mode allreduce|ps-worker-update|ps-server-update [--steps K]
-                    [--compression none|fp16|bf16|powersgd] [--error-feedback]
+                    [--compression none|fp16|bf16|powersgd|2bit|1bit] [--threshold T]
+                    [--error-feedback]
                     [--powersgd-rank R] [--powersgd-start S] [--powersgd-min-rate X]
 """
 
@@ -59,6 +67,26 @@ def digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
+class ReferenceQuantizer:
+    """docs/gradient-compression.md's 2bit and 1bit, as a compressor of
+    Horovod's shape whose input already holds the residual: 2bit sends
+    +-t where the value reaches +-t and 0 elsewhere, 1bit +1 above t and
+    -1 elsewhere."""
+
+    def __init__(self, kind: str, threshold: float):
+        self.kind, self.t = kind, torch.tensor(threshold, dtype=torch.float32)
+
+    def compress(self, g: torch.Tensor):
+        if self.kind == "2bit":
+            zero = torch.zeros_like(g)
+            return torch.where(g >= self.t, self.t, torch.where(g <= -self.t, -self.t, zero)), None
+        return torch.where(g > self.t, torch.ones_like(g), -torch.ones_like(g)), None
+
+    @staticmethod
+    def decompress(c: torch.Tensor, ctx) -> torch.Tensor:
+        return c
+
+
 def reference_step(reference, ref_opt, loss_fn, step, n, compressor, residuals) -> None:
     """One step of the compressed reference: every rank's gradient on the
     reference's parameters, compressed and decompressed as that rank's
@@ -84,6 +112,21 @@ def reference_step(reference, ref_opt, loss_fn, step, n, compressor, residuals) 
     ref_opt.step()
 
 
+def expect_refusals(checks) -> None:
+    """Each (what, call, needle) of `checks`: call() must raise
+    tandem.InvalidArgument whose message holds needle; prints
+    "torch_worker: misuse WHAT: MESSAGE", or exits 1 naming what passed."""
+    for what, call, needle in checks:
+        try:
+            call()
+        except tandem.InvalidArgument as e:
+            assert needle in str(e), e
+            print(f"torch_worker: misuse {what}: {e}", flush=True)
+        else:
+            print(f"torch_worker: WRONG {what}: no error", file=sys.stderr, flush=True)
+            sys.exit(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mode", choices=["allreduce", "ps-worker-update", "ps-server-update"],
@@ -95,9 +138,15 @@ def main() -> None:
     ap.add_argument("--partition-bytes", type=int)
     ap.add_argument("--powersgd-start", type=int, default=0)
     ap.add_argument("--powersgd-min-rate", type=float, default=2.0)
+    ap.add_argument("--threshold", type=float, default=0.5)
     args = ap.parse_args()
     powersgd = args.compression == "powersgd"
-    compressor = tt.Compression.none if powersgd else tt.Compression.by_name(args.compression)
+    quantized = args.compression in ("2bit", "1bit")
+    if quantized:
+        compressor = ReferenceQuantizer(args.compression, args.threshold)
+    else:
+        compressor = tt.Compression.none if powersgd else \
+            tt.Compression.by_name(args.compression)
     compressed = compressor is not tt.Compression.none
     loss_fn = nn.CrossEntropyLoss()
 
@@ -111,6 +160,9 @@ def main() -> None:
         if powersgd:
             compression = tt.PowerSGD(rank=args.powersgd_rank, start_iter=args.powersgd_start,
                                       min_compression_rate=args.powersgd_min_rate)
+        if quantized:
+            compression = (tt.TwoBit if args.compression == "2bit" else tt.OneBit)(
+                threshold=args.threshold)
         opt = tt.DistributedOptimizer(base, named_parameters=model.named_parameters(),
                                       compression=compression,
                                       error_feedback=args.error_feedback)
@@ -149,7 +201,7 @@ def main() -> None:
         opt.step()
         if compressed:
             reference_step(reference, ref_opt, loss_fn, step, n, compressor,
-                           residuals if args.error_feedback else None)
+                           residuals if args.error_feedback or quantized else None)
             continue
         # The reference: one process on the union of the ranks' batches.
         xs, ys = zip(*(batch(r, step) for r in range(n)))
@@ -161,7 +213,7 @@ def main() -> None:
     if args.mode == "allreduce":
         print(f"torch_worker: wire_bytes_per_step={opt.wire_bytes_per_step}", flush=True)
     rtol, atol = 1e-5, 1e-6
-    if compressed:
+    if compressed and not quantized:
         rtol, atol = 0.0, (1e-4 if args.compression == "fp16" else 1e-3)
     if powersgd and args.powersgd_rank < 16:  # lossy: no reference to follow
         rtol, atol = float("inf"), float("inf")
@@ -180,19 +232,31 @@ def main() -> None:
     x, y = batch(rank, args.steps)
     opt.zero_grad()
     loss_fn(model(x), y).backward()
-    for what, call, needle in (
-            ("second backward", lambda: loss_fn(model(x), y).backward(), "produced twice"),
-            ("zero_grad", opt.zero_grad, "while"),
-    ):
-        try:
-            call()
-        except tandem.InvalidArgument as e:
-            assert needle in str(e), e
-            print(f"torch_worker: misuse {what}: {e}", flush=True)
-        else:
-            print(f"torch_worker: WRONG {what}: no error", file=sys.stderr, flush=True)
-            sys.exit(1)
+    expect_refusals((
+        ("second backward", lambda: loss_fn(model(x), y).backward(), "produced twice"),
+        ("zero_grad", opt.zero_grad, "while"),
+    ))
     opt.synchronize()  # the reductions that were started still complete
+    if quantized:
+        q = compression
+        sgd = lambda: torch.optim.SGD(make_model(0).parameters(), lr=0.1)  # noqa: E731
+        expect_refusals((
+            ("quantized allreduce", lambda: tt.allreduce(torch.ones(3), compression=q),
+             "use it through DistributedOptimizer"),
+            ("quantized op", lambda: tt.DistributedOptimizer(sgd(), op=tt.Max, compression=q),
+             "op 'max' is not supported"),
+            ("quantized negotiate", lambda: tt.DistributedOptimizer(sgd(), negotiate=True,
+                                                                    compression=q),
+             "do not run with negotiate=True"),
+            ("quantized dtype", lambda: q._core.quantize(
+                torch.ones(4, dtype=torch.float64), torch.zeros(4),
+                torch.empty(4, dtype=torch.uint8)), "grad is float64, expected float32"),
+            ("quantized size", lambda: q._core.quantize(
+                torch.ones(40), torch.zeros(40), torch.empty(4, dtype=torch.uint8)),
+             f"out has 4 elements, expected {q._core.quantized_bytes(40)}"),
+        ))
+        if args.compression == "1bit":
+            expect_refusals((("quantized join", opt.join, "1bit sends every value as +1 or -1"),))
     if kv is not None:
         kv.close()
     else:
