@@ -27,6 +27,8 @@ back. docs/python.md describes both.
 from __future__ import annotations
 
 import io
+import queue
+import threading
 from typing import Iterable, Optional
 
 import numpy as np
@@ -507,6 +509,107 @@ class KVStoreOptimizer(_HookedOptimizer):
         self.synchronize()
         if not self._server_side:
             self._opt.step()
+
+
+# -- DDP's communication hook through the parameter server --
+
+
+class KVStoreHookState:
+    """The state of kvstore_hook: DDP's gradient buckets summed by tandem's
+    parameter servers instead of allreduced among the workers (BytePS's
+    summation on spare CPU hosts, for an unchanged DDP script):
+
+        kv = tandem.kvstore.create("dist_sync")
+        ddp.register_comm_hook(tt.KVStoreHookState(kv), tt.kvstore_hook)
+
+    Each bucket (DDP's index and size; DDP rebuilds its buckets once after
+    the first step, and a new layout gets keys of its own) becomes keys
+    key_offset, key_offset + 1, ...: floor(bytes / partition_bytes) equal
+    parts (BytePS's partitioning; 0: one key per bucket), each initialised
+    the first time it is seen, on every worker in the same order as DDP
+    calls the hook. The store must sum (dist_sync without an optimizer).
+    A background thread waits for each bucket's pushpulls and completes
+    its future with the sum divided by the number of workers, as DDP's
+    allreduce_hook averages.
+
+    Thread-safety: DDP calls the hook from its backward; one state per
+    DDP model.
+    """
+
+    def __init__(self, kvstore, partition_bytes: int = 4096000, key_offset: int = 0):
+        if partition_bytes < 0:
+            raise _core.InvalidArgument(f"partition_bytes must be >= 0, got {partition_bytes}")
+        self.kvstore = kvstore
+        self.partition_bytes = int(partition_bytes)
+        self._next_key = int(key_offset)
+        self._layouts: dict[tuple[int, int, torch.dtype], list[tuple[int, int, int]]] = {}
+        self._done: "queue.Queue" = queue.Queue()
+        self._waiter: Optional[threading.Thread] = None
+
+    @property
+    def num_keys(self) -> int:
+        """Keys the buckets took so far."""
+        return sum(len(parts) for parts in self._layouts.values())
+
+    def _parts(self, index: int, buf: torch.Tensor) -> list[tuple[int, int, int]]:
+        """(key, begin, end) of bucket `index` laid out as `buf`; a layout
+        seen for the first time takes new keys and initialises them."""
+        layout = (index, buf.numel(), buf.dtype)
+        parts = self._layouts.get(layout)
+        if parts is None:
+            n = buf.numel()
+            pieces = 1
+            if self.partition_bytes > 0:
+                pieces = max(1, n * buf.element_size() // self.partition_bytes)
+            size = -(-n // pieces)
+            parts = [(self._next_key + j, j * size, min(n, (j + 1) * size))
+                     for j in range(pieces)]
+            self._next_key += pieces
+            for k, a, b in parts:
+                self.kvstore.init(k, buf[a:b])
+            self._layouts[layout] = parts
+        return parts
+
+    def _wait_loop(self) -> None:
+        while True:
+            handles, buf, fut = self._done.get()
+            try:
+                for h in handles:
+                    h.wait()
+                fut.set_result(buf.div_(self.kvstore.num_workers))
+            except Exception as e:  # noqa: BLE001  (DDP raises it from the future)
+                fut.set_exception(e)
+
+    def start(self, index: int, buf: torch.Tensor) -> "torch.futures.Future":
+        """Pushes bucket `index` (its flat buffer `buf`) and returns the
+        future of its average, in place in `buf`."""
+        if not buf.is_contiguous():
+            raise _core.InvalidArgument(f"kvstore_hook: bucket {index} is not contiguous")
+        handles = []
+        for k, a, b in self._parts(index, buf):
+            # DDP's bucket 0 holds the last layers: a higher index is an
+            # earlier layer, needed first by the next forward pass.
+            handles += self.kvstore.pushpull_async(k, buf[a:b], out=buf[a:b], priority=index)
+        fut: torch.futures.Future = torch.futures.Future()
+        if self._waiter is None:
+            self._waiter = threading.Thread(target=self._wait_loop, daemon=True,
+                                            name="tandem.torch kvstore_hook")
+            self._waiter.start()
+        self._done.put((handles, buf, fut))
+        return fut
+
+
+def kvstore_hook(state: KVStoreHookState, bucket) -> "torch.futures.Future":
+    """DDP's communication hook (DistributedDataParallel.register_comm_hook)
+    that sums each gradient bucket on tandem's parameter servers; `state` is
+    a KVStoreHookState. The result is the average over the workers, as
+    torch's allreduce_hook gives."""
+    return state.start(bucket.index(), bucket.buffer())
+
+
+# DDP checks the hook's return annotation as an object (this module's
+# annotations are strings: `from __future__ import annotations`).
+kvstore_hook.__annotations__["return"] = torch.futures.Future[torch.Tensor]
 
 
 # -- Horovod's functions and defaults (hvd.allreduce averages) --

@@ -139,6 +139,25 @@ def test_quantized_gradients(launch, tandem_bin_dir, kind, threshold, workers):
                 (rank, what, output)
 
 
+@pytest.mark.parametrize("backend,workers,servers", [("gloo", 2, 1), ("tandem", 3, 2)])
+def test_ddp_hook_sums_on_the_servers(launch, tandem_bin_dir, backend, workers, servers):
+    """tandem.torch.kvstore_hook: an unchanged DDP loop (on gloo, or on the
+    tandem backend beside the store's node) whose buckets the servers sum.
+    DDP's buckets before and after its rebuild, each cut into 128 KiB
+    partitions, take 8 + 16 + 8 + 1 keys; every rank's parameters equal
+    one process trained on the union of the batches (rtol 1e-5), and the
+    replicas are bit-identical (python_workers/ddp_server_hook_worker.py)."""
+    result = launch(workers, servers, worker("ddp_server_hook_worker.py") +
+                    ["--backend", backend], launcher_env=python_env(tandem_bin_dir),
+                    timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    done = re.findall(r"\[worker (\d+)\] ddp_server_hook: done rank=(\d+) size=(\d+) "
+                      r"keys=(\d+) sha=(\w+)", result.output)
+    assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
+    assert all(d[0] == d[1] and int(d[2]) == workers and d[3] == "33" for d in done), done
+    assert len({d[4] for d in done}) == 1, done
+
+
 @pytest.mark.parametrize("rank,start,workers", [(16, 0, 3), (1, 2, 2)])
 def test_powersgd(launch, tandem_bin_dir, rank, start, workers):
     """DistributedOptimizer(compression=PowerSGD(...)): at a rank that covers
