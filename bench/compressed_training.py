@@ -7,10 +7,13 @@ gradients"): the same model, batch and synthetic data under
   tandem          tandem.torch.DistributedOptimizer, gradients as they are,
   tandem-fp16     ... compression=Compression.fp16,
   tandem-powersgd ... compression=PowerSGD(rank=R, start_iter=0),
+  tandem-2bit     ... compression=TwoBit(threshold=T) (MXNet's 2bit, allgathered),
   tandem-ps-kK    tandem.torch.KVStoreOptimizer over dist_sync: the servers
                   sum, the optimizer runs on the workers; a server beside
                   each worker and K more on spare hosts (BytePS's layout),
                   TANDEM_KV_PLACEMENT=balanced (K = 0, 1, 2, 4),
+  tandem-ps-k4-overlap  ... with overlap_forward=model: the next forward
+                  pass starts while the last layers' sums are in flight,
 
 alternating, R rounds each; the table gives each one's median samples/s,
 step time and ratio to ddp-gloo, and tandem's bytes on the wire per step.
@@ -34,16 +37,18 @@ import re
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-ps-k0",
-            "tandem-ps-k1", "tandem-ps-k2", "tandem-ps-k4")
+VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-2bit", "tandem-ps-k0",
+            "tandem-ps-k1", "tandem-ps-k2", "tandem-ps-k4", "tandem-ps-k4-overlap")
 
 
 def spare_servers(variant: str) -> int | None:
-    """K of tandem-ps-kK, else None."""
-    return int(variant.rsplit("-k", 1)[1]) if variant.startswith("tandem-ps-k") else None
+    """K of tandem-ps-kK[-overlap], else None."""
+    m = re.fullmatch(r"tandem-ps-k(\d+)(-overlap)?", variant)
+    return int(m.group(1)) if m else None
 LINE = re.compile(r"compressed_training: variant=(\S+) samples/s=([0-9.]+) step_ms=([0-9.]+) "
                   r"wire_bytes=(\d+)")
 
@@ -70,10 +75,12 @@ def worker(args: argparse.Namespace) -> None:
         import tandem.torch as tt
         kv = tandem.kvstore.create("dist_sync")
         rank, workers = kv.rank, kv.num_workers
+        overlap = args.variant.endswith("-overlap")
         opt = tt.KVStoreOptimizer(kv, model.named_parameters(),
                                   optimizer=torch.optim.SGD(model.parameters(), lr=0.01,
                                                             momentum=0.9),
-                                  partition_bytes=args.partition_bytes)
+                                  partition_bytes=args.partition_bytes,
+                                  overlap_forward=model if overlap else None)
         barrier = kv.barrier
         # Each worker pushes every gradient and pulls every sum.
         grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -85,7 +92,8 @@ def worker(args: argparse.Namespace) -> None:
         rank, workers = tandem.rank(), tandem.size()
         compression = {"tandem": tt.Compression.none, "tandem-fp16": tt.Compression.fp16,
                        "tandem-powersgd": tt.PowerSGD(rank=args.powersgd_rank,
-                                                      start_iter=0)}[args.variant]
+                                                      start_iter=0),
+                       "tandem-2bit": tt.TwoBit(threshold=args.threshold)}[args.variant]
         opt = tt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                       named_parameters=model.named_parameters(),
                                       compression=compression)
@@ -93,6 +101,15 @@ def worker(args: argparse.Namespace) -> None:
         barrier = tandem.barrier
         wire = lambda: opt.wire_bytes_per_step  # noqa: E731
     seconds, _ = timed_steps(model, opt, rank, args.batch_size, args.warmup, args.steps, barrier)
+    if getattr(opt, "_overlap", False):
+        # The last step's sums are still in flight: they belong to the time.
+        overlap_s = opt.last_forward_overlap_s
+        start = time.perf_counter()
+        opt.synchronize()
+        seconds += time.perf_counter() - start
+        if rank == 0:
+            print(f"compressed_training: overlap_ms={1000 * overlap_s:.1f} (the last forward "
+                  "pass beside the step before's communication)", flush=True)
     if rank == 0:
         print(f"compressed_training: variant={args.variant} "
               f"samples/s={args.steps * args.batch_size * workers / seconds:.1f} "
@@ -116,7 +133,8 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
     me = ["/usr/bin/python3", str(Path(__file__).resolve()), "--worker", "--variant", variant,
           "--model", args.model, "--batch-size", str(args.batch_size), "--steps",
           str(args.steps), "--warmup", str(args.warmup), "--powersgd-rank",
-          str(args.powersgd_rank), "--partition-bytes", str(args.partition_bytes)]
+          str(args.powersgd_rank), "--partition-bytes", str(args.partition_bytes),
+          "--threshold", str(args.threshold)]
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(args.bin_dir.parent / "python")}
     spare = spare_servers(variant)
     if spare is not None:
@@ -161,6 +179,9 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
     m = LINE.search(proc.stdout)
     if proc.returncode != 0 or not m:
         sys.exit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    overlap = re.search(r"compressed_training: overlap_ms=\S+ .*", proc.stdout)
+    if overlap:
+        print(f"# {variant}: {overlap.group(0)}", flush=True)
     return float(m.group(2)), float(m.group(3)), int(m.group(4))
 
 
@@ -176,6 +197,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--threshold", type=float, default=0.001,
+                        help="tandem-2bit: TwoBit's threshold (about the mean |gradient| of "
+                             "the MLP's large layers)")
     parser.add_argument("--partition-bytes", type=int, default=4096000,
                         help="tandem-ps-kK: KVStoreOptimizer's partition_bytes")
     parser.add_argument("--kv-window", type=int, default=0,

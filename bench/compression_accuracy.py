@@ -39,7 +39,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path("/usr/share/datasets/fashion-mnist")
-VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd")
+VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-2bit")
 LINE = re.compile(r"compression_accuracy: variant=(\S+) seed=(\d+) epoch=(\d+) "
                   r"test_acc=([0-9.]+) train_loss=([0-9.]+) seconds=([0-9.]+)")
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training pixels, as the main job normalises
@@ -83,7 +83,8 @@ def worker(args: argparse.Namespace) -> None:
         compression = {"tandem": tt.Compression.none, "tandem-fp16": tt.Compression.fp16,
                        "tandem-powersgd": tt.PowerSGD(rank=args.powersgd_rank,
                                                       start_iter=args.powersgd_start,
-                                                      seed=args.seed)}[args.variant]
+                                                      seed=args.seed),
+                       "tandem-2bit": tt.TwoBit(threshold=args.threshold)}[args.variant]
         net = model
         opt = tt.DistributedOptimizer(sgd(model.parameters()),
                                       named_parameters=model.named_parameters(),
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace, variant: str, seed: int) -> list[tuple[int, fl
             str(Path(__file__).resolve()), "--worker", "--variant", variant, "--seed", str(seed),
             "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr",
             str(args.lr), "--powersgd-rank", str(args.powersgd_rank), "--powersgd-start",
-            str(args.powersgd_start)]
+            str(args.powersgd_start), "--threshold", str(args.threshold)]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
            "PYTHONPATH": str(args.bin_dir.parent / "python")}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=6 * 3600)
@@ -152,6 +153,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--threshold", type=float, default=0.001,
+                        help="tandem-2bit: TwoBit's threshold (about the mean |gradient| of "
+                             "the MLP's large layers)")
     parser.add_argument("--powersgd-start", type=int, default=10)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--variants", default=",".join(VARIANTS))

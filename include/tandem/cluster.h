@@ -9,6 +9,7 @@
 // describes the protocol.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -95,6 +96,15 @@ class Cluster {
 
   /// Throws PeerLost if a node of the job has been lost; returns otherwise.
   void CheckHealth() const;
+
+  /// Adds to this process's timeline (TANDEM_TIMELINE, docs/metrics.md) a
+  /// span `name` on the thread track `track`, from `start` to `end` of the
+  /// steady clock (CLOCK_MONOTONIC, as Python's time.monotonic_ns): the
+  /// program's own phases (a forward pass, a wait) beside tandem's
+  /// operations. Does nothing without a timeline.
+  void RecordSpan(const std::string& track, const std::string& name,
+                  std::chrono::steady_clock::time_point start,
+                  std::chrono::steady_clock::time_point end);
 
   /// Orderly exit: a barrier over all nodes, then leave. It waits as long
   /// as the slowest node takes to finish its work (a server waits for the

@@ -1,6 +1,8 @@
 #include "cluster_binding.h"
 
+#include <chrono>
 #include <memory>
+#include <string>
 
 #include "tandem/cluster.h"
 
@@ -21,6 +23,18 @@ void RegisterCluster(py::module_& m) {
       .def_property_readonly("rank", &Cluster::rank)
       .def_property_readonly("num_workers", &Cluster::num_workers)
       .def_property_readonly("num_servers", &Cluster::num_servers)
+      .def(
+          "record_span",
+          [](Cluster& c, const std::string& track, const std::string& name, int64_t start_ns,
+             int64_t end_ns) {
+            using std::chrono::nanoseconds;
+            using std::chrono::steady_clock;
+            c.RecordSpan(track, name, steady_clock::time_point(nanoseconds(start_ns)),
+                         steady_clock::time_point(nanoseconds(end_ns)));
+          },
+          py::arg("track"), py::arg("name"), py::arg("start_ns"), py::arg("end_ns"),
+          "Adds a span to this process's timeline (TANDEM_TIMELINE), times from "
+          "time.monotonic_ns(); nothing without a timeline.")
       .def(
           "finalize",
           [](Cluster& c) {

@@ -25,6 +25,7 @@ from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgathe
                                reduce_scatter_async, shutdown, size)
 from tandem import _exit
 from tandem._exit import exit_code_for
+from tandem._node import record_span
 
 __version__ = _core.__version__  # the C++ runtime's version, as `tandem version` prints
 
@@ -38,6 +39,6 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine",
     "exit_code_for", "init",
-    "is_initialized", "new_group", "rank", "reduce_scatter", "reduce_scatter_async", "shutdown",
+    "is_initialized", "new_group", "rank", "record_span", "reduce_scatter", "reduce_scatter_async", "shutdown",
     "size",
 ]

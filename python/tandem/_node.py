@@ -48,3 +48,14 @@ def release(graceful: bool = True) -> None:
 def joined() -> bool:
     """True while this process is a member of the job through this node."""
     return _cluster is not None
+
+
+def record_span(track: str, name: str, start_ns: int, end_ns: int) -> None:
+    """Adds a span to this process's timeline (TANDEM_TIMELINE; times from
+    time.monotonic_ns()), on the thread track `track`: the program's own
+    phases beside tandem's operations. Nothing without a timeline or when
+    the process has not joined a job."""
+    with _lock:
+        cluster = _cluster
+    if cluster is not None:
+        cluster.record_span(track, name, int(start_ns), int(end_ns))

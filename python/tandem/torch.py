@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import queue
 import threading
+import time
 from typing import Iterable, Optional
 
 import numpy as np
@@ -37,6 +38,7 @@ import torch
 from tandem import _c10d_backend
 from tandem import _compression
 from tandem import _core
+from tandem import _node
 from tandem import collective as _coll
 from tandem._compression import Compression, OneBit, PowerSGD, TwoBit
 
@@ -425,16 +427,37 @@ class KVStoreOptimizer(_HookedOptimizer):
 
     def __init__(self, kvstore, named_parameters, optimizer: Optional[torch.optim.Optimizer] = None,
                  server_optimizer: Optional[str] = None, partition_bytes: int = 4096000,
-                 **server_params):
+                 overlap_forward: Optional[torch.nn.Module] = None, **server_params):
         if (optimizer is None) == (server_optimizer is None):
             raise _core.InvalidArgument(
                 "KVStoreOptimizer takes exactly one of optimizer (update on the workers) and "
                 "server_optimizer (update on the servers)")
+        if overlap_forward is not None and optimizer is None:
+            raise _core.InvalidArgument(
+                "KVStoreOptimizer: overlap_forward updates each parameter on the workers as "
+                "its sum arrives; it needs optimizer= (not server_optimizer)")
         if partition_bytes < 0:
             raise _core.InvalidArgument(f"partition_bytes must be >= 0, got {partition_bytes}")
         self._kv = kvstore
         self._server_side = server_optimizer is not None
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
+        if overlap_forward is not None:
+            # Before any hook is registered: a refused optimizer leaves none.
+            owned = {id(p) for p in overlap_forward.parameters()}
+            missing = [n for n, p in _named(named_parameters, optimizer)
+                       if p.requires_grad and id(p) not in owned]
+            if missing:
+                raise _core.InvalidArgument(
+                    f"KVStoreOptimizer: overlap_forward's model does not own parameters "
+                    f"{missing} of named_parameters")
         super().__init__(optimizer, named_parameters)
+        self._in_flight: dict[int, tuple[list, torch.Tensor]] = {}
+        self._step_returned_ns = 0
+        self.last_forward_overlap_s = 0.0
+        self._overlap = overlap_forward is not None
+        if self._overlap:
+            self._arm_forward(overlap_forward)
         if self._server_side:
             params = dict(server_params)
             params.setdefault("rescale_grad", 1.0 / kvstore.num_workers)
@@ -457,6 +480,72 @@ class KVStoreOptimizer(_HookedOptimizer):
                 kvstore.init(k, view)
                 kvstore.pull(k, out=view)
             self._weights.append(torch.empty_like(p.data) if self._server_side else None)
+
+    def _arm_forward(self, model: torch.nn.Module) -> None:
+        """overlap_forward: a pre-hook on every module that owns parameters
+        applies their updates before its forward runs, and a gradient hook
+        refuses a parameter used while its update is still in flight."""
+        self._group_of = {}
+        for group in self._opt.param_groups:
+            for p in group["params"]:
+                self._group_of[id(p)] = group
+        for module in model.modules():
+            own = [self._index[id(p)] for p in module.parameters(recurse=False)
+                   if id(p) in self._index]
+            if own:
+                module.register_forward_pre_hook(self._make_pre_hook(own))
+        for i, (_, p) in enumerate(self._named):
+            p.register_hook(self._make_stale_guard(i))
+
+    def _make_pre_hook(self, indices: list[int]):
+        def pre_hook(module, inputs):
+            waiting = [i for i in indices if i in self._in_flight]
+            if waiting:
+                start = time.monotonic_ns()
+                for i in waiting:
+                    self._finish(i)
+                _node.record_span("forward", f"update {type(module).__name__} "
+                                  f"({', '.join(self._named[i][0] for i in waiting)})",
+                                  start, time.monotonic_ns())
+        return pre_hook
+
+    def _make_stale_guard(self, i: int):
+        def guard(grad):
+            if i in self._in_flight:
+                raise _core.InvalidArgument(
+                    f"parameter '{self._named[i][0]}' took part in the forward pass while its "
+                    "update was still in flight: with overlap_forward every parameter must be "
+                    "used inside the forward of a module that owns it (or call synchronize() "
+                    "before the forward pass)")
+            return grad
+        return guard
+
+    def _finish(self, i: int) -> None:
+        """Waits for parameter i's sums and steps the optimizer on it alone
+        (overlap_forward), then zeroes its gradient for the next backward."""
+        handles, g = self._in_flight.pop(i)
+        for h in handles:
+            h.wait()
+        p = self._named[i][1]
+        with torch.no_grad():
+            g.div_(self._kv.num_workers)
+            if g.data_ptr() != p.grad.data_ptr():
+                p.grad.copy_(g)
+        groups = self._opt.param_groups
+        one = dict(self._group_of[id(p)])
+        one["params"] = [p]
+        self._opt.param_groups = [one]
+        try:
+            self._opt.step()
+        finally:
+            self._opt.param_groups = groups
+        p.grad.zero_()
+        if not self._in_flight:
+            self.last_forward_overlap_s = (time.monotonic_ns() - self._step_returned_ns) / 1e9
+
+    def _finish_in_flight(self) -> None:
+        for i in sorted(self._in_flight):
+            self._finish(i)
 
     def _views(self, i: int, t: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
         """(key, view of t) for each part of parameter i: t itself when the
@@ -484,7 +573,13 @@ class KVStoreOptimizer(_HookedOptimizer):
     def synchronize(self) -> None:
         """Pushes what the hooks did not, waits for every push and pull, and
         leaves the averaged gradients in .grad (update on the workers) or
-        the new weights in the parameters (update on the servers)."""
+        the new weights in the parameters (update on the servers). With
+        overlap_forward it first applies the updates still in flight, and
+        that is all it does when no backward pass ran since the last step()
+        (before evaluating or saving the model)."""
+        self._finish_in_flight()
+        if self._overlap and not self._pending:
+            return
         self._start_missing()
         n = self._kv.num_workers
         for i, (handles, g) in sorted(self._pending.items()):
@@ -502,13 +597,40 @@ class KVStoreOptimizer(_HookedOptimizer):
         self._started_in_backward = 0
 
     def step(self, closure=None):
-        """synchronize(), then (update on the workers) the optimizer's step()."""
+        """synchronize(), then (update on the workers) the optimizer's step().
+        With overlap_forward it returns once every gradient is pushed: each
+        parameter is updated when the next forward pass reaches its module
+        (or at the next synchronize(), step() or state_dict())."""
         if closure is not None:
             with torch.enable_grad():
                 closure()
+        if self._overlap:
+            self._finish_in_flight()  # parameters the last forward pass did not reach
+            self._start_missing()
+            self._in_flight, self._pending = self._pending, {}
+            self._started_in_backward = 0
+            self._step_returned_ns = time.monotonic_ns()
+            return
         self.synchronize()
         if not self._server_side:
             self._opt.step()
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """As the wrapped optimizer's; with overlap_forward the gradients of
+        updates still in flight are left alone (each is zeroed when its
+        update is applied)."""
+        if not self._in_flight:
+            super().zero_grad(set_to_none)
+            return
+        if self._pending:
+            super().zero_grad(set_to_none)  # raises, naming the reductions
+        for i, (_, p) in enumerate(self._named):
+            if i not in self._in_flight and p.grad is not None:
+                p.grad = None if set_to_none else p.grad.zero_()
+
+    def state_dict(self):
+        self._finish_in_flight()
+        return self._opt.state_dict()
 
 
 # -- DDP's communication hook through the parameter server --

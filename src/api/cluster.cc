@@ -69,6 +69,13 @@ const std::vector<NodeInfo>& Cluster::nodes() const {
 }
 void Cluster::Barrier(int groups) { impl_->hold->node().membership().Barrier(groups); }
 void Cluster::CheckHealth() const { impl_->hold->node().membership().CheckHealth(); }
+void Cluster::RecordSpan(const std::string& track, const std::string& name,
+                         std::chrono::steady_clock::time_point start,
+                         std::chrono::steady_clock::time_point end) {
+  if (base::Timeline* timeline = impl_->hold->node().Services().timeline) {
+    timeline->Span(track, name, start, end);
+  }
+}
 void Cluster::Finalize() { impl_->hold->Release(/*graceful=*/true); }
 
 // ServeAssignedRole() is defined in src/kv/serve_role.cc: a server runs the

@@ -8,6 +8,7 @@ backward()), and match one process trained on the union of the batches
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -23,16 +24,24 @@ OVERLAP = re.compile(r"\[worker (\d+)\] torch_worker: overlapped=\[([\d, ]+)\] o
 @pytest.mark.parametrize("mode,workers,servers", [("allreduce", 2, 0), ("allreduce", 4, 0),
                                                   ("ps-worker-update", 2, 1),
                                                   ("ps-partitioned", 3, 2),
-                                                  ("ps-server-update", 3, 2)])
-def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mode, workers,
-                                                     servers):
+                                                  ("ps-server-update", 3, 2),
+                                                  ("ps-overlap", 3, 2)])
+def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, tmp_path, mode,
+                                                     workers, servers):
     """ps-partitioned: KVStoreOptimizer(partition_bytes=192), so the 16 x 16
     layer travels as 5 keys and the 10 x 16 one as 3, cut over 2 servers
-    (MXNET_KVSTORE_BIGARRAY_BOUND=20) in the balanced placement."""
+    (MXNET_KVSTORE_BIGARRAY_BOUND=20) in the balanced placement.
+    ps-overlap: KVStoreOptimizer(overlap_forward=model): step() returns
+    with every update in flight, each applied when the next forward pass
+    reaches its layer (a span per layer and step on each worker's "forward"
+    track of the timeline), and the parameters are still the reference's."""
     steps = 5
     extra = ["--no-scheduler"] if servers == 0 else []
     args = ["--mode", mode, "--steps", str(steps)]
     env = {}
+    if mode == "ps-overlap":
+        args = ["--mode", "ps-worker-update", "--steps", str(steps), "--overlap-forward"]
+        env = {"TANDEM_TIMELINE": str(tmp_path / "trace.json")}
     if mode == "ps-partitioned":
         args = ["--mode", "ps-worker-update", "--steps", str(steps), "--partition-bytes", "192"]
         env = {"MXNET_KVSTORE_BIGARRAY_BOUND": "20", "TANDEM_KV_PLACEMENT": "balanced"}
@@ -48,6 +57,24 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, mod
     assert len({d[5] for d in done}) == 1, done
     starts = START.findall(result.output)
     assert len(starts) == workers and len({s[1] for s in starts}) == 1, starts
+    if mode == "ps-overlap":
+        # step() left all 6 parameters' updates in flight.
+        assert re.findall(r"torch_worker: in flight after the last step=(\d+)",
+                          result.output) == ["6"] * workers, result.output
+        # Steps 2..5 each found the 3 layers' updates in flight.
+        trace = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+        forward = {(e["pid"], e["tid"]) for e in trace
+                   if e.get("ph") == "M" and e.get("name") == "thread_name"
+                   and e["args"]["name"] == "forward"}
+        spans = [e for e in trace if e.get("ph") == "X" and (e["pid"], e["tid"]) in forward]
+        assert len({pid for pid, _ in forward}) == workers, forward
+        assert len(spans) == workers * 3 * (steps - 1), spans
+        assert all(re.fullmatch(r"update Linear \(\d\.weight, \d\.bias\)", e["name"])
+                   for e in spans), spans
+        for rank in range(workers):
+            for what in ("stale", "server", "owner"):
+                assert f"[worker {rank}] torch_worker: misuse overlap {what}: " in \
+                    result.output, (rank, what, result.output)
     if mode == "ps-partitioned":
         keys = re.findall(r"torch_worker: keys=(\d+)", result.output)
         assert keys == ["12"] * workers, keys  # 3 + 1 + 5 + 1 + 1 + 1

@@ -36,7 +36,6 @@ so the parameters must match it exactly up to float reassociation (rtol
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import sys
 
@@ -139,6 +138,7 @@ def main() -> None:
     ap.add_argument("--powersgd-start", type=int, default=0)
     ap.add_argument("--powersgd-min-rate", type=float, default=2.0)
     ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--overlap-forward", action="store_true")
     args = ap.parse_args()
     powersgd = args.compression == "powersgd"
     quantized = args.compression in ("2bit", "1bit")
@@ -178,6 +178,8 @@ def main() -> None:
             kwargs = {}
             if args.partition_bytes is not None:
                 kwargs["partition_bytes"] = args.partition_bytes
+            if args.overlap_forward:
+                kwargs["overlap_forward"] = model
             opt = tt.KVStoreOptimizer(kv, model.named_parameters(), optimizer=base, **kwargs)
             print(f"torch_worker: keys={opt.num_keys}", flush=True)
             reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
@@ -188,7 +190,10 @@ def main() -> None:
             reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1)
     # The constructor (PS) or broadcast (allreduce) made every replica worker 0's.
     print(f"torch_worker: start sha={digest(model)}", flush=True)
-    reference = copy.deepcopy(model)
+    # A fresh model with the replica's weights: a deep copy would carry the
+    # optimizer's forward hooks (overlap_forward) along.
+    reference = make_model(seed=0)
+    reference.load_state_dict(model.state_dict())
     ref_opt = reference_opt(reference)
 
     overlapped = []
@@ -208,6 +213,24 @@ def main() -> None:
         ref_opt.zero_grad()
         loss_fn(reference(torch.cat(xs)), torch.cat(ys)).backward()
         ref_opt.step()
+    if args.overlap_forward:
+        # The last step's updates are still in flight: apply them.
+        print(f"torch_worker: in flight after the last step={len(opt._in_flight)}", flush=True)
+        lone = nn.Linear(2, 2)
+        expect_refusals((
+            ("overlap stale", lambda: nn.functional.linear(x, model[0].weight).sum().backward(),
+             "parameter '0.weight' took part in the forward pass while its update was still "
+             "in flight"),
+            ("overlap server", lambda: tt.KVStoreOptimizer(kv, lone.named_parameters(),
+                                                           server_optimizer="sgd",
+                                                           overlap_forward=lone),
+             "it needs optimizer= (not server_optimizer)"),
+            ("overlap owner", lambda: tt.KVStoreOptimizer(
+                kv, model.named_parameters(), optimizer=torch.optim.SGD(model.parameters(), 0.1),
+                overlap_forward=lone),
+             "overlap_forward's model does not own parameters ['0.weight', '0.bias'"),
+        ))
+        opt.synchronize()
     params = len([p for p in model.parameters()])
     print(f"torch_worker: overlapped={overlapped} of {params}", flush=True)
     if args.mode == "allreduce":
