@@ -46,6 +46,10 @@ class GradientQuantizer {
   /// Quantize.
   void Dequantize(const TensorView& in, const TensorView& out) const;
 
+  /// As Dequantize, but adds the expanded values to `out` (out += values),
+  /// in one pass over `out`: how a sum over the ranks' words is built.
+  void DequantizeAdd(const TensorView& in, const TensorView& out) const;
+
  private:
   std::string type_;
   float threshold_ = 0.5f;

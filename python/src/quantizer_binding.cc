@@ -44,7 +44,16 @@ void RegisterQuantizer(py::module_& m) {
             q.Dequantize(i.view(), o.view());
           },
           py::arg("in"), py::arg("out"),
-          "Expands in (uint8) into out (float32): the values MXNet's server sums.");
+          "Expands in (uint8) into out (float32): the values MXNet's server sums.")
+      .def(
+          "dequantize_add",
+          [](const GradientQuantizer& q, py::handle in, py::handle out) {
+            HeldTensor i = HeldTensor::FromPython(in, "in", false);
+            HeldTensor o = HeldTensor::FromPython(out, "out", true);
+            py::gil_scoped_release release;
+            q.DequantizeAdd(i.view(), o.view());
+          },
+          py::arg("in"), py::arg("out"), "As dequantize, adding the values to out.");
 }
 
 }  // namespace tandem::python

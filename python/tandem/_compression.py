@@ -124,11 +124,9 @@ class _Quantized:
     def sum_into(self, g: torch.Tensor, gathered: torch.Tensor, average: bool) -> None:
         """g = the sum (or average) of every rank's expanded row of
         `gathered` (size x quantised bytes), in rank order."""
-        part = torch.empty_like(g)
         self._core.dequantize(gathered[0], g)
         for row in gathered[1:]:
-            self._core.dequantize(row, part)
-            g.add_(part)
+            self._core.dequantize_add(row, g)
         if average:
             g.div_(gathered.shape[0])
 

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
 #include <span>
 
 #include "base/dtype.h"
@@ -67,6 +69,24 @@ void GradientQuantizer::Dequantize(const TensorView& in, const TensorView& out) 
   kv::Decompress(Params(type_, threshold_),
                  {static_cast<const std::byte*>(in.data), QuantizedBytes(n)},
                  {static_cast<float*>(out.data), n});
+}
+
+void GradientQuantizer::DequantizeAdd(const TensorView& in, const TensorView& out) const {
+  const auto n = static_cast<size_t>(out.num_elements());
+  Expect(out, DType::kF32, n, "DequantizeAdd", "out");
+  Expect(in, DType::kU8, QuantizedBytes(n), "DequantizeAdd", "in");
+  // Whole words at a time into a block that stays in the cache.
+  constexpr size_t kBlock = 4096;  // values; a multiple of 16 and of 32
+  const kv::CompressionParams params = Params(type_, threshold_);
+  std::array<float, kBlock> block{};
+  auto* dest = static_cast<float*>(out.data);
+  const auto* words = static_cast<const std::byte*>(in.data);
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t count = std::min(kBlock, n - begin);
+    kv::Decompress(params, {words + QuantizedBytes(begin), QuantizedBytes(count)},
+                   {block.data(), count});
+    for (size_t i = 0; i < count; ++i) dest[begin + i] += block[i];
+  }
 }
 
 }  // namespace tandem

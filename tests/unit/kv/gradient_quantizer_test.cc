@@ -57,13 +57,19 @@ TEST_P(GradientQuantizerTest, MatchesTheParameterServersQuantiser) {
     q.Dequantize(View(words), View(out));
     kv::Decompress(params, ref_words, ref_out);
     ASSERT_EQ(out, ref_out) << "call " << call;
+    std::vector<float> sum(c.count, 1.5f);
+    q.DequantizeAdd(View(words), View(sum));
+    for (size_t i = 0; i < c.count; ++i) {
+      ASSERT_EQ(sum[i], 1.5f + ref_out[i]) << "call " << call << " value " << i;
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GradientQuantizerTest,
                          ::testing::Values(Case{"2bit", 1}, Case{"2bit", 16}, Case{"2bit", 17},
-                                           Case{"2bit", 1000}, Case{"1bit", 1}, Case{"1bit", 32},
-                                           Case{"1bit", 33}, Case{"1bit", 1000}));
+                                           Case{"2bit", 1000}, Case{"2bit", 4096 + 17},
+                                           Case{"1bit", 1}, Case{"1bit", 32}, Case{"1bit", 33},
+                                           Case{"1bit", 1000}, Case{"1bit", 2 * 4096 + 1}));
 
 struct BadCall {
   std::string what;
@@ -89,6 +95,8 @@ TEST_P(GradientQuantizerRefusesTest, NamesTheArgument) {
       q.Quantize(View(grad), View(residual), View(out));
     } else if (w == "in size") {
       q.Dequantize(View(short_words), View(out));
+    } else if (w == "add in size") {
+      q.DequantizeAdd(View(short_words), View(out));
     }
   };
   try {
@@ -106,7 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCall{"residual size", "Quantize: residual has 39 elements, expected 40"},
                       BadCall{"out size", "Quantize: out has 4 elements, expected 12"},
                       BadCall{"out dtype", "Quantize: out is float32, expected uint8"},
-                      BadCall{"in size", "Dequantize: in has 4 elements, expected 12"}));
+                      BadCall{"in size", "Dequantize: in has 4 elements, expected 12"},
+                      BadCall{"add in size", "DequantizeAdd: in has 4 elements, expected 12"}));
 
 TEST(GradientQuantizerParams, RefusesNoneAndBadEntries) {
   EXPECT_THROW(GradientQuantizer(Params{{"type", "none"}}), InvalidArgument);
