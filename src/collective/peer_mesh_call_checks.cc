@@ -239,9 +239,11 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
         continue;
       }
       auto st = calls_.find(other);
+      // A caller counted as blocked in `other` has called it, even before
+      // its operation begins there (Run counts the wait first).
       const bool idle =
           st == calls_.end() ||
-          (st->second.status.load() != CallState::kRunning &&
+          (st->second.status.load() != CallState::kRunning && st->second.user_waits.load() == 0 &&
            now - Clock::time_point(Clock::duration(st->second.idle_since.load())) >= kCrossWait &&
            (!st->second.begun || st->second.sequence < other_sequence));
       if (!idle) continue;
