@@ -220,7 +220,7 @@ class DistributedOptimizer(_HookedOptimizer):
                 raise _core.InvalidArgument(
                     f"DistributedOptimizer: {self._compression.type} gradients are allgathered "
                     "in order; they do not run with negotiate=True")
-            if op not in (Average, "avg", "average", Sum, "sum"):
+            if op not in (Average, "average", Sum):
                 raise _core.InvalidArgument(
                     f"DistributedOptimizer: {self._compression.type} gradients are summed or "
                     f"averaged; op {op!r} is not supported with them")
@@ -302,7 +302,7 @@ class DistributedOptimizer(_HookedOptimizer):
                                                   group=self._group)
                 continue
             if isinstance(ctx, _compression._Quantized):
-                ctx.sum_into(g, send, average=self._op != Sum and self._op != "sum")
+                ctx.sum_into(g, send, average=self._op != Sum)
             elif send is not g:
                 g.copy_(self._compression.decompress(send, ctx))
             self._copy_back(i, g)
