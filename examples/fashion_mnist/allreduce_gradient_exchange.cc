@@ -24,6 +24,12 @@ void AllreduceGradientExchange::ShareInitialWeights(
   }
 }
 
+int64_t AllreduceGradientExchange::PayloadBytes(
+    const std::vector<tandem::TensorView>& weights) const {
+  int64_t bytes = GradientExchange::PayloadBytes(weights);
+  return wire_ ? bytes / 2 : bytes;  // float16 and bfloat16: half of float32
+}
+
 void AllreduceGradientExchange::Exchange(const std::vector<tandem::TensorView>& grads,
                                          const std::vector<tandem::TensorView>&) {
   std::vector<tandem::CollectiveHandle> handles;

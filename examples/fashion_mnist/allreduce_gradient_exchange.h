@@ -1,7 +1,9 @@
 // Gradients through tandem's collectives (docs/collectives.md): an in-place
 // sum allreduce per parameter, optionally in a narrower wire dtype
 // (--compression fp16|bf16: ReduceOptions::wire_dtype); every worker then
-// runs the optimizer itself.
+// runs the optimizer itself. The 2bit/1bit and PowerSGD exchanges
+// (quantized_gradient_exchange.h, powersgd_gradient_exchange.h) replace
+// Exchange and keep the rest.
 #pragma once
 
 #include <memory>
@@ -30,8 +32,13 @@ class AllreduceGradientExchange : public GradientExchange {
   bool updates_weights() const override { return false; }
   void Exchange(const std::vector<tandem::TensorView>& grads,
                 const std::vector<tandem::TensorView>& weights) override;
+  int64_t PayloadBytes(const std::vector<tandem::TensorView>& weights) const override;
   void SaveOptimizerStates(const std::string&) override {}
   void LoadOptimizerStates(const std::string&) override {}
+
+ protected:
+  /// Every worker's communicator, for the exchanges built on this one.
+  tandem::Communicator& world() { return collectives_->world(); }
 
  private:
   std::unique_ptr<tandem::Collectives> collectives_;

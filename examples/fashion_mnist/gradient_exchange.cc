@@ -6,6 +6,12 @@
 
 namespace fashion_mnist {
 
+int64_t GradientExchange::PayloadBytes(const std::vector<tandem::TensorView>& weights) const {
+  int64_t bytes = 0;
+  for (const tandem::TensorView& w : weights) bytes += static_cast<int64_t>(w.num_bytes());
+  return bytes;
+}
+
 uint64_t GradientExchange::SaveStoreCheckpoint(const std::string& dir, const std::string&) {
   throw tandem::InvalidArgument(fmt::format(
       "store checkpoint into {}: the {} exchange has no parameter-server store to checkpoint", dir,

@@ -6,6 +6,7 @@
 // them in that order, as float32 views of its own memory.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,11 @@ class GradientExchange {
   /// until done. Throws tandem::PeerLost, tandem::Timeout and the like.
   virtual void Exchange(const std::vector<tandem::TensorView>& grads,
                         const std::vector<tandem::TensorView>& weights) = 0;
+
+  /// The bytes of gradients this worker hands to the network per step for
+  /// parameters shaped as `weights` (before any algorithm's copies: what
+  /// compression changes). Float32 by default. Never throws.
+  virtual int64_t PayloadBytes(const std::vector<tandem::TensorView>& weights) const;
 
   /// Saves / loads the servers' optimizer states under `path` (each server
   /// writes "<path>.server<rank>"); nothing when the optimizer runs on the

@@ -3,8 +3,24 @@
 namespace fashion_mnist {
 
 KvGradientExchange::KvGradientExchange(std::unique_ptr<tandem::KVStore> store,
-                                       std::optional<tandem::KVParams> server_sgd)
-    : store_(std::move(store)), server_sgd_(std::move(server_sgd)) {}
+                                       std::optional<tandem::KVParams> server_sgd,
+                                       std::optional<tandem::KVParams> compression)
+    : store_(std::move(store)), server_sgd_(std::move(server_sgd)) {
+  if (compression) {
+    quantizer_.emplace(*compression);
+    store_->SetGradientCompression(*compression);  // before the first Init, as it must be
+  }
+}
+
+int64_t KvGradientExchange::PayloadBytes(const std::vector<tandem::TensorView>& weights) const {
+  if (!quantizer_) return GradientExchange::PayloadBytes(weights);
+  int64_t bytes = 0;
+  for (const tandem::TensorView& w : weights) {
+    bytes +=
+        static_cast<int64_t>(quantizer_->QuantizedBytes(static_cast<size_t>(w.num_elements())));
+  }
+  return bytes;
+}
 
 void KvGradientExchange::ShareInitialWeights(const std::vector<tandem::TensorView>& weights) {
   // Init sends worker 0's values (then a barrier); the pull gives them to all.

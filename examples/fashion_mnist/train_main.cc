@@ -3,7 +3,8 @@
 //   tandem launch --launcher local -n 2 -s 1 -- fashion_mnist_train --kvstore dist_sync
 //   tandem launch --launcher local -n 2 --no-scheduler -- fashion_mnist_train --allreduce
 //   tandem launch -n 4 -s 6 --launcher ssh ... -- fashion_mnist_train --servers-on-spare-hosts
-//   fashion_mnist_train --kvstore local
+//   tandem launch --launcher local -n 4 --no-scheduler -- fashion_mnist_train --allreduce
+//   --compression powersgd fashion_mnist_train --kvstore local
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -17,6 +18,8 @@
 #include "batch_plan.h"
 #include "kv_gradient_exchange.h"
 #include "learning_rate.h"
+#include "powersgd_gradient_exchange.h"
+#include "quantized_gradient_exchange.h"
 #include "tandem/collective.h"
 #include "tandem/error.h"
 #include "tandem/kvstore.h"
@@ -62,8 +65,22 @@ int Run(const TrainOptions& o) {
     rate.warmup_steps =
         static_cast<int64_t>(o.warmup_epochs * static_cast<double>(plan.steps_per_epoch()) + 0.5);
   }
+  std::optional<tandem::KVParams> quantized;
+  if (o.compression == "2bit" || o.compression == "1bit") {
+    quantized = tandem::KVParams{{"type", o.compression},
+                                 {"threshold", fmt::format("{}", o.compression_threshold)}};
+  }
   std::unique_ptr<GradientExchange> exchange;
-  if (o.allreduce) {
+  if (o.allreduce && quantized) {
+    exchange = std::make_unique<QuantizedGradientExchange>(std::move(collectives), *quantized);
+  } else if (o.allreduce && o.compression == "powersgd") {
+    exchange = std::make_unique<PowerSgdGradientExchange>(
+        std::move(collectives),
+        PowerSgdOptions{.rank = o.powersgd_rank,
+                        .start_step = o.powersgd_start_step,
+                        .min_compression_rate = o.powersgd_min_compression_rate,
+                        .seed = o.seed});
+  } else if (o.allreduce) {
     std::optional<tandem::DType> wire;
     if (o.compression == "fp16") wire = tandem::DType::kF16;
     if (o.compression == "bf16") wire = tandem::DType::kBF16;
@@ -73,7 +90,8 @@ int Run(const TrainOptions& o) {
     if (!o.optimizer_on_workers) {
       server_sgd = rate.ServerSgdParams(o.momentum, o.wd, o.kvstore == "dist_async" ? workers : 1);
     }
-    exchange = std::make_unique<KvGradientExchange>(std::move(store), std::move(server_sgd));
+    exchange = std::make_unique<KvGradientExchange>(std::move(store), std::move(server_sgd),
+                                                    std::move(quantized));
   }
   Train(o, data, plan, rate, *exchange);
   return 0;

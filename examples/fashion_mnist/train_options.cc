@@ -23,9 +23,26 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
                "sum gradients with tandem's allreduce among the workers (no servers; "
                "`tandem launch --no-scheduler`)");
   app.add_option("--compression", o->compression,
-                 "with --allreduce: the dtype gradients travel and are summed in (none, fp16, "
-                 "bf16)")
-      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
+                 "none; with --allreduce: fp16 or bf16 (the dtype gradients travel and are "
+                 "summed in) or powersgd (low-rank factors); with --allreduce or a dist "
+                 "--kvstore: 2bit or 1bit (MXNet's quantisation with error feedback)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16", "2bit", "1bit", "powersgd"}));
+  CLI::Option* threshold =
+      app.add_option("--compression-threshold", o->compression_threshold,
+                     "2bit/1bit: MXNet's threshold (default 0.5, MXNet's; gradients of this "
+                     "model want about 0.001)");
+  CLI::Option* powersgd_rank = app.add_option("--powersgd-rank", o->powersgd_rank,
+                                              "powersgd: the rank of the factors (default 1)")
+                                   ->check(CLI::PositiveNumber);
+  CLI::Option* powersgd_start =
+      app.add_option("--powersgd-start-step", o->powersgd_start_step,
+                     "powersgd: the steps before this one are plain allreduces (default 10)")
+          ->check(CLI::NonNegativeNumber);
+  CLI::Option* powersgd_rate =
+      app.add_option("--powersgd-min-compression-rate", o->powersgd_min_compression_rate,
+                     "powersgd: a tensor is compressed only when its factors are this many "
+                     "times smaller than it (default 2)")
+          ->check(CLI::NonNegativeNumber);
   app.add_flag("--optimizer-on-workers", o->optimizer_on_workers,
                "the servers only sum gradients; each worker runs SGD (dist_sync, local)");
   app.add_flag("--servers-on-spare-hosts", o->servers_on_spare_hosts,
@@ -106,12 +123,33 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
     }
     o->restart_count = static_cast<int>(n);
   }
-  if (!o->allreduce && o->compression != "none") {
+  const bool quantized = o->compression == "2bit" || o->compression == "1bit";
+  if (!o->allreduce && o->compression != "none" && !quantized) {
     std::cerr << "--compression " << o->compression
               << " compresses the allreduce's gradients: it needs --allreduce (the parameter "
-                 "server's compression is the KVStore's, docs/gradient-compression.md)\n";
+                 "server's compression is 2bit or 1bit, docs/gradient-compression.md)\n";
     *exit_code = 2;
     return false;
+  }
+  if (!o->allreduce && quantized && o->kvstore == "local") {
+    std::cerr << "--compression " << o->compression
+              << " needs --allreduce or a dist --kvstore (dist_sync, dist_async): the local "
+                 "store moves no gradients, as MXNet's\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (threshold->count() > 0 && !quantized) {
+    std::cerr << "--compression-threshold is 2bit's and 1bit's; --compression is " << o->compression
+              << "\n";
+    *exit_code = 2;
+    return false;
+  }
+  for (const CLI::Option* p : {powersgd_rank, powersgd_start, powersgd_rate}) {
+    if (p->count() > 0 && o->compression != "powersgd") {
+      std::cerr << p->get_name() << " is PowerSGD's; --compression is " << o->compression << "\n";
+      *exit_code = 2;
+      return false;
+    }
   }
   if (o->servers_on_spare_hosts) {
     if (o->allreduce || o->kvstore != "dist_sync") {

@@ -13,8 +13,14 @@ namespace fashion_mnist {
 struct TrainOptions {
   std::string kvstore = "dist_sync";  ///< local, dist_sync, dist_async (ignored with allreduce)
   bool allreduce = false;             ///< gradients through collectives instead of servers
-  std::string compression = "none";   ///< with allreduce: none, fp16 or bf16 on the wire
-  bool optimizer_on_workers = false;  ///< servers sum; every worker runs SGD itself
+  /// none; fp16, bf16 or powersgd with allreduce; 2bit or 1bit with
+  /// allreduce or a dist kvstore (docs/training.md, "Compression").
+  std::string compression = "none";
+  double compression_threshold = 0.5;          ///< 2bit/1bit: MXNet's threshold
+  int powersgd_rank = 1;                       ///< powersgd: the factors' rank
+  int64_t powersgd_start_step = 10;            ///< powersgd: plain allreduce before this step
+  double powersgd_min_compression_rate = 2.0;  ///< powersgd: compress a tensor only above this
+  bool optimizer_on_workers = false;           ///< servers sum; every worker runs SGD itself
   /// dist_sync with the optimizer on the workers and the balanced key
   /// placement (TANDEM_KV_PLACEMENT=balanced); implies optimizer_on_workers.
   bool servers_on_spare_hosts = false;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -58,30 +60,49 @@ class CollectiveJob {
   /// Joins every node, starts every service, then runs body(rank, service)
   /// on each worker's thread. Returns each worker's exception (by rank).
   std::vector<std::exception_ptr> Run(const std::function<void(int, CollectiveService&)>& body) {
+    failed_at_.assign(static_cast<size_t>(n_), {});
     auto all = job_->RunAll([&](cluster::Membership& m) {
       if (m.self().role != Role::kWorker) return;
-      CollectiveService& s = *services_[static_cast<size_t>(m.self().rank)];
-      s.Start();
-      body(m.self().rank, s);
+      const int rank = m.self().rank;
+      CollectiveService& s = *services_[static_cast<size_t>(rank)];
+      try {
+        s.Start();
+        body(rank, s);
+      } catch (...) {
+        failed_at_[static_cast<size_t>(rank)] = std::chrono::steady_clock::now();
+        throw;
+      }
     });
     all.pop_back();  // the scheduler's
     return all;
   }
 
-  /// Runs and expects no worker to fail.
+  /// Runs and expects no worker to fail. Failures are reported in the order
+  /// they happened, so the first one (usually the cause of the others'
+  /// "lost worker") comes first with its time relative to it.
   void RunOk(const std::function<void(int, CollectiveService&)>& body) {
     auto errors = Run(body);
+    std::vector<size_t> failed;
     for (size_t i = 0; i < errors.size(); ++i) {
-      EXPECT_EQ(errors[i], nullptr) << "worker " << i << ": " << What(errors[i]);
+      if (errors[i] != nullptr) failed.push_back(i);
+    }
+    std::stable_sort(failed.begin(), failed.end(),
+                     [&](size_t a, size_t b) { return failed_at_[a] < failed_at_[b]; });
+    for (size_t i : failed) {
+      const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(
+          failed_at_[i] - failed_at_[failed.front()]);
+      ADD_FAILURE() << "worker " << i << " (failed " << after.count()
+                    << " ms after the first failure): " << What(errors[i]);
     }
   }
-
   TestNode& node(int rank) { return job_->node(static_cast<size_t>(rank)); }
   CollectiveService& service(int rank) { return *services_[static_cast<size_t>(rank)]; }
   int size() const { return n_; }
 
  private:
   int n_;
+  std::vector<std::chrono::steady_clock::time_point>
+      failed_at_;  // by rank: when each worker threw (Run)
   std::vector<std::unique_ptr<CollectiveService>> services_;  // outlive job_'s transports
   std::unique_ptr<TestJob> job_;
 };
