@@ -26,7 +26,7 @@ void AllreduceGradientExchange::ShareInitialWeights(
 
 int64_t AllreduceGradientExchange::PayloadBytes(
     const std::vector<tandem::TensorView>& weights) const {
-  int64_t bytes = GradientExchange::PayloadBytes(weights);
+  const int64_t bytes = Float32Bytes(weights);
   return wire_ ? bytes / 2 : bytes;  // float16 and bfloat16: half of float32
 }
 

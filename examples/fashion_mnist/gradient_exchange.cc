@@ -6,10 +6,23 @@
 
 namespace fashion_mnist {
 
-int64_t GradientExchange::PayloadBytes(const std::vector<tandem::TensorView>& weights) const {
+int64_t Float32Bytes(const std::vector<tandem::TensorView>& weights) {
   int64_t bytes = 0;
-  for (const tandem::TensorView& w : weights) bytes += static_cast<int64_t>(w.num_bytes());
+  for (const tandem::TensorView& w : weights) bytes += w.num_elements() * 4;
   return bytes;
+}
+
+int64_t QuantizedBytes(const tandem::GradientQuantizer& quantizer,
+                       const std::vector<tandem::TensorView>& weights) {
+  int64_t bytes = 0;
+  for (const tandem::TensorView& w : weights) {
+    bytes += static_cast<int64_t>(quantizer.QuantizedBytes(static_cast<size_t>(w.num_elements())));
+  }
+  return bytes;
+}
+
+int64_t GradientExchange::PayloadBytes(const std::vector<tandem::TensorView>& weights) const {
+  return Float32Bytes(weights);
 }
 
 uint64_t GradientExchange::SaveStoreCheckpoint(const std::string& dir, const std::string&) {

@@ -11,9 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "tandem/gradient_quantizer.h"
 #include "tandem/tensor.h"
 
 namespace fashion_mnist {
+
+/// Bytes of `weights` as float32 values. Never throws.
+int64_t Float32Bytes(const std::vector<tandem::TensorView>& weights);
+/// Bytes of `weights` quantised by `quantizer` (whole words per tensor).
+/// Never throws.
+int64_t QuantizedBytes(const tandem::GradientQuantizer& quantizer,
+                       const std::vector<tandem::TensorView>& weights);
 
 /// One worker's end of the gradient exchange.
 ///

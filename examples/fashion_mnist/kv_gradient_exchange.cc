@@ -13,13 +13,7 @@ KvGradientExchange::KvGradientExchange(std::unique_ptr<tandem::KVStore> store,
 }
 
 int64_t KvGradientExchange::PayloadBytes(const std::vector<tandem::TensorView>& weights) const {
-  if (!quantizer_) return GradientExchange::PayloadBytes(weights);
-  int64_t bytes = 0;
-  for (const tandem::TensorView& w : weights) {
-    bytes +=
-        static_cast<int64_t>(quantizer_->QuantizedBytes(static_cast<size_t>(w.num_elements())));
-  }
-  return bytes;
+  return quantizer_ ? QuantizedBytes(*quantizer_, weights) : Float32Bytes(weights);
 }
 
 void KvGradientExchange::ShareInitialWeights(const std::vector<tandem::TensorView>& weights) {

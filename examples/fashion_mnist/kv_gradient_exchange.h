@@ -9,7 +9,6 @@
 #include <optional>
 
 #include "gradient_exchange.h"
-#include "tandem/gradient_quantizer.h"
 #include "tandem/kvstore.h"
 
 namespace fashion_mnist {

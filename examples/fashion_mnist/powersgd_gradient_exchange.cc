@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 
 #include "tandem/error.h"
 
@@ -14,9 +13,8 @@ namespace {
 torch::Tensor AsTensor(const tandem::TensorView& v) {
   if (v.dtype != tandem::DType::kF32) {
     throw tandem::InvalidArgument(
-        fmt::format("powersgd exchange: a gradient of dtype {}, expected "
-                    "float32",
-                    static_cast<int>(v.dtype)));
+        fmt::format("powersgd exchange: a gradient of dtype code {}, expected float32 ({})",
+                    static_cast<int>(v.dtype), static_cast<int>(tandem::DType::kF32)));
   }
   return torch::from_blob(v.data, v.shape, torch::kFloat32);
 }

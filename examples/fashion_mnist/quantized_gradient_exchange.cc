@@ -15,11 +15,7 @@ QuantizedGradientExchange::QuantizedGradientExchange(
 
 int64_t QuantizedGradientExchange::PayloadBytes(
     const std::vector<tandem::TensorView>& weights) const {
-  int64_t bytes = 0;
-  for (const tandem::TensorView& w : weights) {
-    bytes += static_cast<int64_t>(quantizer_.QuantizedBytes(static_cast<size_t>(w.num_elements())));
-  }
-  return bytes;
+  return QuantizedBytes(quantizer_, weights);
 }
 
 void QuantizedGradientExchange::Exchange(const std::vector<tandem::TensorView>& grads,

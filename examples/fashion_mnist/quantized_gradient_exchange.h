@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "allreduce_gradient_exchange.h"
-#include "tandem/gradient_quantizer.h"
 
 namespace fashion_mnist {
 

@@ -3,8 +3,8 @@
 //   tandem launch --launcher local -n 2 -s 1 -- fashion_mnist_train --kvstore dist_sync
 //   tandem launch --launcher local -n 2 --no-scheduler -- fashion_mnist_train --allreduce
 //   tandem launch -n 4 -s 6 --launcher ssh ... -- fashion_mnist_train --servers-on-spare-hosts
-//   tandem launch --launcher local -n 4 --no-scheduler -- fashion_mnist_train --allreduce
-//   --compression powersgd fashion_mnist_train --kvstore local
+//   tandem launch -n 4 --no-scheduler -- fashion_mnist_train --allreduce --compression powersgd
+//   fashion_mnist_train --kvstore local
 #include <fmt/format.h>
 
 #include <cstdio>

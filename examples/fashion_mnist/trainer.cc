@@ -212,8 +212,7 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
         rate.warmup_steps > 0 ? fmt::format(" (warm-up {} steps)", rate.warmup_steps) : "",
         data.train.count, data.test.count);
     const int64_t payload = exchange.PayloadBytes(weight_views);
-    int64_t float32 = 0;
-    for (const tandem::TensorView& w : weight_views) float32 += static_cast<int64_t>(w.num_bytes());
+    const int64_t float32 = Float32Bytes(weight_views);
     fmt::print("gradients: {} bytes per worker and step ({:.1f}x fewer than float32's {})\n",
                payload, static_cast<double>(float32) / static_cast<double>(payload), float32);
     std::fflush(stdout);

@@ -12,6 +12,20 @@ namespace py = pybind11;
 
 namespace tandem::python {
 
+namespace {
+
+// in (uint8) into out (float32) through one of the quantizer's expansions,
+// without the GIL.
+template <void (GradientQuantizer::*Expand)(const TensorView&, const TensorView&) const>
+void ExpandInto(const GradientQuantizer& q, py::handle in, py::handle out) {
+  HeldTensor i = HeldTensor::FromPython(in, "in", false);
+  HeldTensor o = HeldTensor::FromPython(out, "out", true);
+  py::gil_scoped_release release;
+  (q.*Expand)(i.view(), o.view());
+}
+
+}  // namespace
+
 void RegisterQuantizer(py::module_& m) {
   py::class_<GradientQuantizer>(m, "GradientQuantizer",
                                 "MXNet's 2bit/1bit gradient quantisation with a residual "
@@ -35,25 +49,10 @@ void RegisterQuantizer(py::module_& m) {
           py::arg("grad"), py::arg("residual"), py::arg("out"),
           "Quantises grad + residual (float32) into out (uint8, quantized_bytes(n)); residual "
           "keeps what was not sent. Raises InvalidArgument naming a wrong dtype or size.")
-      .def(
-          "dequantize",
-          [](const GradientQuantizer& q, py::handle in, py::handle out) {
-            HeldTensor i = HeldTensor::FromPython(in, "in", false);
-            HeldTensor o = HeldTensor::FromPython(out, "out", true);
-            py::gil_scoped_release release;
-            q.Dequantize(i.view(), o.view());
-          },
-          py::arg("in"), py::arg("out"),
-          "Expands in (uint8) into out (float32): the values MXNet's server sums.")
-      .def(
-          "dequantize_add",
-          [](const GradientQuantizer& q, py::handle in, py::handle out) {
-            HeldTensor i = HeldTensor::FromPython(in, "in", false);
-            HeldTensor o = HeldTensor::FromPython(out, "out", true);
-            py::gil_scoped_release release;
-            q.DequantizeAdd(i.view(), o.view());
-          },
-          py::arg("in"), py::arg("out"), "As dequantize, adding the values to out.");
+      .def("dequantize", &ExpandInto<&GradientQuantizer::Dequantize>, py::arg("in"), py::arg("out"),
+           "Expands in (uint8) into out (float32): the values MXNet's server sums.")
+      .def("dequantize_add", &ExpandInto<&GradientQuantizer::DequantizeAdd>, py::arg("in"),
+           py::arg("out"), "As dequantize, adding the values to out.");
 }
 
 }  // namespace tandem::python
