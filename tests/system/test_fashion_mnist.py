@@ -90,14 +90,21 @@ COMMON = ["--train-limit", "4096", "--test-limit", "100",
 
 # Each mode's initial weights (--max-steps 0), computed once.
 _initial_weights: dict[str, np.ndarray] = {}
+# weights_after's results by (workers, batch, mode), computed once: the runs
+# are deterministic (one worker, or two whose sums are the same in any
+# order), and several tests compare against the same reference run.
+_weights_after: dict[tuple[int, int, str], np.ndarray] = {}
 
 
 def weights_after(launch, trainer, tmp_path, workers, batch, mode) -> np.ndarray:
-    out = tmp_path / f"weights-{mode}-{workers}x{batch}.bin"
-    run(launch, trainer, workers, mode,
-        COMMON + ["--max-steps", str(K_STEPS), "--batch-size", str(batch),
-                  "--dump-weights", str(out)])
-    return np.fromfile(out, dtype="<f4")
+    key = (workers, batch, mode)
+    if key not in _weights_after:
+        out = tmp_path / f"weights-{mode}-{workers}x{batch}.bin"
+        run(launch, trainer, workers, mode,
+            COMMON + ["--max-steps", str(K_STEPS), "--batch-size", str(batch),
+                      "--dump-weights", str(out)])
+        _weights_after[key] = np.fromfile(out, dtype="<f4")
+    return _weights_after[key]
 
 
 @pytest.mark.parametrize("mode", ["server_sgd", "worker_sgd", "allreduce"])
