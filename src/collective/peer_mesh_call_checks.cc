@@ -229,13 +229,34 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
   int blocked_here = 0;
   for (const auto& [id, st] : calls_) blocked_here += st.user_waits.load();
   if (blocked_here == 0) return std::nullopt;
+  // The members this operation needs: the peers of its pending pieces and,
+  // unless it is a broadcast (whose result comes down the root's path only),
+  // every other member, whose input reaches this rank's result through some
+  // peer. Halving-doubling and recursive doubling wait for partners only; in
+  // a crossing the member blocked in the other communicator may be one this
+  // rank never waits for (4 workers, a group of three beside the world).
+  std::vector<int> needed;
   for (const SlotKey& piece : pieces) {
     auto slot = slots_.find(piece);
     if (slot != slots_.end() && slot->second.state != Slot::State::kPosted) continue;
+    if (std::find(needed.begin(), needed.end(), piece.peer) == needed.end()) {
+      needed.push_back(piece.peer);
+    }
+  }
+  if (needed.empty()) return std::nullopt;
+  if (!mine.description.empty() &&
+      CallDescription::Decode(mine.description).kind != CallKind::kBroadcast) {
+    for (int m : mine.members) {
+      if (m != self_rank_ && std::find(needed.begin(), needed.end(), m) == needed.end()) {
+        needed.push_back(m);
+      }
+    }
+  }
+  for (const int peer : needed) {
     for (const EarlyPiece& early : early_) {
       const uint32_t other = early.communicator;
       const uint64_t other_sequence = early.sequence;
-      if (other == communicator || early.peer != piece.peer || now - early.at < kCrossWait) {
+      if (other == communicator || early.peer != peer || now - early.at < kCrossWait) {
         continue;
       }
       auto st = calls_.find(other);
@@ -247,14 +268,13 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
            now - Clock::time_point(Clock::duration(st->second.idle_since.load())) >= kCrossWait &&
            (!st->second.begun || st->second.sequence < other_sequence));
       if (!idle) continue;
-      auto blocked = mine.blocked_peers.find(piece.peer);
+      auto blocked = mine.blocked_peers.find(peer);
       if (blocked == mine.blocked_peers.end() || blocked->second != sequence) {
         // Is the peer's caller blocked too? Ask (again after kCrossWait).
-        auto asked = mine.probed.find(piece.peer);
+        auto asked = mine.probed.find(peer);
         if (asked == mine.probed.end() || now - asked->second >= kCrossWait) {
-          mine.probed[piece.peer] = now;
-          out.emplace_back(piece.peer,
-                           CallNotice{communicator, sequence, NoticeKind::kProbe, 0, {}, {}});
+          mine.probed[peer] = now;
+          out.emplace_back(peer, CallNotice{communicator, sequence, NoticeKind::kProbe, 0, {}, {}});
         }
         continue;
       }
@@ -265,7 +285,7 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
           "of communicator {} (its pieces arrived {} ms ago); worker rank {} has not called that "
           "operation: the ranks call their communicators in different orders",
           CallDescription::Decode(mine.description).Summary(), sequence,
-          CommunicatorName(communicator, mine.members), Describe(piece.peer), other_sequence,
+          CommunicatorName(communicator, mine.members), Describe(peer), other_sequence,
           CommunicatorName(other, other_members),
           std::chrono::duration_cast<std::chrono::milliseconds>(now - early.at).count(),
           self_rank_);
@@ -278,8 +298,7 @@ std::optional<std::string> PeerMesh::CrossedOrderLocked(
         }
       }
       // The peer's operation cannot complete either: its members learn why.
-      const std::vector<int> told =
-          other_members.empty() ? std::vector<int>{piece.peer} : other_members;
+      const std::vector<int> told = other_members.empty() ? std::vector<int>{peer} : other_members;
       for (int m : told) {
         if (m != self_rank_) {
           out.emplace_back(m, CallNotice{other, other_sequence, NoticeKind::kAbort, 0, {}, text});

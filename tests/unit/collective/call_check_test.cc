@@ -240,12 +240,17 @@ INSTANTIATE_TEST_SUITE_P(Kinds, CallCheck,
 // A sub-group used by only some of its members: workers 0 and 1 allreduce
 // over the group {0, 1, 2} while worker 2 allreduces over the world. Each
 // waits for the other's communicator; the crossed order is reported on
-// every worker of both, well before the time-out.
-class CrossedGroups : public ::testing::TestWithParam<int> {};
+// every worker of both, well before the time-out, whichever algorithm the
+// allreduces take (with recursive doubling at 4 workers no rank waits for
+// a peer that sent it a piece of the other communicator: the crossing is
+// found through a member the operation needs but does not wait for).
+class CrossedGroups : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
 
 TEST_P(CrossedGroups, AMemberInAnotherCommunicatorIsReportedOnEveryRank) {
-  const int n = GetParam();
+  const auto [n, algorithm] = GetParam();
   CollectiveJob job(n);
+  ReduceOptions options = Timed();
+  options.algorithm = algorithm;
   std::vector<double> seconds(static_cast<size_t>(n));
   auto errors = job.Run([&](int rank, CollectiveService& s) {
     std::unique_ptr<Communicator> group;
@@ -255,9 +260,9 @@ TEST_P(CrossedGroups, AMemberInAnotherCommunicatorIsReportedOnEveryRank) {
     Buffer b(DType::kF32, 8);
     try {
       if (rank < 2) {
-        group->AllReduce(b.view(), b.view(), Timed());
+        group->AllReduce(b.view(), b.view(), options);
       } else {
-        s.World().AllReduce(b.view(), b.view(), Timed());
+        s.World().AllReduce(b.view(), b.view(), options);
       }
     } catch (...) {
       seconds[static_cast<size_t>(rank)] =
@@ -282,7 +287,16 @@ TEST_P(CrossedGroups, AMemberInAnotherCommunicatorIsReportedOnEveryRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, CrossedGroups, ::testing::Values(3, 4));
+INSTANTIATE_TEST_SUITE_P(
+    WorkersAndAlgorithms, CrossedGroups,
+    ::testing::Combine(::testing::Values(3, 4, 6),
+                       ::testing::Values(AllReduceAlgorithm::kDirect, AllReduceAlgorithm::kRing,
+                                         AllReduceAlgorithm::kHalvingDoubling,
+                                         AllReduceAlgorithm::kRecursiveDoubling)),
+    [](const auto& p) {
+      return fmt::format("{}workers_{}", std::get<0>(p.param),
+                         AllReduceAlgorithmName(std::get<1>(p.param)));
+    });
 
 // Not a crossing: worker 1 queues an allreduce over Y, computes for a
 // second (its caller is not blocked), then allreduces over X; worker 0
