@@ -28,18 +28,21 @@ constexpr size_t kAny = std::numeric_limits<size_t>::max();
 // Pieces over TCP (across hosts, or on one host without the copy).
 constexpr Row kTcpTable[] = {
     {1, kAny, AllReduceAlgorithm::kDirect},  // nothing to exchange
-    // 4 ranks on loopback (docs/benchmarks.md, "Collectives"): direct is
-    // fastest to 16 KiB, halving-doubling to 1 MiB, the ring above.
-    // Recursive doubling is faster still to 16 KiB over TCP (4 KiB 91
-    // against 107 us, "The TCP path") but is not chosen: a crossed order
-    // of communicators is found only when every rank hears from every
-    // other within an operation, as with direct (docs/collectives.md).
-    {8, 16 << 10, AllReduceAlgorithm::kDirect},
+    // Loopback, 2-8 ranks (docs/benchmarks.md, "Small messages over TCP"):
+    // to 16 KiB direct for 2 ranks (one exchange either way) and 3 (4 KiB
+    // 130 against recursive doubling's 143 us: its fold and unfold are two
+    // more sequential messages), recursive doubling from 4 (4 KiB: 4 ranks
+    // 191 against 205 us, 5 ranks 254/295, 6 310/410, 8 464/737);
+    // halving-doubling to 1 MiB, the ring above. A crossed order of
+    // communicators is found with it as with direct (docs/collectives.md,
+    // "Call checks").
+    {3, 16 << 10, AllReduceAlgorithm::kDirect},
+    {8, 16 << 10, AllReduceAlgorithm::kRecursiveDoubling},
     {8, 1 << 20, AllReduceAlgorithm::kHalvingDoubling},
     {8, kAny, AllReduceAlgorithm::kRing},
-    // Larger groups (not measured on this machine): halving-doubling's
-    // log2 steps win over the ring's n-1 for longer.
-    {std::numeric_limits<int>::max(), 4 << 10, AllReduceAlgorithm::kDirect},
+    // Larger groups (not measured on this machine): log2 steps win over
+    // n-1 for longer.
+    {std::numeric_limits<int>::max(), 16 << 10, AllReduceAlgorithm::kRecursiveDoubling},
     {std::numeric_limits<int>::max(), 4 << 20, AllReduceAlgorithm::kHalvingDoubling},
     {std::numeric_limits<int>::max(), kAny, AllReduceAlgorithm::kRing},
 };
@@ -48,8 +51,10 @@ constexpr Row kTcpTable[] = {
 // 4 ranks (docs/benchmarks.md, "Collectives"): halving-doubling beats the
 // ring at every size from 256 KiB (1.3-1.4x at 4-64 MiB): with the copy a
 // piece costs one memcpy whatever its length, and halving-doubling moves
-// its bytes in 2 log2 n steps against the ring's 2(n-1). Larger groups are
-// not measured and keep the TCP rows.
+// its bytes in 2 log2 n steps against the ring's 2(n-1). Small vectors stay
+// direct: through the mailbox a piece costs little, and recursive doubling
+// was slower (4 KiB 37 against 34 us, "Small messages over TCP"). Larger
+// groups are not measured.
 constexpr Row kCopyTable[] = {
     {1, kAny, AllReduceAlgorithm::kDirect},
     {8, 16 << 10, AllReduceAlgorithm::kDirect},

@@ -18,6 +18,7 @@ using Path = AlgorithmTable::Path;
 constexpr auto kRing = AllReduceAlgorithm::kRing;
 constexpr auto kHd = AllReduceAlgorithm::kHalvingDoubling;
 constexpr auto kDirect = AllReduceAlgorithm::kDirect;
+constexpr auto kRd = AllReduceAlgorithm::kRecursiveDoubling;
 
 // (bytes, group size, path, expected)
 class AlgorithmTableRows
@@ -34,13 +35,19 @@ TEST_P(AlgorithmTableRows, PicksTheMeasuredAlgorithm) {
 INSTANTIATE_TEST_SUITE_P(
     Rows, AlgorithmTableRows,
     ::testing::Values(std::make_tuple(size_t{64} << 20, 1, Path::kTcp, kDirect),
-                      std::make_tuple(size_t{4} << 10, 4, Path::kTcp, kDirect),
-                      std::make_tuple(size_t{16} << 10, 4, Path::kTcp, kDirect),
+                      std::make_tuple(size_t{4} << 10, 2, Path::kTcp, kDirect),
+                      std::make_tuple(size_t{16} << 10, 2, Path::kTcp, kDirect),
+                      std::make_tuple((size_t{16} << 10) + 1, 2, Path::kTcp, kHd),
+                      std::make_tuple(size_t{16} << 10, 3, Path::kTcp, kDirect),
+                      std::make_tuple(size_t{1} << 10, 4, Path::kTcp, kRd),
+                      std::make_tuple(size_t{4} << 10, 4, Path::kTcp, kRd),
+                      std::make_tuple(size_t{16} << 10, 8, Path::kTcp, kRd),
                       std::make_tuple((size_t{16} << 10) + 1, 4, Path::kTcp, kHd),
                       std::make_tuple(size_t{1} << 20, 4, Path::kTcp, kHd),
                       std::make_tuple((size_t{1} << 20) + 1, 4, Path::kTcp, kRing),
                       std::make_tuple(size_t{64} << 20, 8, Path::kTcp, kRing),
-                      std::make_tuple(size_t{8} << 10, 16, Path::kTcp, kHd),
+                      std::make_tuple(size_t{16} << 10, 16, Path::kTcp, kRd),
+                      std::make_tuple((size_t{16} << 10) + 1, 16, Path::kTcp, kHd),
                       std::make_tuple(size_t{64} << 20, 16, Path::kTcp, kRing),
                       std::make_tuple(size_t{64} << 20, 1, Path::kSameHostCopy, kDirect),
                       std::make_tuple(size_t{16} << 10, 4, Path::kSameHostCopy, kDirect),
