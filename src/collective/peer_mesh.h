@@ -66,7 +66,9 @@ class PeerMesh final : public net::TransportHandler {
     bool mailbox = true;
     /// TANDEM_COLLECTIVE_SPIN_US: how long a wait polls (yielding) before
     /// it sleeps on the doorbell; 0 sleeps at once. Unset: kMailboxSpin for
-    /// a wait whose pieces all come from mailbox peers, else 0.
+    /// a wait whose pieces all come from mailbox peers; kTcpSpin for one
+    /// whose pieces all come over TCP, read by the waiting thread, while
+    /// such waits have lately been shorter than kTcpSpin; else 0.
     std::optional<std::chrono::microseconds> spin;
     /// TANDEM_COLLECTIVE_READ_WHILE_WAITING: a wait for pieces that come
     /// over TCP reads the connections on its own thread
@@ -81,6 +83,15 @@ class PeerMesh final : public net::TransportHandler {
   /// says otherwise (docs/collectives.md "Waiting": 4 ranks on 2 cores,
   /// 4 KiB allreduce 50 -> 34 us, 1 MiB 754 -> 531 us).
   static constexpr std::chrono::microseconds kMailboxSpin{50};
+  /// The polling of waits whose pieces come over TCP, while the average of
+  /// such waits (kTcpWaitWeight) stays below it: a peer that answers within
+  /// it is seen without a sleeping thread's wake-up (2 ranks on 2 cores,
+  /// 4 KiB allreduce 65 -> 32 us); where ranks share cores the waits are
+  /// longer, and the polling, which would take the core the peers need,
+  /// stops (docs/collectives.md "Waiting").
+  static constexpr std::chrono::microseconds kTcpSpin{50};
+  /// The weight of the latest wait in that average: 1/kTcpWaitWeight.
+  static constexpr int64_t kTcpWaitWeight = 4;
   /// How often a wait that reads the connections itself looks at what
   /// other threads report (a failure found by the membership's timers).
   static constexpr std::chrono::milliseconds kReadSlice{5};
@@ -480,6 +491,9 @@ class PeerMesh final : public net::TransportHandler {
   std::map<net::ConnectionId, Link> links_;  // every mesh connection, both directions
   std::map<SlotKey, Slot> slots_;
   std::atomic<bool> call_checks_{true};
+  // The moving average of waits over TCP read by the waiting thread
+  // (nanoseconds): whether the next one polls (kTcpSpin).
+  std::atomic<int64_t> tcp_wait_average_ns_{0};
   std::atomic<bool> any_mismatch_{false};  // a CallState has `mismatch` set
   std::map<uint32_t, CallState> calls_;    // by communicator
   // Pieces that arrived before their operation began, one entry per

@@ -2,8 +2,9 @@
 // drains the mailbox, looks at its posted receives, and sleeps on the
 // doorbell (a futex) that the mailbox's writers, the transport's callbacks
 // and failures ring; on mailbox peers it first polls for up to the spin
-// budget. The waiting thread also copies a piece sent by reference straight
-// from the sender's memory into the posted destination, then answers it.
+// budget, and over TCP while such waits have lately been short. The
+// waiting thread also copies a piece sent by reference straight from the
+// sender's memory into the posted destination, then answers it.
 // A wait whose pieces all come over TCP reads the connections on its own
 // thread (net::Transport::ReadWhileWaiting) rather than sleeping until the
 // transport's thread has read them: one wake-up instead of two.
@@ -91,8 +92,16 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
   for (const SlotKey& piece : pieces) {
     if (mailbox_ && mailbox_to_[static_cast<size_t>(piece.peer)]) read_here = false;
   }
+  // Unless set, polling over TCP follows how long such waits lately took.
+  bool tcp_adaptive = false;
   if (options_.spin) {
     spin = *options_.spin;
+  } else if (read_here) {
+    tcp_adaptive = true;
+    if (tcp_wait_average_ns_.load(std::memory_order_relaxed) <
+        std::chrono::nanoseconds(kTcpSpin).count()) {
+      spin = kTcpSpin;
+    }
   } else if (mailbox_) {
     spin = kMailboxSpin;
     for (const SlotKey& piece : pieces) {
@@ -100,6 +109,18 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
     }
   }
   const auto started = Clock::now();
+  // Whether this thread read the connections (a piece there at the first
+  // look says nothing about how long the peers take to answer).
+  bool read_myself = false;
+  auto done = [&](size_t i) -> std::pair<WaitResult, size_t> {
+    if (tcp_adaptive && read_myself) {
+      const int64_t took = std::chrono::nanoseconds(Clock::now() - started).count();
+      const int64_t average = tcp_wait_average_ns_.load(std::memory_order_relaxed);
+      tcp_wait_average_ns_.store(average + (took - average) / kTcpWaitWeight,
+                                 std::memory_order_relaxed);
+    }
+    return {WaitResult::kDone, i};
+  };
   const base::SteadyClock steady;
   base::WaitReport report(steady, options_.wait_report_interval);
   std::vector<std::pair<int, CallNotice>> crossing_notices;
@@ -119,7 +140,7 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
       for (size_t i = 0; i < pieces.size(); ++i) {
         switch (TryCompleteLocked(lock, pieces[i])) {
           case Progress::kDone:
-            return {WaitResult::kDone, i};
+            return done(i);
           case Progress::kFailed:
             return {WaitResult::kFailed, 0};
           case Progress::kPending:
@@ -136,6 +157,9 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
           auto it = slots_.find(piece);
           if (it != slots_.end() && it->second.dest.size() > kReadHereMaxBytes) read_here = false;
         }
+        // Polling is for pieces this thread reads: the transport's thread
+        // needs the core for the others.
+        if (!read_here && tcp_adaptive) spin = std::chrono::microseconds(0);
       }
       look_for_crossing = !pieces.empty() && Clock::now() - started >= kCrossWait;
       if (look_for_crossing) {
@@ -178,10 +202,14 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
                          until, [&] { return bell.Value() != seen; }, kReadSlice, poll)) {
       // The piece's bytes woke this thread, which read and delivered them
       // (and whatever else the connections brought) itself.
+      read_myself = true;
       if (bell.Value() == seen && until == deadline && Clock::now() >= deadline) last_look = true;
       continue;
     }
-    if (poll.count() > 0) {
+    // Polling over TCP is for a thread that reads the connections itself;
+    // one that sleeps until another thread delivers (another wait drives
+    // the connections, or an in-process transport) leaves it the core.
+    if (poll.count() > 0 && !tcp_adaptive) {
       // Yielding keeps the transport's thread running on a machine with
       // fewer cores than threads.
       while (bell.Value() == seen && std::chrono::steady_clock::now() < spin_until) {
