@@ -79,6 +79,11 @@
 # generate every rank's inputs and reference (n^2 work per size), 190 of the
 # collective binary's 237 s under ASan; it now computes them once per job.
 # The builds measured alone earlier: asan 923 s, tsan 264 s.
+# 2026-11-28, after PyTorch's suite went from spawned to forked processes
+# (283 -> 39 s alone): 2881 s (build 691, unit 44, system 1009, asan-build
+# 1301 of which 243 awaited, asan-tests 481, tsan-build 568 of which 88
+# awaited, tsan-tests 227, fuzz 79). The sanitized build in the background
+# is the critical path: a shorter system stage mostly lengthens the wait.
 #
 # clang-tidy is not a stage: it needs a build's compile commands, takes one to
 # three minutes of both cores, and its findings need a person's judgement (a
