@@ -96,13 +96,14 @@ if os.environ["TORCH_SUITE_BACKEND"] == "tandem-as-gloo":
 
 class TestDistBackendWithSpawn(distributed_test.TestDistBackend,
                                distributed_test.DistributedTest._DistTestBase):
-    """The suite's cases, each in WORLD_SIZE fresh processes, started as
-    TORCH_SUITE_START_METHOD says (--start-method)."""
+    """The suite's cases, each in WORLD_SIZE fresh processes, started by
+    `start_method` (main() sets it from --start-method)."""
+
+    start_method = "fork"
 
     def setUp(self):
         super().setUp()
-        method = os.environ.get("TORCH_SUITE_START_METHOD", "fork")
-        self._start_processes(torch.multiprocessing.get_context(method).Process)
+        self._start_processes(torch.multiprocessing.get_context(self.start_method).Process)
 
 
 class _Outcomes(unittest.TextTestResult):
@@ -142,7 +143,7 @@ def main() -> int:
                         "line; # starts a comment)")
     parser.add_argument("--outcomes", help="write one line per case to this file")
     parser.add_argument("--start-method", choices=["fork", "spawn"],
-                        default=os.environ.get("TORCH_SUITE_START_METHOD", "fork"),
+                        default=TestDistBackendWithSpawn.start_method,
                         help="how each case's processes start: fork (the default: they "
                         "inherit this process's imported torch; the 87 listed cases take 39 s) "
                         "or spawn, as torch's test_distributed_spawn.py (each process imports "
@@ -150,9 +151,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.world_size != os.environ["WORLD_SIZE"]:
         parser.error("give the world size through WORLD_SIZE (the spawned processes read it)")
-    # Read by setUp, in this process (a spawned one imports this file again
-    # and inherits the environment).
-    os.environ["TORCH_SUITE_START_METHOD"] = args.start_method
+    # setUp runs in this process, which starts each case's processes.
+    TestDistBackendWithSpawn.start_method = args.start_method
 
     loader = unittest.TestLoader()
     if args.patterns:

@@ -95,6 +95,7 @@ class CollectiveJob {
                     << " ms after the first failure): " << What(errors[i]);
     }
   }
+
   TestNode& node(int rank) { return job_->node(static_cast<size_t>(rank)); }
   CollectiveService& service(int rank) { return *services_[static_cast<size_t>(rank)]; }
   int size() const { return n_; }
