@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Allreduce on the multi-host bed (tests/system/netbed.py), tandem beside
-Open MPI on the same bed, alternating: one tandem rank per host under the
-torchrun contract, and mpirun starting its daemons on the hosts over the
+Open MPI on the same bed, alternating: tandem's ranks (--ranks-per-host
+of them on each host) under the torchrun contract, and mpirun starting its daemons on the hosts over the
 bed's sshd (tests/system/ssh_bed.py, `plm_rsh_agent`). Prints the median
 time and busbw per size of every variant. Needs root (network namespaces);
 removes the bed afterwards however the run ends. docs/benchmarks.md, "The
@@ -47,15 +47,18 @@ def parse_rows(text: str) -> dict[int, tuple[float, float]]:
 
 
 def run_tandem(bed: netbed.NetBed, bench: list[str], env: dict[str, str],
-               timeout: float) -> dict[int, tuple[float, float]]:
+               timeout: float, per_host: int) -> dict[int, tuple[float, float]]:
     secret = secrets.token_hex(32)
     procs = []
+    world = len(bed.hosts) * per_host
     for h in bed.hosts:
-        full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TANDEM_SECRET": secret,
-                "RANK": str(h.index - 1), "WORLD_SIZE": str(len(bed.hosts)),
-                "MASTER_ADDR": bed.hosts[0].name, "MASTER_PORT": "29500", **env}
-        procs.append(bed.popen(h, bench, env=full, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True))
+        for local in range(per_host):
+            full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TANDEM_SECRET": secret,
+                    "RANK": str((h.index - 1) * per_host + local), "WORLD_SIZE": str(world),
+                    "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_host),
+                    "MASTER_ADDR": bed.hosts[0].name, "MASTER_PORT": "29500", **env}
+            procs.append(bed.popen(h, bench, env=full, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True))
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     for p, out in zip(procs, outs):
         if p.returncode != 0:
@@ -64,10 +67,10 @@ def run_tandem(bed: netbed.NetBed, bench: list[str], env: dict[str, str],
 
 
 def run_mpi(bed: netbed.NetBed, ssh: SshBed, bench: list[str],
-            timeout: float) -> dict[int, tuple[float, float]]:
+            timeout: float, per_host: int) -> dict[int, tuple[float, float]]:
     agent = " ".join(["ssh", *[a.split("=", 1)[1] for a in ssh.ssh_args()]])
-    cmd = ["mpirun", "--allow-run-as-root", "-n", str(len(bed.hosts)),
-           "-H", ",".join(h.name for h in bed.hosts), "--bind-to", "none",
+    cmd = ["mpirun", "--allow-run-as-root", "-n", str(len(bed.hosts) * per_host),
+           "-H", ",".join(f"{h.name}:{per_host}" for h in bed.hosts), "--bind-to", "none",
            "--mca", "plm_rsh_agent", agent, "--mca", "oob_tcp_if_include", "eth0",
            "--mca", "btl_tcp_if_include", "eth0", "--mca", "btl", "self,tcp",
            "--mca", "mpi_yield_when_idle", "1", *bench]
@@ -80,6 +83,9 @@ def main() -> int:
     ap.add_argument("--bin", type=Path, default=ROOT / "build" / "bin")
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--rate", default="1gbit")
+    ap.add_argument("--ranks-per-host", type=int, default=1,
+                    help="ranks on each host (tandem's ranks and Open MPI's fill a host "
+                         "before the next)")
     ap.add_argument("--min-bytes", type=int, default=4096)
     ap.add_argument("--max-bytes", type=int, default=1 << 20)
     ap.add_argument("--factor", type=int, default=4)
@@ -104,18 +110,21 @@ def main() -> int:
         ssh = None if a.no_mpi else SshBed(bed, Path(workdir))
         for r in range(a.rounds):
             runs = [(label, lambda env=env: run_tandem(bed, [str(a.bin / "collective_bench"),
-                                                            *sizes], env, a.timeout))
+                                                            *sizes], env, a.timeout,
+                                                     a.ranks_per_host))
                     for label, env in variants]
             if ssh is not None:
                 runs.append(("openmpi_tcp", lambda: run_mpi(
-                    bed, ssh, [str(a.bin / "mpi_collective_bench"), *sizes], a.timeout)))
+                    bed, ssh, [str(a.bin / "mpi_collective_bench"), *sizes], a.timeout,
+                    a.ranks_per_host)))
             for label, run in runs:
                 rows = run()
                 for size, value in rows.items():
                     results.setdefault(label, {}).setdefault(size, []).append(value)
                 print(f"# round {r + 1}: {label}, {len(rows)} sizes", flush=True)
     labels = list(results)
-    print(f"# allreduce, {a.hosts} hosts at {a.rate}, one rank each; median of {a.rounds} "
+    print(f"# allreduce, {a.hosts} hosts at {a.rate}, {a.ranks_per_host} rank(s) each; "
+          f"median of {a.rounds} "
           f"round(s) of {a.iters}: time µs / busbw GB/s")
     print("| size | " + " | ".join(labels) + " |")
     print("|---|" + "---|" * len(labels))

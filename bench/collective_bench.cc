@@ -85,6 +85,7 @@ Args Parse(int argc, char** argv) {
                     : v == "halving_doubling"   ? tandem::AllReduceAlgorithm::kHalvingDoubling
                     : v == "direct"             ? tandem::AllReduceAlgorithm::kDirect
                     : v == "recursive_doubling" ? tandem::AllReduceAlgorithm::kRecursiveDoubling
+                    : v == "hierarchical"       ? tandem::AllReduceAlgorithm::kHierarchical
                                                 : tandem::AllReduceAlgorithm::kAuto;
     } else {
       throw tandem::InvalidArgument(

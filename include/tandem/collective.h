@@ -55,9 +55,13 @@ enum class AllReduceAlgorithm : uint8_t {
   kHalvingDoubling = 2,    ///< Rabenseifner: recursive halving, then doubling
   kDirect = 3,             ///< one round: every rank sends its vector to every other
   kRecursiveDoubling = 4,  ///< log2(n) rounds swapping whole vectors with one partner
+  /// reduce-scatter on each host, allreduce of each slice across hosts,
+  /// allgather on each host (needs as many ranks on every host; else ring)
+  kHierarchical = 5,
 };
 
-/// "auto", "ring", "halving_doubling", "direct", "recursive_doubling".
+/// "auto", "ring", "halving_doubling", "direct", "recursive_doubling",
+/// "hierarchical".
 std::string AllReduceAlgorithmName(AllReduceAlgorithm a);
 
 /// What every operation accepts.

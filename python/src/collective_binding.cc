@@ -34,11 +34,13 @@ Reduction ToReduction(const std::string& op) {
 AllReduceAlgorithm ToAlgorithm(const std::string& name) {
   for (AllReduceAlgorithm a :
        {AllReduceAlgorithm::kAuto, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kHalvingDoubling,
-        AllReduceAlgorithm::kDirect, AllReduceAlgorithm::kRecursiveDoubling}) {
+        AllReduceAlgorithm::kDirect, AllReduceAlgorithm::kRecursiveDoubling,
+        AllReduceAlgorithm::kHierarchical}) {
     if (AllReduceAlgorithmName(a) == name) return a;
   }
   throw InvalidArgument("unknown allreduce algorithm '" + name +
-                        "'; expected auto, ring, halving_doubling, direct or recursive_doubling");
+                        "'; expected auto, ring, halving_doubling, direct, recursive_doubling or "
+                        "hierarchical");
 }
 
 void SetCommon(CollectiveOptions& o, const std::string& name, double timeout_s) {

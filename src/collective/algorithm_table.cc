@@ -72,9 +72,10 @@ AllReduceAlgorithm AlgorithmTable::Parse(std::string_view name) {
   if (name == "halving_doubling") return AllReduceAlgorithm::kHalvingDoubling;
   if (name == "direct") return AllReduceAlgorithm::kDirect;
   if (name == "recursive_doubling") return AllReduceAlgorithm::kRecursiveDoubling;
+  if (name == "hierarchical") return AllReduceAlgorithm::kHierarchical;
   throw ConfigError(
       fmt::format("TANDEM_ALLREDUCE_ALGORITHM='{}' is not an algorithm (expected auto, ring, "
-                  "halving_doubling, direct or recursive_doubling)",
+                  "halving_doubling, direct, recursive_doubling or hierarchical)",
                   name));
 }
 
@@ -82,13 +83,30 @@ AlgorithmTable AlgorithmTable::FromEnvironment(const base::Environment& env) {
   AlgorithmTable t;
   AllReduceAlgorithm a = Parse(env.GetString("TANDEM_ALLREDUCE_ALGORITHM", "auto"));
   if (a != AllReduceAlgorithm::kAuto) t.forced_ = a;
+  // Horovod's name is read where tandem's is not set.
+  const std::string name = env.Get("TANDEM_HIERARCHICAL_ALLREDUCE")
+                               ? "TANDEM_HIERARCHICAL_ALLREDUCE"
+                               : "HOROVOD_HIERARCHICAL_ALLREDUCE";
+  const std::string h = env.GetString(name, "auto");
+  if (h == "1") {
+    t.hierarchical_ = Hierarchical::kOn;
+  } else if (h == "0") {
+    t.hierarchical_ = Hierarchical::kOff;
+  } else if (h != "auto") {
+    throw ConfigError(fmt::format("{}='{}' is not one of auto, 1 (on) or 0 (off)", name, h));
+  }
   return t;
 }
 
 AllReduceAlgorithm AlgorithmTable::Choose(size_t bytes, int group_size,
-                                          AllReduceAlgorithm requested, Path path) const {
+                                          AllReduceAlgorithm requested, Path path,
+                                          HostSpread spread) const {
   if (requested != AllReduceAlgorithm::kAuto) return requested;
   if (forced_) return *forced_;
+  if (hierarchical_ != Hierarchical::kOff && spread.hosts >= 2 && spread.per_host >= 2 &&
+      (hierarchical_ == Hierarchical::kOn || bytes >= kHierarchicalMinBytes)) {
+    return AllReduceAlgorithm::kHierarchical;
+  }
   const std::span<const Row> rows = path == Path::kSameHostCopy ? std::span<const Row>(kCopyTable)
                                                                 : std::span<const Row>(kTcpTable);
   for (const Row& row : rows) {

@@ -1,7 +1,7 @@
 // The entry points of the collective algorithms, one file each:
 // ring_reduce_scatter.cc, ring_allgather.cc, ring_allreduce.cc,
 // halving_doubling_allreduce.cc, direct_allreduce.cc,
-// recursive_doubling_allreduce.cc, tree_broadcast.cc,
+// recursive_doubling_allreduce.cc, hierarchical_allreduce.cc, tree_broadcast.cc,
 // pairwise_alltoall.cc, dissemination_barrier.cc. Each file explains its
 // algorithm, its steps and its bytes on the wire above the code;
 // docs/collectives.md collects the figures.
@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/reduce.h"
@@ -87,6 +88,11 @@ void RingAllGatherRun(OpContext& ctx, std::byte* out, const Blocks& blocks, int 
 void RingAllReduce(OpContext& ctx, const ReduceSpec& spec, const std::byte* in, std::byte* out,
                    size_t count, std::span<std::byte> scratch, size_t segment_elements,
                    const Finalize& finalize);
+/// RingAllReduce's steps without its closing OpContext::Finish(), for an
+/// algorithm that runs it as one of its stages.
+void RingAllReduceSteps(OpContext& ctx, const ReduceSpec& spec, const std::byte* in, std::byte* out,
+                        size_t count, std::span<std::byte> scratch, size_t segment_elements,
+                        const Finalize& finalize);
 
 /// Allreduces `count` elements of `data` in place; scratch: half the bytes.
 void HalvingDoublingAllReduce(OpContext& ctx, const ReduceSpec& spec, std::byte* data, size_t count,
@@ -101,6 +107,26 @@ void DirectAllReduce(OpContext& ctx, const ReduceSpec& spec, std::byte* data, si
 void RecursiveDoublingAllReduce(OpContext& ctx, const ReduceSpec& spec, std::byte* data,
                                 size_t count, std::span<std::byte> scratch,
                                 const Finalize& finalize);
+
+/// The members of a group by host: the group ranks on each host, hosts in
+/// the order of their first member, ranks ascending.
+struct HostLayout {
+  std::vector<std::vector<int>> hosts;
+  /// From each group rank's host (any name that is equal on one host).
+  static HostLayout Of(const std::vector<std::string>& host_of_rank);
+  /// The ranks on each host when every host holds as many, else 0.
+  int PerHost() const;
+};
+
+/// Allreduces `count` elements from `in` into `out` (`in` may be `out`) in
+/// three stages: a ring reduce-scatter among the ranks of each host, a ring
+/// allreduce of each slice among the ranks that hold it on every host, a
+/// ring allgather on each host. Needs layout.PerHost() > 0. Scratch: the
+/// bytes.
+void HierarchicalAllReduce(OpContext& ctx, const ReduceSpec& spec, const std::byte* in,
+                           std::byte* out, size_t count, const HostLayout& layout,
+                           std::span<std::byte> scratch, size_t segment_elements,
+                           const Finalize& finalize);
 
 /// Copies `data` of group rank `root` to every rank.
 void TreeBroadcast(OpContext& ctx, std::span<std::byte> data, int root, size_t segment_bytes);

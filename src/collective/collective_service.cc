@@ -82,14 +82,21 @@ CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& worl
     all_offer = all_offer && mesh_.OffersCopy(r);
   }
   s.path = one_host && all_offer ? AlgorithmTable::Path::kSameHostCopy : AlgorithmTable::Path::kTcp;
+  std::vector<std::string> hosts;
+  for (int r : world_ranks) hosts.push_back(mesh_.Host(r));
+  s.layout = HostLayout::Of(hosts);
+  s.spread = {static_cast<int>(s.layout.hosts.size()), s.layout.PerHost()};
   if (s.segment_by_placement) {
     s.segment_bytes = one_host ? CommunicatorSettings::kOneHostSegmentBytes
                                : CommunicatorSettings::kNetworkSegmentBytes;
   }
-  log_.V1("communicator of {} worker(s) {}: the selection table's {} rows, {} KiB segments",
-          world_ranks.size(), one_host ? "on one host" : "across hosts",
-          s.path == AlgorithmTable::Path::kSameHostCopy ? "same-host-copy" : "TCP",
-          s.segment_bytes >> 10);
+  log_.V1(
+      "communicator of {} worker(s) {}: the selection table's {} rows, {} KiB segments, {} "
+      "host(s) with {} rank(s) each",
+      world_ranks.size(), one_host ? "on one host" : "across hosts",
+      s.path == AlgorithmTable::Path::kSameHostCopy ? "same-host-copy" : "TCP",
+      s.segment_bytes >> 10, s.spread.hosts,
+      s.spread.per_host > 0 ? std::to_string(s.spread.per_host) : "different numbers of");
   return s;
 }
 

@@ -48,6 +48,8 @@ std::string AllReduceAlgorithmName(AllReduceAlgorithm a) {
       return "direct";
     case AllReduceAlgorithm::kRecursiveDoubling:
       return "recursive_doubling";
+    case AllReduceAlgorithm::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }
@@ -214,7 +216,15 @@ void RunAllReduce(OpContext& ctx, CommunicatorImpl& c, AllReduceAlgorithm chosen
                   const collective::ReduceSpec& spec, const std::byte* from, std::byte* dst,
                   size_t count, const collective::Finalize& finalize) {
   const size_t bytes = count * spec.element_size;
-  if (chosen == AllReduceAlgorithm::kRing || chosen == AllReduceAlgorithm::kAuto) {
+  if (chosen == AllReduceAlgorithm::kHierarchical && c.settings().layout.PerHost() > 0) {
+    collective::HierarchicalAllReduce(ctx, spec, from, dst, count, c.settings().layout,
+                                      c.Scratch(bytes),
+                                      c.settings().segment_bytes / spec.element_size, finalize);
+    return;
+  }
+  // Hierarchical with uneven hosts (asked for by name) runs the ring.
+  if (chosen == AllReduceAlgorithm::kRing || chosen == AllReduceAlgorithm::kAuto ||
+      chosen == AllReduceAlgorithm::kHierarchical) {
     collective::RingAllReduce(ctx, spec, from, dst, count, c.Scratch(bytes),
                               c.settings().segment_bytes / spec.element_size, finalize);
     return;
@@ -233,6 +243,7 @@ void RunAllReduce(OpContext& ctx, CommunicatorImpl& c, AllReduceAlgorithm chosen
       return;
     case AllReduceAlgorithm::kRing:
     case AllReduceAlgorithm::kAuto:
+    case AllReduceAlgorithm::kHierarchical:
       return;  // above
   }
 }
@@ -271,8 +282,8 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
   const double prescale = o.prescale;
   // Chosen here, so that the call's description carries it: members whose
   // settings choose differently would exchange different pieces.
-  const AllReduceAlgorithm chosen =
-      impl.settings().table.Choose(count * spec.element_size, n, o.algorithm, impl.settings().path);
+  const AllReduceAlgorithm chosen = impl.settings().table.Choose(
+      count * spec.element_size, n, o.algorithm, impl.settings().path, impl.settings().spread);
   collective::CallDescription call = ReduceCall(collective::CallKind::kAllReduce, in, o, impl);
   call.algorithm = static_cast<uint8_t>(chosen);
   call.dtype = wire;

@@ -19,6 +19,7 @@
 #include "base/op_recorder.h"
 #include "base/stats.h"
 #include "collective/algorithm_table.h"
+#include "collective/algorithms.h"
 #include "collective/call_description.h"
 #include "collective/op_context.h"
 #include "collective/peer_mesh.h"
@@ -61,6 +62,10 @@ struct CommunicatorSettings {
   /// the same host and offered the same-host copy (what every member knows
   /// alike, so all choose alike).
   AlgorithmTable::Path path = AlgorithmTable::Path::kTcp;
+  /// The members by host (the node table's addresses), for the
+  /// hierarchical allreduce; `spread` sums it up for the table.
+  HostLayout layout;
+  HostSpread spread;
 };
 
 /// Thread-safety: Submit and Run may be called from any thread; the queue

@@ -595,7 +595,7 @@ CollectiveHandle FusionEngine::AllReduce(const std::string& name, const TensorVi
         what, base::DTypeName(in.dtype), options.prescale, options.postscale));
   }
   if (static_cast<uint8_t>(options.algorithm) >
-      static_cast<uint8_t>(AllReduceAlgorithm::kRecursiveDoubling)) {
+      static_cast<uint8_t>(AllReduceAlgorithm::kHierarchical)) {
     throw InvalidArgument(fmt::format("{}: algorithm {} is not one of tandem's", what,
                                       static_cast<int>(options.algorithm)));
   }

@@ -118,7 +118,7 @@ CycleMessage CycleMessage::Decode(std::string_view bytes) {
     q.prescale = std::bit_cast<double>(r.Get<uint64_t>("prescale"));
     q.postscale = std::bit_cast<double>(r.Get<uint64_t>("postscale"));
     const auto algorithm = r.Get<uint8_t>("algorithm");
-    if (algorithm > static_cast<uint8_t>(AllReduceAlgorithm::kRecursiveDoubling)) {
+    if (algorithm > static_cast<uint8_t>(AllReduceAlgorithm::kHierarchical)) {
       throw ProtocolError(fmt::format(
           "framework engine cycle message: request '{}' has algorithm {}", q.name, algorithm));
     }

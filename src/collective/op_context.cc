@@ -1,6 +1,7 @@
 #include "collective/op_context.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -61,7 +62,39 @@ void OpContext::ThrowMismatch() {
   throw CallMismatch(text);
 }
 
-void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
+OpContext::Narrowed OpContext::Narrow(std::vector<int> group_ranks, int stage) {
+  if (!view_.empty()) throw InvalidArgument(what_ + ": narrowed twice");
+  if (stage < 1 || stage > 15) {
+    throw InvalidArgument(fmt::format("{}: sub-group stage {} is outside 1..15", what_, stage));
+  }
+  const auto self = std::find(group_ranks.begin(), group_ranks.end(), rank_);
+  if (self == group_ranks.end()) {
+    throw InvalidArgument(fmt::format("{}: group rank {} is not in the sub-group [{}]", what_,
+                                      rank_, fmt::join(group_ranks, ", ")));
+  }
+  for (int r : group_ranks) {
+    if (r < 0 || r >= group_size()) {
+      throw InvalidArgument(
+          fmt::format("{}: sub-group rank {} is outside the group of {}", what_, r, group_size()));
+    }
+  }
+  view_rank_ = static_cast<int>(self - group_ranks.begin());
+  view_ = std::move(group_ranks);
+  stage_bits_ = uint64_t{static_cast<uint32_t>(stage)} << 52;
+  return Narrowed(*this);
+}
+
+void OpContext::Widen() {
+  view_.clear();
+  view_rank_ = 0;
+  stage_bits_ = 0;
+}
+
+void OpContext::Send(int peer_in, uint64_t tag_in, std::span<const std::byte> bytes) {
+  // Not a structured binding: the callback below captures the peer.
+  const std::pair<int, uint64_t> full = Full(peer_in, tag_in);
+  const int peer = full.first;
+  const uint64_t tag = full.second;
   {
     std::lock_guard lock(sends_->mu);
     ++sends_->outstanding;
@@ -91,12 +124,14 @@ void OpContext::Send(int peer, uint64_t tag, std::span<const std::byte> bytes) {
   }
 }
 
-void OpContext::Post(int peer, uint64_t tag, std::span<std::byte> dest) {
+void OpContext::Post(int peer_in, uint64_t tag_in, std::span<std::byte> dest) {
+  const auto [peer, tag] = Full(peer_in, tag_in);
   mesh_.Post(members_[static_cast<size_t>(peer)], Key(tag), dest);
   posted_.emplace(peer, tag);
 }
 
-void OpContext::Wait(int peer, uint64_t tag) {
+void OpContext::Wait(int peer_in, uint64_t tag_in) {
+  const auto [peer, tag] = Full(peer_in, tag_in);
   RingOwed();
   auto r = mesh_.Wait(members_[static_cast<size_t>(peer)], Key(tag), deadline_);
   if (r == PeerMesh::WaitResult::kDone) {
@@ -109,12 +144,13 @@ void OpContext::Wait(int peer, uint64_t tag) {
 size_t OpContext::WaitAny(std::span<const std::pair<int, uint64_t>> pieces) {
   RingOwed();
   wait_keys_.clear();
-  for (const auto& [peer, tag] : pieces) {
+  for (const auto& [peer_in, tag_in] : pieces) {
+    const auto [peer, tag] = Full(peer_in, tag_in);
     wait_keys_.push_back(PeerMesh::SlotKey{members_[static_cast<size_t>(peer)], Key(tag)});
   }
   auto [r, index] = mesh_.WaitAny(wait_keys_, deadline_);
   if (r == PeerMesh::WaitResult::kDone) {
-    posted_.erase(pieces[index]);
+    posted_.erase(Full(pieces[index].first, pieces[index].second));
     return index;
   }
   Throw(r, "");
@@ -173,7 +209,7 @@ void OpContext::Throw(PeerMesh::WaitResult r, const std::string& waiting_for) {
   {
     std::lock_guard lock(sends_->mu);
     if (missing.empty() && sends_->outstanding > 0) {
-      for (int p = 0; p < size(); ++p) {
+      for (int p = 0; p < group_size(); ++p) {
         if (p != rank_) missing.insert(p);
       }
     }

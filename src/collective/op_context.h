@@ -52,10 +52,36 @@ class OpContext {
   OpContext(const OpContext&) = delete;
   OpContext& operator=(const OpContext&) = delete;
 
-  int rank() const { return rank_; }
+  /// This process's rank and the group's size; while narrowed (Narrow),
+  /// those of the sub-group.
+  int rank() const { return view_.empty() ? rank_ : view_rank_; }
   /// Whether this operation's calls are checked (the mesh's setting).
   bool checked() const { return call_ != 0; }
-  int size() const { return static_cast<int>(members_.size()); }
+  int size() const { return view_.empty() ? group_size() : static_cast<int>(view_.size()); }
+  /// The whole group's size, narrowed or not.
+  int group_size() const { return static_cast<int>(members_.size()); }
+
+  /// Restores the whole group when destroyed (see Narrow).
+  class Narrowed {
+   public:
+    explicit Narrowed(OpContext& ctx) : ctx_(ctx) {}
+    ~Narrowed() { ctx_.Widen(); }
+    Narrowed(const Narrowed&) = delete;
+    Narrowed& operator=(const Narrowed&) = delete;
+
+   private:
+    OpContext& ctx_;
+  };
+  /// Until the returned guard is destroyed, rank(), size() and the peers of
+  /// Send, Post, Wait and WaitAny refer to the sub-group `group_ranks`
+  /// (ranks of the whole group, this rank among them; sub-group rank i is
+  /// group_ranks[i]), and every tag is marked with `stage` (1..15), so that
+  /// an algorithm can run other algorithms on sub-groups in turn
+  /// (hierarchical_allreduce.cc) with pieces that stay distinct. Errors
+  /// still name ranks of the whole group. Throws InvalidArgument when this
+  /// rank is not in `group_ranks`, a rank is outside the group, the stage
+  /// is outside 1..15, or the context is already narrowed.
+  [[nodiscard]] Narrowed Narrow(std::vector<int> group_ranks, int stage);
   const std::string& what() const { return what_; }
 
   /// Sends `bytes` to group rank `peer` as the piece `tag`.
@@ -100,7 +126,14 @@ class OpContext {
   // Learns every member's call, fails the mesh and throws CallMismatch.
   [[noreturn]] void ThrowMismatch();
   void Cleanup() noexcept;
+  void Widen();
   MessageKey Key(uint64_t tag) const { return MessageKey{communicator_, sequence_, tag, call_}; }
+  // A peer and tag as the caller names them (narrowed or not) -> the whole
+  // group's rank and the tag marked with the stage.
+  std::pair<int, uint64_t> Full(int peer, uint64_t tag) const {
+    if (view_.empty()) return {peer, tag};
+    return {view_[static_cast<size_t>(peer)], tag | stage_bits_};
+  }
 
   PeerMesh& mesh_;
   const uint32_t communicator_;
@@ -113,7 +146,10 @@ class OpContext {
   uint64_t call_;  // the call's fingerprint; 0: calls are not checked
   bool mismatched_at_start_ = false;
   PeerMesh::CallState* call_state_ = nullptr;  // BeginCall's, for EndCall
-  std::set<std::pair<int, uint64_t>> posted_;  // (group peer, tag) not yet awaited
+  std::vector<int> view_;    // Narrow's sub-group (group ranks); empty: the whole group
+  int view_rank_ = 0;        // this rank in view_
+  uint64_t stage_bits_ = 0;  // Narrow's stage, in the top bits of a tag's step
+  std::set<std::pair<int, uint64_t>> posted_;  // (group peer, full tag) not yet awaited
   std::vector<PeerMesh::SlotKey> wait_keys_;   // WaitAny's, kept to reuse its memory
   std::vector<int> owed_rings_;                // worker ranks whose doorbell is owed
   std::shared_ptr<Sends> sends_ = std::make_shared<Sends>();

@@ -20,12 +20,18 @@ namespace tandem::collective {
 void RingAllReduce(OpContext& ctx, const ReduceSpec& spec, const std::byte* in, std::byte* out,
                    size_t count, std::span<std::byte> scratch, size_t segment_elements,
                    const Finalize& finalize) {
+  RingAllReduceSteps(ctx, spec, in, out, count, scratch, segment_elements, finalize);
+  ctx.Finish();
+}
+
+void RingAllReduceSteps(OpContext& ctx, const ReduceSpec& spec, const std::byte* in, std::byte* out,
+                        size_t count, std::span<std::byte> scratch, size_t segment_elements,
+                        const Finalize& finalize) {
   const int n = ctx.size();
   const size_t es = spec.element_size;
   if (n == 1) {
     if (in != out && count > 0) std::memcpy(out, in, count * es);
     if (finalize) finalize(out, count);
-    ctx.Finish();
     return;
   }
   const Blocks blocks = Blocks::Even(count, n);
@@ -34,7 +40,6 @@ void RingAllReduce(OpContext& ctx, const ReduceSpec& spec, const std::byte* in, 
   const auto own = static_cast<size_t>((ctx.rank() + 1) % n);
   if (finalize) finalize(out + blocks.offset[own] * es, blocks.count[own]);
   RingAllGatherRun(ctx, out, blocks, 1, es, segment_elements);
-  ctx.Finish();
 }
 
 }  // namespace tandem::collective

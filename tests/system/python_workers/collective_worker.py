@@ -54,7 +54,8 @@ def run(c: Checker) -> None:
             if not is_int:
                 c.equal(f"scaled {tag}", tandem.allreduce(x, prescale=0.5, postscale=4.0),
                         2 * tri * k)
-                for alg in ("ring", "halving_doubling", "direct", "recursive_doubling"):
+                for alg in ("ring", "halving_doubling", "direct", "recursive_doubling",
+                            "hierarchical"):
                     c.equal(f"sum {alg} {tag}", tandem.allreduce(x, algorithm=alg), tri * k)
             y = make((r + 1) * k)
             h = tandem.allreduce_async_(y, name=f"inplace {tag}")

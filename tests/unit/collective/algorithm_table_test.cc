@@ -19,6 +19,7 @@ constexpr auto kRing = AllReduceAlgorithm::kRing;
 constexpr auto kHd = AllReduceAlgorithm::kHalvingDoubling;
 constexpr auto kDirect = AllReduceAlgorithm::kDirect;
 constexpr auto kRd = AllReduceAlgorithm::kRecursiveDoubling;
+constexpr auto kHier = AllReduceAlgorithm::kHierarchical;
 
 // (bytes, group size, path, expected)
 class AlgorithmTableRows
@@ -67,6 +68,60 @@ TEST(AlgorithmTablePrecedence, RequestOverVariableOverRows) {
     FAIL() << "an unknown algorithm was accepted";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("'tree'"), std::string::npos) << e.what();
+  }
+}
+
+// (TANDEM_HIERARCHICAL_ALLREDUCE, bytes, hosts, ranks per host, expected):
+// auto takes the hierarchical allreduce from kHierarchicalMinBytes among 2
+// hosts or more of 2 ranks or more each, 1 at every size, 0 never; one
+// host, one rank per host or uneven hosts (per_host 0) keep the rows.
+class HierarchicalChoice : public ::testing::TestWithParam<
+                               std::tuple<std::string, size_t, int, int, AllReduceAlgorithm>> {};
+
+TEST_P(HierarchicalChoice, FollowsTheVariableAndTheSpread) {
+  const auto [setting, bytes, hosts, per_host, expected] = GetParam();
+  const AlgorithmTable table = AlgorithmTable::FromEnvironment(base::Environment(
+      std::map<std::string, std::string>{{"TANDEM_HIERARCHICAL_ALLREDUCE", setting}}));
+  const int group = per_host > 0 ? hosts * per_host : hosts * 2 - 1;
+  EXPECT_EQ(table.Choose(bytes, group, AllReduceAlgorithm::kAuto, Path::kTcp,
+                         HostSpread{hosts, per_host}),
+            expected)
+      << setting << ", " << bytes << " bytes, " << hosts << " hosts of " << per_host;
+}
+
+constexpr size_t kMin = AlgorithmTable::kHierarchicalMinBytes;
+INSTANTIATE_TEST_SUITE_P(Rows, HierarchicalChoice,
+                         ::testing::Values(std::make_tuple("auto", kMin, 4, 2, kHier),
+                                           std::make_tuple("auto", size_t{64} << 20, 2, 8, kHier),
+                                           std::make_tuple("auto", kMin - 1, 4, 2, kHd),
+                                           std::make_tuple("auto", size_t{64} << 20, 1, 8, kRing),
+                                           std::make_tuple("auto", size_t{64} << 20, 8, 1, kRing),
+                                           std::make_tuple("auto", size_t{64} << 20, 3, 0, kRing),
+                                           std::make_tuple("1", size_t{4} << 10, 4, 2, kHier),
+                                           std::make_tuple("1", size_t{4} << 10, 3, 0, kRd),
+                                           std::make_tuple("0", size_t{64} << 20, 4, 2, kRing)));
+
+TEST(AlgorithmTablePrecedence, NamedAlgorithmsOverTheHierarchicalSetting) {
+  const AlgorithmTable both =
+      AlgorithmTable::FromEnvironment(base::Environment(std::map<std::string, std::string>{
+          {"TANDEM_ALLREDUCE_ALGORITHM", "hierarchical"}, {"TANDEM_HIERARCHICAL_ALLREDUCE", "0"}}));
+  EXPECT_EQ(both.Choose(4096, 8, AllReduceAlgorithm::kAuto, Path::kTcp, {4, 2}), kHier);
+  EXPECT_EQ(both.Choose(4096, 8, kDirect, Path::kTcp, {4, 2}), kDirect);
+  // Horovod's variable where tandem's is unset; tandem's wins.
+  const AlgorithmTable horovod = AlgorithmTable::FromEnvironment(base::Environment(
+      std::map<std::string, std::string>{{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}}));
+  EXPECT_EQ(horovod.Choose(4096, 8, AllReduceAlgorithm::kAuto, Path::kTcp, {4, 2}), kHier);
+  const AlgorithmTable tandem_wins =
+      AlgorithmTable::FromEnvironment(base::Environment(std::map<std::string, std::string>{
+          {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"TANDEM_HIERARCHICAL_ALLREDUCE", "0"}}));
+  EXPECT_EQ(tandem_wins.Choose(4096, 8, AllReduceAlgorithm::kAuto, Path::kTcp, {4, 2}), kRd);
+  try {
+    AlgorithmTable::FromEnvironment(base::Environment(
+        std::map<std::string, std::string>{{"TANDEM_HIERARCHICAL_ALLREDUCE", "yes"}}));
+    FAIL() << "an unknown setting was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("TANDEM_HIERARCHICAL_ALLREDUCE='yes'"), std::string::npos)
+        << e.what();
   }
 }
 

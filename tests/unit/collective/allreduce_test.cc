@@ -108,7 +108,9 @@ Expect Reference(Reduction op, DType dtype, const std::vector<Buffer>& inputs, i
   return {acc, tol};
 }
 
-class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm>> {};
+// (group size, algorithm, ranks per host: 0 puts every rank on a host of
+// its own).
+class AllReduceTest : public ::testing::TestWithParam<std::tuple<int, AllReduceAlgorithm, int>> {};
 
 // One dtype x reduction x size: every rank's input and the expected result,
 // computed once per job (not once per rank: under the sanitizers that was
@@ -140,9 +142,9 @@ std::vector<Case> AllCases(int n) {
 }
 
 TEST_P(AllReduceTest, EveryDTypeOpAndSizeMatchesTheReference) {
-  const auto [n, algorithm] = GetParam();
+  const auto [n, algorithm, per_host] = GetParam();
   const std::vector<Case> cases = AllCases(n);
-  CollectiveJob job(n);
+  CollectiveJob job(n, testing::TestSettings(), {}, per_host);
   job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     Communicator& world = s.World();
     ASSERT_EQ(world.rank(), rank);
@@ -177,8 +179,8 @@ TEST_P(AllReduceTest, EveryDTypeOpAndSizeMatchesTheReference) {
 }
 
 TEST_P(AllReduceTest, ThreeMebibytesOfFloat32AndInt64) {
-  const auto [n, algorithm] = GetParam();
-  CollectiveJob job(n);
+  const auto [n, algorithm, per_host] = GetParam();
+  CollectiveJob job(n, testing::TestSettings(), {}, per_host);
   job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     for (DType dtype : {DType::kF32, DType::kI64}) {
       const int64_t count = static_cast<int64_t>((3 << 20) / ElementSize(dtype)) + 1;
@@ -197,8 +199,8 @@ TEST_P(AllReduceTest, ThreeMebibytesOfFloat32AndInt64) {
 }
 
 TEST_P(AllReduceTest, PreAndPostScaling) {
-  const auto [n, algorithm] = GetParam();
-  CollectiveJob job(n);
+  const auto [n, algorithm, per_host] = GetParam();
+  CollectiveJob job(n, testing::TestSettings(), {}, per_host);
   job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
       Buffer b(dtype, 101);
@@ -219,8 +221,8 @@ TEST_P(AllReduceTest, PreAndPostScaling) {
 }
 
 TEST_P(AllReduceTest, NarrowWireDtypesRoundTheInputsAndKeepExactSums) {
-  const auto [n, algorithm] = GetParam();
-  CollectiveJob job(n);
+  const auto [n, algorithm, per_host] = GetParam();
+  CollectiveJob job(n, testing::TestSettings(), {}, per_host);
   job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     for (DType wire : {DType::kF16, DType::kBF16}) {
       // Below half the wire dtype's spacing at 1: rounded away on the way
@@ -254,8 +256,10 @@ TEST_P(AllReduceTest, NarrowWireDtypesRoundTheInputsAndKeepExactSums) {
 }
 
 std::string Name(const ::testing::TestParamInfo<AllReduceTest::ParamType>& info) {
-  return fmt::format("n{}_{}", std::get<0>(info.param),
-                     AllReduceAlgorithmName(std::get<1>(info.param)));
+  const int per_host = std::get<2>(info.param);
+  return fmt::format("n{}_{}{}", std::get<0>(info.param),
+                     AllReduceAlgorithmName(std::get<1>(info.param)),
+                     per_host > 0 ? fmt::format("_{}_per_host", per_host) : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -265,8 +269,29 @@ INSTANTIATE_TEST_SUITE_P(
                                          AllReduceAlgorithm::kHalvingDoubling,
                                          AllReduceAlgorithm::kDirect,
                                          AllReduceAlgorithm::kRecursiveDoubling,
-                                         AllReduceAlgorithm::kAuto)),
+                                         AllReduceAlgorithm::kAuto),
+                       ::testing::Values(0)),
     Name);
+
+// The hierarchical allreduce on hosts of 1, 2, 3, 4 and 8 ranks, up to 16
+// ranks; with uneven hosts (5 ranks, 2 per host: 2 + 2 + 1) it runs the
+// ring. kAuto takes it for the 3 MiB vectors (from kHierarchicalMinBytes
+// among 2 hosts of 2 ranks or more).
+INSTANTIATE_TEST_SUITE_P(Hierarchical, AllReduceTest,
+                         ::testing::Values(std::tuple{1, AllReduceAlgorithm::kHierarchical, 1},
+                                           std::tuple{3, AllReduceAlgorithm::kHierarchical, 0},
+                                           std::tuple{2, AllReduceAlgorithm::kHierarchical, 2},
+                                           std::tuple{4, AllReduceAlgorithm::kHierarchical, 2},
+                                           std::tuple{4, AllReduceAlgorithm::kAuto, 2},
+                                           std::tuple{5, AllReduceAlgorithm::kHierarchical, 2},
+                                           std::tuple{6, AllReduceAlgorithm::kHierarchical, 3},
+                                           std::tuple{6, AllReduceAlgorithm::kHierarchical, 2},
+                                           std::tuple{8, AllReduceAlgorithm::kHierarchical, 4},
+                                           std::tuple{12, AllReduceAlgorithm::kHierarchical, 3},
+                                           std::tuple{16, AllReduceAlgorithm::kHierarchical, 4},
+                                           std::tuple{16, AllReduceAlgorithm::kHierarchical, 8},
+                                           std::tuple{16, AllReduceAlgorithm::kAuto, 2}),
+                         Name);
 
 TEST(AllReduceArguments, MismatchedOutputAndIntegerScalingAreRefused) {
   CollectiveJob job(2);

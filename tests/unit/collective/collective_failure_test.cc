@@ -27,7 +27,11 @@ class PeerDeath : public ::testing::TestWithParam<
 TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
   const auto [n, algorithm, spin] = GetParam();
   const int victim = n - 1;
-  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, spin));
+  // The hierarchical allreduce on hosts of 2 ranks (the victim's host-mate
+  // and its slice's partners on the other hosts wait for it).
+  const int per_host = algorithm == AllReduceAlgorithm::kHierarchical ? 2 : 0;
+  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, spin),
+                    {}, per_host);
   auto errors = job.Run([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     Buffer b(DType::kF32, 100000);
     ReduceOptions o;
@@ -62,6 +66,20 @@ TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
   }
 }
 
+std::string PeerDeathName(const ::testing::TestParamInfo<PeerDeath::ParamType>& info) {
+  return fmt::format("n{}_{}_spin{}us", std::get<0>(info.param),
+                     AllReduceAlgorithmName(std::get<1>(info.param)),
+                     std::get<2>(info.param).count());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Hierarchical, PeerDeath,
+    ::testing::Combine(::testing::Values(6),
+                       ::testing::Values(AllReduceAlgorithm::kHierarchical),
+                       ::testing::Values(std::chrono::microseconds(0),
+                                         std::chrono::microseconds(200000))),
+    PeerDeathName);
+
 INSTANTIATE_TEST_SUITE_P(
     GroupsAndAlgorithms, PeerDeath,
     ::testing::Combine(
@@ -69,11 +87,7 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Values(AllReduceAlgorithm::kRing, AllReduceAlgorithm::kHalvingDoubling,
                           AllReduceAlgorithm::kDirect, AllReduceAlgorithm::kRecursiveDoubling),
         ::testing::Values(std::chrono::microseconds(0), std::chrono::microseconds(200000))),
-    [](const auto& info) {
-      return fmt::format("n{}_{}_spin{}us", std::get<0>(info.param),
-                         AllReduceAlgorithmName(std::get<1>(info.param)),
-                         std::get<2>(info.param).count());
-    });
+    PeerDeathName);
 
 // A job stopped by one process (as a server stops it when it cannot load its
 // optimizer states) fails every worker's pending and later collectives with

@@ -11,6 +11,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/dtype.h"
@@ -40,14 +41,18 @@ inline CollectiveSettings TestSettings(std::chrono::milliseconds timeout = std::
   return s;
 }
 
-/// Workers 0..n-1 (node i is worker rank i), each with its service.
+/// Workers 0..n-1 (node i is worker rank i), each with its service; each
+/// on a host of its own, or with `per_host` > 0, workers i and j on one
+/// host when i / per_host == j / per_host.
 class CollectiveJob {
  public:
-  explicit CollectiveJob(int n, CollectiveSettings settings = TestSettings(), Timings t = {})
+  explicit CollectiveJob(int n, CollectiveSettings settings = TestSettings(), Timings t = {},
+                         int per_host = 0)
       : n_(n) {
     job_ = std::make_unique<TestJob>(0, n, t);
     for (int i = 0; i < n; ++i) {
-      TestNode* node = job_->Add(Role::kWorker, i);
+      TestNode* node = job_->Add(Role::kWorker, i, nullptr,
+                                 per_host > 0 ? "host-" + std::to_string(i / per_host) : "");
       services_.push_back(std::make_unique<CollectiveService>(node->services(), settings));
     }
   }

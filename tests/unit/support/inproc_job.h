@@ -91,10 +91,13 @@ class TestJob {
     scheduler_node_.reset();
   }
 
-  // Adds a server or worker node (assembled, not yet joined).
-  TestNode* Add(Role role, int requested_rank = -1, Timings* own = nullptr) {
-    nodes_.push_back(
-        Assemble(role, requested_rank, "host-" + std::to_string(nodes_.size()), own ? *own : t_));
+  // Adds a server or worker node (assembled, not yet joined), on a host of
+  // its own unless `host` names one.
+  TestNode* Add(Role role, int requested_rank = -1, Timings* own = nullptr,
+                const std::string& host = "") {
+    nodes_.push_back(Assemble(role, requested_rank,
+                              host.empty() ? "host-" + std::to_string(nodes_.size()) : host,
+                              own ? *own : t_));
     return nodes_.back().get();
   }
 
