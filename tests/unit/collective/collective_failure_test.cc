@@ -30,8 +30,8 @@ TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
   // The hierarchical allreduce on hosts of 2 ranks (the victim's host-mate
   // and its slice's partners on the other hosts wait for it).
   const int per_host = algorithm == AllReduceAlgorithm::kHierarchical ? 2 : 0;
-  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, spin),
-                    {}, per_host);
+  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, spin), {},
+                    per_host);
   auto errors = job.Run([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     Buffer b(DType::kF32, 100000);
     ReduceOptions o;
@@ -72,13 +72,12 @@ std::string PeerDeathName(const ::testing::TestParamInfo<PeerDeath::ParamType>& 
                      std::get<2>(info.param).count());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Hierarchical, PeerDeath,
-    ::testing::Combine(::testing::Values(6),
-                       ::testing::Values(AllReduceAlgorithm::kHierarchical),
-                       ::testing::Values(std::chrono::microseconds(0),
-                                         std::chrono::microseconds(200000))),
-    PeerDeathName);
+INSTANTIATE_TEST_SUITE_P(Hierarchical, PeerDeath,
+                         ::testing::Combine(::testing::Values(6),
+                                            ::testing::Values(AllReduceAlgorithm::kHierarchical),
+                                            ::testing::Values(std::chrono::microseconds(0),
+                                                              std::chrono::microseconds(200000))),
+                         PeerDeathName);
 
 INSTANTIATE_TEST_SUITE_P(
     GroupsAndAlgorithms, PeerDeath,
