@@ -12,7 +12,9 @@ TCP path".
       --variant rd:TANDEM_COLLECTIVE_SAME_HOST_COPY=0,TANDEM_ALLREDUCE_ALGORITHM=recursive_doubling
 
 The bed's hosts share one kernel, so a tandem variant should say
-TANDEM_COLLECTIVE_SAME_HOST_COPY=0, or its pieces skip the network.
+TANDEM_COLLECTIVE_SAME_HOST_COPY=0, or its pieces skip the network; with
+--ranks-per-host above 1, TANDEM_COLLECTIVE_SAME_HOST_COPY=host lets the
+ranks of one namespace share memory, as ranks of one real host do.
 """
 
 from __future__ import annotations

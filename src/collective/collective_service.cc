@@ -17,7 +17,15 @@ CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& 
       static_cast<int>(env.GetInt("TANDEM_COLLECTIVE_CONNECTIONS", 1, 1, 16));
   s.mesh.connect_timeout = config.connect_timeout;
   s.mesh.wait_report_interval = config.wait_report_interval;
-  s.mesh.same_host_copy = env.GetInt("TANDEM_COLLECTIVE_SAME_HOST_COPY", 1, 0, 1) == 1;
+  const std::string copy = env.GetString("TANDEM_COLLECTIVE_SAME_HOST_COPY", "1");
+  if (copy != "0" && copy != "1" && copy != "host") {
+    throw ConfigError(fmt::format(
+        "TANDEM_COLLECTIVE_SAME_HOST_COPY='{}' is not one of 1 (every peer whose memory this "
+        "process can read), host (only those that announced this worker's host address) or 0",
+        copy));
+  }
+  s.mesh.same_host_copy = copy != "0";
+  s.mesh.copy_same_address_only = copy == "host";
   s.mesh.mailbox = env.GetInt("TANDEM_COLLECTIVE_MAILBOX", 1, 0, 1) == 1;
   s.mesh.read_while_waiting = env.GetInt("TANDEM_COLLECTIVE_READ_WHILE_WAITING", 1, 0, 1) == 1;
   if (env.Get("TANDEM_COLLECTIVE_SPIN_US")) {

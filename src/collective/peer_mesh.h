@@ -61,6 +61,11 @@ class PeerMesh final : public net::TransportHandler {
     std::chrono::milliseconds connect_timeout{120000};
     /// TANDEM_COLLECTIVE_SAME_HOST_COPY: offer and use the same-host copy.
     bool same_host_copy = true;
+    /// TANDEM_COLLECTIVE_SAME_HOST_COPY=host: use it only with workers that
+    /// announced this worker's host address, not with every process whose
+    /// memory this one can read (a bed of network namespaces, whose
+    /// "hosts" share one kernel).
+    bool copy_same_address_only = false;
     /// TANDEM_COLLECTIVE_MAILBOX: share a mailbox with the peers the
     /// same-host copy reaches (needs same_host_copy).
     bool mailbox = true;
@@ -403,8 +408,10 @@ class PeerMesh final : public net::TransportHandler {
   // Same-host copy (peer_mesh_same_host_copy.cc).
   // This process's probe (pid 0 without same-host copy).
   CopyProbe OwnProbe() const;
-  // True when `probe` names a process whose cookie this process can read.
-  bool CanRead(const CopyProbe& probe) const;
+  // True when `probe`, worker `peer`'s, names a process whose cookie this
+  // process can read (and, with copy_same_address_only, `peer` announced
+  // this worker's host).
+  bool CanRead(const CopyProbe& probe, int peer) const;
   // Copies `dest.size()` bytes at `address` of worker `peer`'s memory;
   // returns the error text (naming the peer), or empty.
   std::string CopyFromPeer(int peer, uint64_t address, std::span<std::byte> dest,

@@ -195,7 +195,7 @@ std::optional<bool> PeerMesh::AcceptHelloLocked(net::ConnectionId id, const Hell
   outgoing_[static_cast<size_t>(hello.rank)].push_back(id);
   if (hello.connection != 0) return false;
   peer_offers_[static_cast<size_t>(hello.rank)] = hello.probe.pid > 0 ? 1 : 0;
-  const bool reads = CanRead(hello.probe);
+  const bool reads = CanRead(hello.probe, hello.rank);
   peer_pids_[static_cast<size_t>(hello.rank)] = reads ? hello.probe.pid : 0;
   if (reads) OpenMailboxLocked(hello.rank, hello.probe);
   return reads;
@@ -224,7 +224,7 @@ void PeerMesh::OnHelloAck(net::ConnectionId id, const net::Message& m) {
     if (first_link) {
       peer_offers_[peer] = ack.probe.pid > 0 ? 1 : 0;
       peer_reads_me_[peer] = ack.reads_you ? 1 : 0;
-      reads = CanRead(ack.probe);
+      reads = CanRead(ack.probe, static_cast<int>(peer));
       peer_pids_[peer] = reads ? ack.probe.pid : 0;
       if (reads) OpenMailboxLocked(static_cast<int>(peer), ack.probe);
     }

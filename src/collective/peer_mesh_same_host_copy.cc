@@ -31,8 +31,9 @@ CopyProbe PeerMesh::OwnProbe() const {
                    mailbox_ ? mailbox_->fd() : -1};
 }
 
-bool PeerMesh::CanRead(const CopyProbe& probe) const {
+bool PeerMesh::CanRead(const CopyProbe& probe, int peer) const {
   if (!options_.same_host_copy || probe.pid <= 0 || probe.address == 0) return false;
+  if (options_.copy_same_address_only && Host(peer) != Host(self_rank_)) return false;
   uint64_t value = 0;
   iovec local{&value, sizeof value};
   iovec remote{reinterpret_cast<void*>(static_cast<uintptr_t>(probe.address)), sizeof value};

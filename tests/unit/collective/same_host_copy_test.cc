@@ -147,6 +147,46 @@ TEST(SameHostMailboxFull, RecordsThatDoNotFitGoOverTcp) {
   });
 }
 
+// TANDEM_COLLECTIVE_SAME_HOST_COPY=host: the copy (and the mailbox) only
+// with workers that announced this worker's host address. 6 workers on 3
+// hosts of 2, all in one process (each could read every other): each
+// reads its host-mate only, and a hierarchical allreduce (stages on each
+// host by the copy, across hosts over TCP) stays exact.
+TEST(SameHostCopyByAddress, OnlyWorkersThatAnnouncedTheSameHostCopy) {
+  const base::Config config = base::Config::FromEnvironment(base::Environment());
+  CollectiveSettings settings =
+      CollectiveSettings::FromEnvironment(base::Environment(std::map<std::string, std::string>{
+                                              {"TANDEM_COLLECTIVE_SAME_HOST_COPY", "host"},
+                                              {"TANDEM_COLLECTIVE_SEGMENT_BYTES", "65536"}}),
+                                          config);
+  ASSERT_TRUE(settings.mesh.same_host_copy);
+  ASSERT_TRUE(settings.mesh.copy_same_address_only);
+  settings.mesh.connect_timeout = std::chrono::seconds(10);
+  settings.communicator.timeout = std::chrono::seconds(20);
+  constexpr int kRanks = 6;
+  CollectiveJob job(kRanks, settings, {}, /*per_host=*/2);
+  job.RunOk([&](int rank, CollectiveService& s) {
+    const auto [out, in] = s.mesh().SameHostPeers();
+    EXPECT_EQ(out, 1) << "rank " << rank;
+    EXPECT_EQ(in, 1) << "rank " << rank;
+    EXPECT_EQ(s.mesh().MailboxPeers(), 1) << "rank " << rank;
+    const int64_t count = (1 << 20) + 3;
+    Buffer b(DType::kF32, count);
+    for (int64_t i = 0; i < count; ++i) b.Set(i, static_cast<double>((i % 500) * (rank + 1)));
+    ReduceOptions o;
+    o.algorithm = AllReduceAlgorithm::kHierarchical;
+    s.World().AllReduce(b.view(), b.view(), o);
+    for (int64_t i = 0; i < count; ++i) {
+      ASSERT_EQ(b.Get(i), static_cast<double>((i % 500) * kRanks * (kRanks + 1) / 2)) << i;
+    }
+  });
+  EXPECT_THROW(
+      CollectiveSettings::FromEnvironment(base::Environment(std::map<std::string, std::string>{
+                                              {"TANDEM_COLLECTIVE_SAME_HOST_COPY", "hosts"}}),
+                                          config),
+      ConfigError);
+}
+
 // The pipelining segment: TANDEM_COLLECTIVE_SEGMENT_BYTES when set, else
 // chosen per communicator by placement (1 MiB on one host, 256 KiB across
 // hosts; the workers of CollectiveJob announce different hosts).
