@@ -94,7 +94,7 @@ void CheckAll(tandem::Communicator& world) {
   const tandem::AllReduceAlgorithm algorithms[] = {
       tandem::AllReduceAlgorithm::kRing, tandem::AllReduceAlgorithm::kHalvingDoubling,
       tandem::AllReduceAlgorithm::kDirect, tandem::AllReduceAlgorithm::kRecursiveDoubling,
-      tandem::AllReduceAlgorithm::kAuto};
+      tandem::AllReduceAlgorithm::kHierarchical, tandem::AllReduceAlgorithm::kAuto};
   for (DType dtype : dtypes) {
     const std::string dn(tandem::base::DTypeName(dtype));
     for (auto algorithm : algorithms) {
