@@ -91,6 +91,7 @@ CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& worl
   }
   s.path = one_host && all_offer ? AlgorithmTable::Path::kSameHostCopy : AlgorithmTable::Path::kTcp;
   std::vector<std::string> hosts;
+  hosts.reserve(world_ranks.size());
   for (int r : world_ranks) hosts.push_back(mesh_.Host(r));
   s.layout = HostLayout::Of(hosts);
   s.spread = {static_cast<int>(s.layout.hosts.size()), s.layout.PerHost()};

@@ -92,8 +92,8 @@ void CheckAll(tandem::Communicator& world) {
   const DType dtypes[] = {DType::kF32,  DType::kF64, DType::kF16,
                           DType::kBF16, DType::kI32, DType::kI64};
   const tandem::AllReduceAlgorithm algorithms[] = {
-      tandem::AllReduceAlgorithm::kRing, tandem::AllReduceAlgorithm::kHalvingDoubling,
-      tandem::AllReduceAlgorithm::kDirect, tandem::AllReduceAlgorithm::kRecursiveDoubling,
+      tandem::AllReduceAlgorithm::kRing,         tandem::AllReduceAlgorithm::kHalvingDoubling,
+      tandem::AllReduceAlgorithm::kDirect,       tandem::AllReduceAlgorithm::kRecursiveDoubling,
       tandem::AllReduceAlgorithm::kHierarchical, tandem::AllReduceAlgorithm::kAuto};
   for (DType dtype : dtypes) {
     const std::string dn(tandem::base::DTypeName(dtype));
