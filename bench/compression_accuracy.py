@@ -8,6 +8,8 @@ hyper-parameters under the variants of bench/compressed_training.py
   tandem           tandem.torch.DistributedOptimizer, gradients as they are,
   tandem-fp16      ... compression=Compression.fp16,
   tandem-powersgd  ... compression=PowerSGD(rank=R, start_iter=S),
+  tandem-2bit      ... compression=TwoBit(threshold=T),
+  tandem-1bit      ... compression=OneBit(threshold=T1),
 
 each trained for E epochs by N ranks on this machine (tandem launch; the
 link's speed changes a step's time, never its arithmetic, so accuracy is
@@ -39,7 +41,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path("/usr/share/datasets/fashion-mnist")
-VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-2bit")
+VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-2bit",
+            "tandem-1bit")
 LINE = re.compile(r"compression_accuracy: variant=(\S+) seed=(\d+) epoch=(\d+) "
                   r"test_acc=([0-9.]+) train_loss=([0-9.]+) seconds=([0-9.]+)")
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training pixels, as the main job normalises
@@ -84,7 +87,8 @@ def worker(args: argparse.Namespace) -> None:
                        "tandem-powersgd": tt.PowerSGD(rank=args.powersgd_rank,
                                                       start_iter=args.powersgd_start,
                                                       seed=args.seed),
-                       "tandem-2bit": tt.TwoBit(threshold=args.threshold)}[args.variant]
+                       "tandem-2bit": tt.TwoBit(threshold=args.threshold),
+                       "tandem-1bit": tt.OneBit(threshold=args.onebit_threshold)}[args.variant]
         net = model
         opt = tt.DistributedOptimizer(sgd(model.parameters()),
                                       named_parameters=model.named_parameters(),
@@ -132,7 +136,8 @@ def run(args: argparse.Namespace, variant: str, seed: int) -> list[tuple[int, fl
             str(Path(__file__).resolve()), "--worker", "--variant", variant, "--seed", str(seed),
             "--epochs", str(args.epochs), "--batch-size", str(args.batch_size), "--lr",
             str(args.lr), "--powersgd-rank", str(args.powersgd_rank), "--powersgd-start",
-            str(args.powersgd_start), "--threshold", str(args.threshold)]
+            str(args.powersgd_start), "--threshold", str(args.threshold),
+            "--onebit-threshold", str(args.onebit_threshold)]
     env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin",
            "PYTHONPATH": str(args.bin_dir.parent / "python")}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=6 * 3600)
@@ -156,6 +161,9 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.001,
                         help="tandem-2bit: TwoBit's threshold (about the mean |gradient| of "
                              "the MLP's large layers)")
+    parser.add_argument("--onebit-threshold", type=float, default=0.0,
+                        help="tandem-1bit: OneBit's threshold, which only picks the sign "
+                             "(values travel as +1 and -1)")
     parser.add_argument("--powersgd-start", type=int, default=10)
     parser.add_argument("--seeds", default="0")
     parser.add_argument("--variants", default=",".join(VARIANTS))
