@@ -53,12 +53,10 @@ class AlgorithmTable {
   /// Parses an algorithm name as above. Throws ConfigError naming `name`.
   static AllReduceAlgorithm Parse(std::string_view name);
 
-  /// TANDEM_HIERARCHICAL_ALLREDUCE's values.
-  enum class Hierarchical { kAuto, kOn, kOff };
-  /// Sets what TANDEM_HIERARCHICAL_ALLREDUCE would.
-  void set_hierarchical(Hierarchical h) { hierarchical_ = h; }
-
  private:
+  // TANDEM_HIERARCHICAL_ALLREDUCE's values.
+  enum class Hierarchical { kAuto, kOn, kOff };
+
   std::optional<AllReduceAlgorithm> forced_;
   Hierarchical hierarchical_ = Hierarchical::kAuto;
 };

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/reduce.h"
+#include "collective/algorithm_table.h"
 #include "collective/op_context.h"
 
 namespace tandem::collective {
@@ -116,6 +117,8 @@ struct HostLayout {
   static HostLayout Of(const std::vector<std::string>& host_of_rank);
   /// The ranks on each host when every host holds as many, else 0.
   int PerHost() const;
+  /// The host count and PerHost(), for the selection table.
+  HostSpread Spread() const { return {static_cast<int>(hosts.size()), PerHost()}; }
 };
 
 /// Allreduces `count` elements from `in` into `out` (`in` may be `out`) in

@@ -94,7 +94,6 @@ CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& worl
   hosts.reserve(world_ranks.size());
   for (int r : world_ranks) hosts.push_back(mesh_.Host(r));
   s.layout = HostLayout::Of(hosts);
-  s.spread = {static_cast<int>(s.layout.hosts.size()), s.layout.PerHost()};
   if (s.segment_by_placement) {
     s.segment_bytes = one_host ? CommunicatorSettings::kOneHostSegmentBytes
                                : CommunicatorSettings::kNetworkSegmentBytes;
@@ -104,8 +103,8 @@ CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& worl
       "host(s) with {} rank(s) each",
       world_ranks.size(), one_host ? "on one host" : "across hosts",
       s.path == AlgorithmTable::Path::kSameHostCopy ? "same-host-copy" : "TCP",
-      s.segment_bytes >> 10, s.spread.hosts,
-      s.spread.per_host > 0 ? std::to_string(s.spread.per_host) : "different numbers of");
+      s.segment_bytes >> 10, s.layout.hosts.size(),
+      s.layout.PerHost() > 0 ? std::to_string(s.layout.PerHost()) : "different numbers of");
   return s;
 }
 

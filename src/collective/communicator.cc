@@ -282,8 +282,9 @@ Prepared PrepareAllReduce(CommunicatorImpl& impl, const TensorView& in, const Te
   const double prescale = o.prescale;
   // Chosen here, so that the call's description carries it: members whose
   // settings choose differently would exchange different pieces.
-  const AllReduceAlgorithm chosen = impl.settings().table.Choose(
-      count * spec.element_size, n, o.algorithm, impl.settings().path, impl.settings().spread);
+  const AllReduceAlgorithm chosen =
+      impl.settings().table.Choose(count * spec.element_size, n, o.algorithm, impl.settings().path,
+                                   impl.settings().layout.Spread());
   collective::CallDescription call = ReduceCall(collective::CallKind::kAllReduce, in, o, impl);
   call.algorithm = static_cast<uint8_t>(chosen);
   call.dtype = wire;

@@ -63,9 +63,8 @@ struct CommunicatorSettings {
   /// alike, so all choose alike).
   AlgorithmTable::Path path = AlgorithmTable::Path::kTcp;
   /// The members by host (the node table's addresses), for the
-  /// hierarchical allreduce; `spread` sums it up for the table.
+  /// hierarchical allreduce and the table's choice of it.
   HostLayout layout;
-  HostSpread spread;
 };
 
 /// Thread-safety: Submit and Run may be called from any thread; the queue
