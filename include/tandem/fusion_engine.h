@@ -53,6 +53,29 @@ class FusionEngine {
     /// HOROVOD_STALL_SHUTDOWN_TIME_SECONDS / TANDEM_STALL_SHUTDOWN_TIME_SECONDS.
     std::chrono::milliseconds stall_shutdown{300000};
 
+    /// Rank 0's fusion threshold, cycle time and cache capacity are in
+    /// force on every rank (each cycle carries them), so ranks started with
+    /// different values still fuse alike. With `autotune`, rank 0 tunes the
+    /// threshold, the cycle time and the algorithm of requests submitted
+    /// with kAuto while the job runs, from the bytes per second its engine
+    /// completes (docs/collectives.md, "Autotune"). HOROVOD_AUTOTUNE /
+    /// TANDEM_AUTOTUNE.
+    bool autotune = false;
+    /// Samples discarded before the search. HOROVOD_AUTOTUNE_WARMUP_SAMPLES.
+    int autotune_warmup_samples = 3;
+    /// A sample ends when one tensor name completed this many times.
+    /// HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE.
+    int autotune_steps_per_sample = 10;
+    /// Scored samples at most (the full search takes 17 or fewer).
+    /// TANDEM_AUTOTUNE_MAX_SAMPLES (or HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES).
+    int autotune_max_samples = 30;
+    /// A CSV of every sample and the choice, written by rank 0.
+    /// HOROVOD_AUTOTUNE_LOG / TANDEM_AUTOTUNE_LOG.
+    std::string autotune_log;
+    /// The chosen settings as environment variables (one NAME=value per
+    /// line), written by rank 0 for later runs. TANDEM_AUTOTUNE_RESULT.
+    std::string autotune_result;
+
     /// Reads the variables above from `env` (a TANDEM_ name wins over the
     /// HOROVOD_ one). Throws ConfigError naming a malformed variable.
     static Options FromEnvironment(const std::map<std::string, std::string>& env);
@@ -71,6 +94,13 @@ class FusionEngine {
     uint64_t stalls_reported = 0;  ///< stall reports logged
     uint64_t stalls_failed = 0;    ///< tensors failed after the stall shutdown time
     std::string last_report;       ///< the text of the last mismatch or stall report
+    /// The settings in force in the last cycle (rank 0's).
+    size_t fusion_threshold = 0;
+    std::chrono::microseconds cycle_time{0};
+    AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+    /// On rank 0 with autotune: samples scored, and whether it chose.
+    uint64_t autotune_samples = 0;
+    bool autotune_done = false;
   };
 
   /// Starts the engine's thread over `communicator`, which the engine owns

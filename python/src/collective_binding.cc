@@ -286,6 +286,11 @@ void RegisterCollectives(py::module_& m) {
             d["stalls_reported"] = s.stalls_reported;
             d["stalls_failed"] = s.stalls_failed;
             d["last_report"] = s.last_report;
+            d["fusion_threshold"] = s.fusion_threshold;
+            d["cycle_time_ms"] = static_cast<double>(s.cycle_time.count()) / 1000.0;
+            d["algorithm"] = AllReduceAlgorithmName(s.algorithm);
+            d["autotune_samples"] = s.autotune_samples;
+            d["autotune_done"] = s.autotune_done;
             return d;
           },
           "The engine's counters (FusionEngine::Stats) as a dict.")

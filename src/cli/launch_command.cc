@@ -44,6 +44,8 @@ struct LaunchArguments {
   int num_servers = 0;
   std::string launcher = "local";
   std::vector<std::string> env;
+  bool autotune = false;     // horovodrun's --autotune
+  std::string autotune_log;  // horovodrun's --autotune-log-file
   double teardown_grace_seconds = 10.0;
   std::string log_dir;
   bool command_runs_all_roles = false;
@@ -98,6 +100,11 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   options.num_servers = servers_given ? args.num_servers : 0;
   options.rendezvous_in_worker = args.no_scheduler || !servers_given;
   options.command = args.command;
+  // horovodrun's autotune flags are variables of every process; an --env
+  // given for the same name comes later and wins.
+  if (args.autotune) options.env.emplace_back("TANDEM_AUTOTUNE", "1");
+  if (!args.autotune_log.empty())
+    options.env.emplace_back("TANDEM_AUTOTUNE_LOG", args.autotune_log);
   for (const auto& assignment : args.env) {
     options.env.push_back(launch::ParseEnvAssignment(assignment));
   }
@@ -313,6 +320,13 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
             return {};
           },
           "NAME=VALUE", "assignment"));
+  cmd->add_flag("--autotune", args->autotune,
+                "Tune the framework engine's fusion threshold, cycle time and allreduce "
+                "algorithm while the job trains (TANDEM_AUTOTUNE=1, as horovodrun's --autotune; "
+                "docs/collectives.md, Autotune)");
+  cmd->add_option("--autotune-log-file", args->autotune_log,
+                  "With --autotune: rank 0 writes every sample and the choice to this CSV "
+                  "(TANDEM_AUTOTUNE_LOG)");
   cmd->add_option("--teardown-grace", args->teardown_grace_seconds,
                   "Seconds the other processes get to exit on their own after one fails, before "
                   "SIGTERM (SIGKILL follows 5 s later)")

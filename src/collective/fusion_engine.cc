@@ -64,7 +64,25 @@ FusionEngineImpl::FusionEngineImpl(std::unique_ptr<Communicator> comm,
       log_(comm_->impl_->log()),
       rank_(comm_->rank()),
       size_(comm_->size()),
-      clock_(clock != nullptr ? *clock : steady_clock_) {
+      clock_(clock != nullptr ? *clock : steady_clock_),
+      in_force_{options_.fusion_threshold, options_.cycle_time, AllReduceAlgorithm::kAuto},
+      cache_capacity_in_force_(options_.cache_capacity) {
+  if (options_.autotune && rank_ == 0) {
+    AutotuneConfig config;
+    config.warmup_samples = options_.autotune_warmup_samples;
+    config.steps_per_sample = options_.autotune_steps_per_sample;
+    config.max_samples = options_.autotune_max_samples;
+    config.log_path = options_.autotune_log;
+    config.result_path = options_.autotune_result;
+    std::vector<AllReduceAlgorithm> algorithms = {AllReduceAlgorithm::kRing,
+                                                  AllReduceAlgorithm::kHalvingDoubling};
+    // Across hosts of equal size the hierarchical allreduce is a candidate.
+    const HostSpread spread = comm_->impl_->settings().layout.Spread();
+    if (spread.hosts >= 2 && spread.per_host >= 2) {
+      algorithms.push_back(AllReduceAlgorithm::kHierarchical);
+    }
+    tuner_ = std::make_unique<EngineAutotuner>(OwnSettings(), config, std::move(algorithms), log_);
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -131,12 +149,26 @@ void FusionEngineImpl::Complete(const std::shared_ptr<Pending>& p, std::exceptio
   CompleteState(p->state, error);
 }
 
+void FusionEngineImpl::Succeed(const std::shared_ptr<Pending>& p) {
+  if (tuner_) {
+    succeeded_.push_back(p->desc.name);
+    succeeded_bytes_ += p->in.num_bytes();
+  }
+  Complete(p, nullptr);
+}
+
+EngineSettings FusionEngineImpl::OwnSettings() const {
+  if (tuner_) return tuner_->settings();
+  return {options_.fusion_threshold, options_.cycle_time, AllReduceAlgorithm::kAuto};
+}
+
 void FusionEngineImpl::Loop() {
   std::exception_ptr failure;
   bool announced = false;
   auto next = RealClock::now();
   for (;;) {
-    next += options_.cycle_time;
+    // Rank 0's cycle time, as the last exchange carried it.
+    next += in_force_.cycle_time;
     bool stopping = false;
     {
       std::unique_lock lock(mu_);
@@ -229,7 +261,7 @@ void FusionEngineImpl::Remember(const TensorRequest& desc) {
   auto it = cache_index_.find(desc.name);
   if (it != cache_index_.end()) {
     cache_[it->second] = desc;
-  } else if (cache_.size() < options_.cache_capacity) {
+  } else if (cache_.size() < cache_capacity_in_force_) {
     cache_index_.emplace(desc.name, static_cast<uint32_t>(cache_.size()));
     cache_.push_back(desc);
   }
@@ -240,9 +272,15 @@ bool FusionEngineImpl::Cycle(bool stopping) {
   const Holdings holdings = Gather(all);
   if (holdings.all_stopped) return true;
   const int64_t now0 = all[0].clock_ms;
+  // Rank 0's settings rule this cycle on every rank.
+  in_force_ = all[0].settings;
+  cache_capacity_in_force_ = all[0].cache_capacity;
   {
     std::lock_guard lock(mu_);
     ++stats_.cycles;
+    stats_.fusion_threshold = in_force_.fusion_threshold;
+    stats_.cycle_time = in_force_.cycle_time;
+    stats_.algorithm = in_force_.algorithm;
   }
 
   // Decide, identically on every rank.
@@ -262,6 +300,15 @@ bool FusionEngineImpl::Cycle(bool stopping) {
   std::sort(ready.begin(), ready.end(),
             [](const auto& a, const auto& b) { return OrderKey(a->desc) < OrderKey(b->desc); });
   Execute(ready);
+  if (tuner_) {
+    tuner_->Observe(succeeded_, succeeded_bytes_, RealClock::now());
+    succeeded_.clear();
+    succeeded_bytes_ = 0;
+    Count([&](FusionEngine::Stats& s) {
+      s.autotune_samples = static_cast<uint64_t>(tuner_->samples());
+      s.autotune_done = tuner_->done();
+    });
+  }
   return false;
 }
 
@@ -269,6 +316,9 @@ CycleMessage FusionEngineImpl::OwnMessage(bool stopping) {
   CycleMessage mine;
   mine.stopping = stopping;
   mine.clock_ms = NowMs();
+  mine.settings = OwnSettings();
+  mine.cache_capacity =
+      static_cast<uint32_t>(std::min<size_t>(options_.cache_capacity, CycleMessage::kMaxCacheBits));
   mine.cached.assign(cache_.size(), false);
   for (auto& [name, p] : pending_) {
     auto it = cache_index_.find(name);
@@ -427,7 +477,7 @@ void FusionEngineImpl::Execute(std::vector<std::shared_ptr<Pending>>& ready) {
       if (d.kind == RequestKind::kBroadcast) {
         comm_->Broadcast(ready[i]->in, d.root, {d.name, ready[i]->timeout});
         Count([](FusionEngine::Stats& s) { ++s.collectives; });
-        Complete(ready[i], nullptr);
+        Succeed(ready[i]);
         ++i;
         continue;
       }
@@ -436,7 +486,7 @@ void FusionEngineImpl::Execute(std::vector<std::shared_ptr<Pending>>& ready) {
       size_t j = i + 1;
       size_t bytes = ready[i]->in.num_bytes();
       while (j < ready.size() && Fusable(d, ready[j]->desc) &&
-             bytes + ready[j]->in.num_bytes() <= options_.fusion_threshold) {
+             bytes + ready[j]->in.num_bytes() <= in_force_.fusion_threshold) {
         bytes += ready[j]->in.num_bytes();
         ++j;
       }
@@ -444,13 +494,13 @@ void FusionEngineImpl::Execute(std::vector<std::shared_ptr<Pending>>& ready) {
       o.op = d.op;
       o.prescale = d.prescale;
       o.postscale = d.postscale;
-      o.algorithm = d.algorithm;
+      o.algorithm = d.algorithm == AllReduceAlgorithm::kAuto ? in_force_.algorithm : d.algorithm;
       o.timeout = ready[i]->timeout;
       if (j == i + 1) {
         o.name = d.name;
         comm_->AllReduce(ready[i]->in, ready[i]->out, o);
         Count([](FusionEngine::Stats& s) { ++s.collectives; });
-        Complete(ready[i], nullptr);
+        Succeed(ready[i]);
         i = j;
         continue;
       }
@@ -476,7 +526,7 @@ void FusionEngineImpl::Execute(std::vector<std::shared_ptr<Pending>>& ready) {
         const size_t b = ready[k]->out.num_bytes();
         if (b > 0) std::memcpy(ready[k]->out.data, fusion_buffer_.data() + at, b);
         at += b;
-        Complete(ready[k], nullptr);
+        Succeed(ready[k]);
       }
       i = j;
     }
@@ -552,6 +602,17 @@ FusionEngine::Options FusionEngine::Options::FromEnvironment(
   if (env.GetBool(pick("STALL_CHECK_DISABLE"), false)) o.stall_check = std::chrono::milliseconds(0);
   o.stall_shutdown = env.GetSeconds(pick("STALL_SHUTDOWN_TIME_SECONDS"),
                                     env.GetSeconds("TANDEM_COLLECTIVE_TIMEOUT", o.stall_shutdown));
+  o.autotune = env.GetBool(pick("AUTOTUNE"), false);
+  o.autotune_warmup_samples = static_cast<int>(
+      env.GetInt(pick("AUTOTUNE_WARMUP_SAMPLES"), o.autotune_warmup_samples, 0, 1000));
+  o.autotune_steps_per_sample = static_cast<int>(
+      env.GetInt(pick("AUTOTUNE_STEPS_PER_SAMPLE"), o.autotune_steps_per_sample, 1, 100000));
+  o.autotune_max_samples = static_cast<int>(env.GetInt(
+      "TANDEM_AUTOTUNE_MAX_SAMPLES",
+      env.GetInt("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", o.autotune_max_samples, 1, 1000), 1,
+      1000));
+  o.autotune_log = env.Get(pick("AUTOTUNE_LOG")).value_or("");
+  o.autotune_result = env.Get("TANDEM_AUTOTUNE_RESULT").value_or("");
   return o;
 }
 

@@ -16,6 +16,8 @@
 //       reported on every rank (tensor, description, ranks that have it
 //       and ranks that lack it); past the stall-shutdown time its requests
 //       fail with Timeout carrying that report;
+//     the settings in force (fusion threshold, cycle time, cache capacity,
+//     the algorithm of kAuto requests) are rank 0's from the same messages;
 //  3. execute the ready requests in an order every rank derives alike
 //     (kind, dtype, reduction, scaling, algorithm, then name), packing
 //     consecutive compatible allreduces into the fusion buffer up to the
@@ -35,6 +37,7 @@
 
 #include "base/clock.h"
 #include "base/logger.h"
+#include "collective/engine_autotuner.h"
 #include "collective/negotiation_message.h"
 #include "collective/op_context.h"
 #include "tandem/fusion_engine.h"
@@ -137,6 +140,10 @@ class FusionEngineImpl {
   void Execute(std::vector<std::shared_ptr<Pending>>& ready);
   // Completes a request and frees its name for resubmission.
   void Complete(const std::shared_ptr<Pending>& p, std::exception_ptr error);
+  // Completes a request that ran, counting it for the tuner.
+  void Succeed(const std::shared_ptr<Pending>& p);
+  // This rank's own settings, as its message carries them.
+  EngineSettings OwnSettings() const;
   void Remember(const TensorRequest& desc);
   template <typename Update>
   void Count(Update update) {
@@ -167,6 +174,11 @@ class FusionEngineImpl {
   std::map<std::string, int64_t> first_seen_;    // rank 0's clock, ms
   std::set<std::string> stall_reported_;
   std::vector<std::byte> fusion_buffer_;
+  EngineSettings in_force_;                 // rank 0's, from the last exchange
+  size_t cache_capacity_in_force_;          // rank 0's, from the last exchange
+  std::unique_ptr<EngineAutotuner> tuner_;  // rank 0 with autotune only
+  std::vector<std::string> succeeded_;      // this cycle's, for the tuner
+  size_t succeeded_bytes_ = 0;
   std::thread thread_;
 };
 

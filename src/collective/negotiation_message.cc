@@ -30,10 +30,20 @@ std::string TensorRequest::Describe() const {
   return s;
 }
 
+std::string EngineSettings::Describe() const {
+  return fmt::format("fusion threshold {} B, cycle time {} ms, algorithm {}", fusion_threshold,
+                     static_cast<double>(cycle_time.count()) / 1000.0,
+                     AllReduceAlgorithmName(algorithm));
+}
+
 std::string CycleMessage::Encode() const {
   base::ByteWriter w;
   w.Put(static_cast<uint8_t>(stopping ? 1 : 0));
   w.Put(clock_ms);
+  w.Put(static_cast<uint64_t>(settings.fusion_threshold));
+  w.Put(static_cast<uint32_t>(settings.cycle_time.count()));
+  w.Put(static_cast<uint8_t>(settings.algorithm));
+  w.Put(cache_capacity);
   w.Put(static_cast<uint32_t>(cached.size()));
   for (size_t i = 0; i < cached.size(); i += 8) {
     uint8_t byte = 0;
@@ -63,6 +73,31 @@ CycleMessage CycleMessage::Decode(std::string_view bytes) {
   CycleMessage m;
   m.stopping = r.Get<bool>("stopping");
   m.clock_ms = r.Get<int64_t>("clock");
+  const auto threshold = r.Get<uint64_t>("fusion threshold");
+  if (threshold > kMaxFusionThreshold) {
+    throw ProtocolError(
+        fmt::format("framework engine cycle message: fusion threshold {} bytes, limit is {}",
+                    threshold, kMaxFusionThreshold));
+  }
+  m.settings.fusion_threshold = static_cast<size_t>(threshold);
+  const auto cycle_us = r.Get<uint32_t>("cycle time");
+  if (cycle_us > kMaxCycleTimeUs) {
+    throw ProtocolError(fmt::format("framework engine cycle message: cycle time {} us, limit is {}",
+                                    cycle_us, kMaxCycleTimeUs));
+  }
+  m.settings.cycle_time = std::chrono::microseconds(cycle_us);
+  const auto setting_algorithm = r.Get<uint8_t>("settings' algorithm");
+  if (setting_algorithm > static_cast<uint8_t>(AllReduceAlgorithm::kHierarchical)) {
+    throw ProtocolError(fmt::format("framework engine cycle message: the settings' algorithm is {}",
+                                    setting_algorithm));
+  }
+  m.settings.algorithm = static_cast<AllReduceAlgorithm>(setting_algorithm);
+  m.cache_capacity = r.Get<uint32_t>("cache capacity");
+  if (m.cache_capacity > kMaxCacheBits) {
+    throw ProtocolError(
+        fmt::format("framework engine cycle message: cache capacity {}, limit is {}",
+                    m.cache_capacity, kMaxCacheBits));
+  }
   const auto bits = r.Get<uint32_t>("cache bits");
   if (bits > kMaxCacheBits) {
     throw ProtocolError(fmt::format("framework engine cycle message: {} cache bits, limit is {}",

@@ -5,6 +5,7 @@
 // message per rank per cycle over its communicator's AllGather.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -36,6 +37,19 @@ struct TensorRequest {
   std::string Describe() const;
 };
 
+/// The settings of an engine that rank 0 decides for every rank.
+struct EngineSettings {
+  size_t fusion_threshold = size_t{128} << 20;
+  std::chrono::microseconds cycle_time{1000};
+  /// The algorithm of requests submitted with kAuto; kAuto leaves them to
+  /// the communicator's selection table.
+  AllReduceAlgorithm algorithm = AllReduceAlgorithm::kAuto;
+
+  bool operator==(const EngineSettings&) const = default;
+  /// "fusion threshold 16777216 B, cycle time 2.5 ms, algorithm auto".
+  std::string Describe() const;
+};
+
 /// One rank's message of one cycle.
 struct CycleMessage {
   /// Limits the decoder enforces.
@@ -43,9 +57,16 @@ struct CycleMessage {
   static constexpr uint32_t kMaxNameBytes = 4096;
   static constexpr uint32_t kMaxCacheBits = 1u << 20;
   static constexpr uint32_t kMaxRequests = 1u << 20;
+  static constexpr uint64_t kMaxFusionThreshold = uint64_t{1} << 36;
+  static constexpr uint32_t kMaxCycleTimeUs = 60000000;
 
   bool stopping = false;  ///< this rank's engine is being destroyed
   int64_t clock_ms = 0;   ///< the sender's steady clock (rank 0's is used)
+  /// The sender's settings; rank 0's are in force on every rank for the
+  /// cycle that carried them (the cycle time from the next wait on).
+  EngineSettings settings;
+  /// The sender's response-cache capacity (rank 0's is in force).
+  uint32_t cache_capacity = 0;
   /// Bit i set: the sender holds a request equal to response-cache entry i.
   /// Its length is the sender's cache size.
   std::vector<bool> cached;
@@ -55,7 +76,8 @@ struct CycleMessage {
   std::string Encode() const;
   /// Throws ProtocolError naming the field for anything malformed: a
   /// truncation, trailing bytes, an unknown kind, dtype or reduction, a
-  /// negative dimension, an unknown algorithm, or a count past the limits above, a bool not 0 or 1.
+  /// negative dimension, an unknown algorithm, a count or setting past the
+  /// limits above, or a bool not 0 or 1.
   static CycleMessage Decode(std::string_view bytes);
 };
 

@@ -1,6 +1,6 @@
 // Writes the seed corpora of the fuzz targets whose inputs are tandem's own
 // encodings (tests/fuzz/cluster_messages_fuzz.cc, collective_messages_fuzz.cc,
-// mailbox_record_fuzz.cc,
+// mailbox_record_fuzz.cc, negotiation_fuzz.cc,
 // gradient_compression_fuzz.cc, hostfile_fuzz.cc), from the real encoders,
 // so the seeds are messages a node really sends, and of the text targets
 // (hostfile_fuzz.cc, job_description_fuzz.cc) from files a user writes. Run
@@ -23,6 +23,7 @@
 #include "cluster/cluster_messages.h"
 #include "collective/call_description.h"
 #include "collective/collective_messages.h"
+#include "collective/negotiation_message.h"
 #include "collective/same_host_mailbox.h"
 #include "kv/compression/gradient_compression.h"
 
@@ -149,6 +150,44 @@ void CollectiveSeeds(SeedWriter& w) {
   w.WritePicked(t, "copy_status_no", 3, collective::CopyStatus{false}.Encode());
   w.WritePicked(t, "data_ref_1mib", 4,
                 collective::DataRef{key, 0x7f0000001000, uint64_t{1} << 20}.Encode());
+}
+
+void NegotiationSeeds(SeedWriter& w) {
+  using collective::CycleMessage;
+  using collective::RequestKind;
+  using collective::TensorRequest;
+  const std::string t = "negotiation_fuzz";
+  CycleMessage stopping;
+  stopping.stopping = true;
+  stopping.clock_ms = 7;
+  stopping.cache_capacity = 1024;
+  w.Write(t, "stopping_empty", stopping.Encode());
+
+  CycleMessage full;
+  full.clock_ms = 123456;
+  full.settings = {size_t{16} << 20, std::chrono::microseconds(2500), AllReduceAlgorithm::kRing};
+  full.cache_capacity = 1024;
+  TensorRequest weight;
+  weight.name = "conv1.weight";
+  weight.shape = {64, 3, 3, 3};
+  TensorRequest table{"embed", RequestKind::kBroadcast, DType::kI64, {9, 4}};
+  table.root = 2;
+  full.requests = {weight, table};
+  w.Write(t, "full_requests", full.Encode());
+
+  CycleMessage cached;
+  cached.clock_ms = 99;
+  cached.cache_capacity = 13;
+  cached.cached = {true, false, true, true, false, false, false, false, true, true};
+  TensorRequest bias;
+  bias.name = "fc.bias";
+  bias.dtype = DType::kBF16;
+  bias.shape = {17};
+  bias.op = Reduction::kAvg;
+  bias.prescale = 0.5;
+  bias.algorithm = AllReduceAlgorithm::kHalvingDoubling;
+  cached.requests = {bias};
+  w.Write(t, "cached_bits", cached.Encode());
 }
 
 void MailboxSeeds(SeedWriter& w) {
@@ -302,6 +341,7 @@ int main(int argc, char** argv) {
     SeedWriter w(argv[1]);
     ClusterSeeds(w);
     CollectiveSeeds(w);
+    NegotiationSeeds(w);
     MailboxSeeds(w);
     CallSeeds(w);
     CompressionSeeds(w);

@@ -89,6 +89,43 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, tmp
             result.output
 
 
+def test_autotune_under_training_keeps_the_replicas_exact(launch, tandem_bin_dir, tmp_path):
+    """`tandem launch --autotune`: DistributedOptimizer(negotiate=True)
+    trains while rank 0 walks every candidate fusion threshold, cycle time
+    and algorithm (1 warm-up sample, then 6 + 5 + 3, 2 steps each); the
+    parameters still equal the single-process reference (rtol 1e-5) and are
+    bit-identical across ranks, every rank ends with rank 0's choice in
+    force, and rank 0 wrote the CSV log and logged how to reuse the choice."""
+    workers, steps = 3, 34
+    log = tmp_path / "autotune.csv"
+    result = launch(workers, 0, worker("torch_worker.py") +
+                    ["--mode", "allreduce", "--steps", str(steps), "--negotiate"],
+                    extra_args=["--no-scheduler", "--autotune", "--autotune-log-file", str(log)],
+                    env={"HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+                         "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": "2"},
+                    launcher_env=python_env(tandem_bin_dir), timeout=240)
+    assert result.returncode == 0, result.job.describe()
+    done = DONE.findall(result.output)
+    assert sorted(int(d[1]) for d in done) == list(range(workers)), result.output
+    assert len({d[5] for d in done}) == 1, done
+    engines = re.findall(r"torch_worker: engine rank=(\d+) threshold=(\d+) cycle_ms=([\d.]+) "
+                         r"algorithm=(\w+) autotune_done=(\w+) samples=(\d+)", result.output)
+    assert sorted(int(e[0]) for e in engines) == list(range(workers)), result.output
+    by_rank = {int(e[0]): e for e in engines}
+    assert by_rank[0][4:] == ("True", "14"), by_rank[0]
+    assert len({e[1:4] for e in engines}) == 1, engines  # rank 0's choice everywhere
+    rows = log.read_text().splitlines()
+    assert rows[0].startswith("sample,phase,"), rows
+    phases = [r.split(",")[1] for r in rows[1:]]
+    assert phases == (["warmup"] + ["fusion_threshold"] * 6 + ["cycle_time"] * 5 +
+                      ["algorithm"] * 3 + ["chosen"]), rows
+    chosen = rows[-1].split(",")
+    assert (chosen[2], chosen[4]) == (by_rank[0][1], by_rank[0][3]), (chosen, by_rank[0])
+    assert re.search(r"autotune: chose fusion threshold \d+ B, .* to reuse it: "
+                     r"TANDEM_FUSION_THRESHOLD=\d+ TANDEM_CYCLE_TIME=", result.output), \
+        result.output
+
+
 # The worker's model: Linear(10, 16), Linear(16, 16), Linear(16, 3).
 PARAMETERS = 10 * 16 + 16 + 16 * 16 + 16 + 16 * 3 + 3
 BIASES = 16 + 16 + 3

@@ -27,8 +27,12 @@ gradient with a quantiser written here from docs/gradient-compression.md,
 so the parameters must match it exactly up to float reassociation (rtol
 1e-5, atol 1e-6).
 
+With --negotiate (allreduce mode) the gradients go through the framework
+engine (DistributedOptimizer(negotiate=True)), and the worker prints the
+engine's settings in force and, on rank 0 under autotune, its progress.
+
     torch_worker.py --mode allreduce|ps-worker-update|ps-server-update [--steps K]
-                    [--compression none|fp16|bf16|powersgd|2bit|1bit] [--threshold T]
+                    [--negotiate] [--compression none|fp16|bf16|powersgd|2bit|1bit] [--threshold T]
                     [--error-feedback]
                     [--powersgd-rank R] [--powersgd-start S] [--powersgd-min-rate X]
 """
@@ -139,6 +143,8 @@ def main() -> None:
     ap.add_argument("--powersgd-min-rate", type=float, default=2.0)
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--overlap-forward", action="store_true")
+    ap.add_argument("--negotiate", action="store_true",
+                    help="allreduce mode: reduce through the framework engine")
     args = ap.parse_args()
     powersgd = args.compression == "powersgd"
     quantized = args.compression in ("2bit", "1bit")
@@ -165,7 +171,8 @@ def main() -> None:
                 threshold=args.threshold)
         opt = tt.DistributedOptimizer(base, named_parameters=model.named_parameters(),
                                       compression=compression,
-                                      error_feedback=args.error_feedback)
+                                      error_feedback=args.error_feedback,
+                                      negotiate=args.negotiate)
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
         tt.broadcast_optimizer_state(opt, root_rank=0)
         reference_opt = lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
@@ -235,6 +242,11 @@ def main() -> None:
     print(f"torch_worker: overlapped={overlapped} of {params}", flush=True)
     if args.mode == "allreduce":
         print(f"torch_worker: wire_bytes_per_step={opt.wire_bytes_per_step}", flush=True)
+    if args.negotiate:
+        st = tandem.engine().stats()
+        print(f"torch_worker: engine rank={rank} threshold={st['fusion_threshold']} "
+              f"cycle_ms={st['cycle_time_ms']} algorithm={st['algorithm']} "
+              f"autotune_done={st['autotune_done']} samples={st['autotune_samples']}", flush=True)
     rtol, atol = 1e-5, 1e-6
     if compressed and not quantized:
         rtol, atol = 0.0, (1e-4 if args.compression == "fp16" else 1e-3)

@@ -12,11 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <thread>
 
 #include "base/clock.h"
+#include "base/temporary_directory.h"
 #include "collective/fusion_engine.h"
 #include "collective/negotiation_message.h"
 #include "collective_job.h"
@@ -178,6 +180,118 @@ INSTANTIATE_TEST_SUITE_P(GroupsFusedAndNot, FusionEngineSteps,
                            return fmt::format("n{}_{}", std::get<0>(info.param),
                                               std::get<1>(info.param) ? "fused" : "unfused");
                          });
+
+// One step of Specs() on `engine`: every tensor submitted in a shuffled
+// order, waited for and checked exact.
+void RunStep(FusionEngine& engine, int n, int rank, int step, std::mt19937& shuffle) {
+  const auto& specs = Specs();
+  std::vector<size_t> order(specs.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), shuffle);
+  std::vector<Buffer> in;
+  for (const Spec& spec : specs) in.emplace_back(spec.dtype, spec.count);
+  std::vector<CollectiveHandle> handles(specs.size());
+  for (size_t t : order) {
+    for (int64_t e = 0; e < specs[t].count; ++e) in[t].Set(e, Input(rank, t, e, step));
+    ReduceOptions o;
+    o.op = specs[t].op;
+    o.prescale = specs[t].prescale;
+    handles[t] = engine.AllReduce(specs[t].name, in[t].view(), in[t].view(), o);
+  }
+  for (size_t t = 0; t < specs.size(); ++t) {
+    handles[t].Wait();
+    for (int64_t e = 0; e < specs[t].count; ++e) {
+      ASSERT_EQ(in[t].Get(e), Expected(specs[t], n, t, e, step))
+          << specs[t].name << " element " << e << " step " << step << " rank " << rank;
+    }
+  }
+}
+
+// Ranks started with different fusion thresholds, cycle times and cache
+// capacities: rank 0's are in force everywhere, so every rank fuses alike
+// and the results are exact (with each rank's own threshold, ranks would
+// run differently sized fusion buffers and fail with CallMismatch).
+class FusionEngineSettings : public ::testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(FusionEngineSettings, RankZerosSettingsAreInForceOnEveryRank) {
+  const int n = std::get<0>(GetParam());
+  const bool rank0_fuses = std::get<1>(GetParam());
+  CollectiveJob job(n);
+  job.RunOk([&](int rank, CollectiveService& s) {
+    const bool fuses = (rank == 0) == rank0_fuses;
+    FusionEngine::Options o = TestOptions(fuses ? size_t{1} << 20 : 0);
+    o.cycle_time = std::chrono::microseconds(rank == 0 ? 2000 : 500 * rank);
+    o.cache_capacity = rank == 0 ? 4 : 1024;
+    auto engine = MakeEngine(s, n, o);
+    std::mt19937 shuffle(static_cast<unsigned>(rank * 31 + 7));
+    for (int step = 0; step < 3; ++step) RunStep(*engine, n, rank, step, shuffle);
+    const FusionEngine::Stats st = engine->stats();
+    EXPECT_EQ(st.fusion_threshold, rank0_fuses ? size_t{1} << 20 : 0) << "rank " << rank;
+    EXPECT_EQ(st.cycle_time, std::chrono::microseconds(2000)) << "rank " << rank;
+    EXPECT_EQ(st.mismatches, 0u);
+    if (rank0_fuses) {
+      EXPECT_GT(st.fused_tensors, 0u) << "rank " << rank;
+    } else {
+      EXPECT_EQ(st.fused_tensors, 0u) << "rank " << rank;
+    }
+    // Rank 0's capacity of 4 bounds every rank's cache: at most 4 of the 12
+    // names per step ride on it.
+    EXPECT_GE(st.negotiated, 3u * (Specs().size() - 4)) << "rank " << rank;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Groups, FusionEngineSettings,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Bool()),
+                         [](const auto& p) {
+                           return fmt::format("n{}_{}", std::get<0>(p.param),
+                                              std::get<1>(p.param) ? "rank0_fuses" : "rank0_not");
+                         });
+
+// Autotune on a real group: rank 0 walks every candidate while the job
+// trains, every result stays exact through each switch, every rank ends
+// with rank 0's choice in force, and rank 0 writes its log and result.
+TEST(FusionEngineAutotune, EveryCandidateRunsExactAndEveryRankAdoptsTheChoice) {
+  constexpr int n = 3;
+  base::TemporaryDirectory dir;
+  const std::string log_path = (dir.path() / "autotune.csv").string();
+  const std::string result_path = (dir.path() / "tuned.env").string();
+  // 1 warm-up + 6 thresholds + 6 cycle times (3 ms is off the grid) + 3
+  // algorithms = 16 samples of 2 steps.
+  constexpr int kSteps = 2 * 16;
+  std::vector<FusionEngine::Stats> stats(n);
+  CollectiveJob job(n);
+  job.RunOk([&](int rank, CollectiveService& s) {
+    FusionEngine::Options o = TestOptions(size_t{128} << 20);
+    o.autotune = true;
+    o.autotune_warmup_samples = 1;
+    o.autotune_steps_per_sample = 2;
+    o.autotune_log = log_path;
+    o.autotune_result = result_path;
+    auto engine = MakeEngine(s, n, o);
+    std::mt19937 shuffle(static_cast<unsigned>(rank * 131 + 3));
+    for (int step = 0; step < kSteps; ++step) RunStep(*engine, n, rank, step, shuffle);
+    // One more step, so that every rank ran a cycle under the final choice.
+    RunStep(*engine, n, rank, kSteps, shuffle);
+    stats[static_cast<size_t>(rank)] = engine->stats();
+  });
+  EXPECT_TRUE(stats[0].autotune_done);
+  EXPECT_EQ(stats[0].autotune_samples, 15u);
+  for (int r = 1; r < n; ++r) {
+    const auto& st = stats[static_cast<size_t>(r)];
+    EXPECT_FALSE(st.autotune_done) << "only rank 0 tunes";
+    EXPECT_EQ(st.fusion_threshold, stats[0].fusion_threshold) << "rank " << r;
+    EXPECT_EQ(st.cycle_time, stats[0].cycle_time) << "rank " << r;
+    EXPECT_EQ(st.algorithm, stats[0].algorithm) << "rank " << r;
+  }
+  std::ifstream csv(log_path);
+  int rows = 0;
+  for (std::string line; std::getline(csv, line);) ++rows;
+  EXPECT_EQ(rows, 1 + 1 + 15 + 1);  // header, warm-up, scored, chosen
+  std::ifstream result(result_path);
+  std::string first;
+  std::getline(result, first);
+  EXPECT_EQ(first, fmt::format("TANDEM_FUSION_THRESHOLD={}", stats[0].fusion_threshold));
+}
 
 enum class Mismatch { kShape, kDType, kOp, kRoot, kScale, kMissing };
 
@@ -417,6 +531,9 @@ TEST(FusionEngineCycleMessage, RoundTripsAndRefusesMalformedBytes) {
   CycleMessage m;
   m.stopping = true;
   m.clock_ms = 123456789;
+  m.settings = {size_t{16} << 20, std::chrono::microseconds(2500),
+                AllReduceAlgorithm::kHalvingDoubling};
+  m.cache_capacity = 77;
   m.cached = {true, false, true, true, false, false, false, false, true, true};
   TensorRequest q;
   q.name = "fc.bias";
@@ -430,6 +547,8 @@ TEST(FusionEngineCycleMessage, RoundTripsAndRefusesMalformedBytes) {
   const CycleMessage d = CycleMessage::Decode(bytes);
   EXPECT_EQ(d.stopping, true);
   EXPECT_EQ(d.clock_ms, 123456789);
+  EXPECT_EQ(d.settings, m.settings);
+  EXPECT_EQ(d.cache_capacity, 77u);
   EXPECT_EQ(d.cached, m.cached);
   ASSERT_EQ(d.requests.size(), 2u);
   EXPECT_EQ(d.requests[0], q);
@@ -441,12 +560,20 @@ TEST(FusionEngineCycleMessage, RoundTripsAndRefusesMalformedBytes) {
   }
   EXPECT_THROW(CycleMessage::Decode(bytes + "x"), ProtocolError);
   std::string bad_bits = bytes;
-  bad_bits[14] = static_cast<char>(0xff);  // bits 10..15 of a 10-bit map
+  bad_bits[31] = static_cast<char>(0xff);  // bits 10..15 of a 10-bit map
   EXPECT_THROW(CycleMessage::Decode(bad_bits), ProtocolError);
   std::string bad_stop = bytes;
   bad_stop[0] = 2;
   EXPECT_THROW(CycleMessage::Decode(bad_stop), ProtocolError);
-  const size_t kind_at = 9 + 4 + 2 + 4 + 4 + q.name.size();
+  // Settings past their limits: threshold (bytes 9..16), cycle time
+  // (17..20), algorithm (21), cache capacity (22..25).
+  for (const auto& [at, byte] : std::vector<std::pair<size_t, char>>{
+           {16, 1}, {20, static_cast<char>(0x7f)}, {21, 9}, {25, 1}}) {
+    std::string bad = bytes;
+    bad[at] = byte;
+    EXPECT_THROW(CycleMessage::Decode(bad), ProtocolError) << "byte " << at;
+  }
+  const size_t kind_at = 26 + 4 + 2 + 4 + 4 + q.name.size();
   std::string bad_kind = bytes;
   bad_kind[kind_at] = 7;
   EXPECT_THROW(CycleMessage::Decode(bad_kind), ProtocolError);
