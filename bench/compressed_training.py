@@ -5,6 +5,13 @@ gradients"): the same model, batch and synthetic data under
 
   ddp-gloo        torch DistributedDataParallel on gloo (the baseline),
   tandem          tandem.torch.DistributedOptimizer, gradients as they are,
+  tandem-engine   ... negotiate=True: through the framework engine (Horovod's
+                  semantics), its default fusion threshold and cycle time,
+                  after as many warm-up steps as tandem-autotune's,
+  tandem-autotune ... with HOROVOD_AUTOTUNE=1: rank 0 tunes the engine during
+                  extra warm-up steps (1 warm-up sample and up to 34 scored
+                  ones of --autotune-steps steps), then the timed steps run
+                  with its choice (printed as a "# tandem-autotune:" line),
   tandem-fp16     ... compression=Compression.fp16,
   tandem-powersgd ... compression=PowerSGD(rank=R, start_iter=0),
   tandem-2bit     ... compression=TwoBit(threshold=T) (MXNet's 2bit, allgathered),
@@ -41,7 +48,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("ddp-gloo", "tandem", "tandem-fp16", "tandem-powersgd", "tandem-2bit", "tandem-ps-k0",
+VARIANTS = ("ddp-gloo", "tandem", "tandem-engine", "tandem-autotune", "tandem-fp16",
+            "tandem-powersgd", "tandem-2bit", "tandem-ps-k0",
             "tandem-ps-k1", "tandem-ps-k2", "tandem-ps-k4", "tandem-ps-k4-overlap")
 
 
@@ -90,17 +98,31 @@ def worker(args: argparse.Namespace) -> None:
         import tandem.torch as tt
         tandem.init()
         rank, workers = tandem.rank(), tandem.size()
-        compression = {"tandem": tt.Compression.none, "tandem-fp16": tt.Compression.fp16,
+        compression = {"tandem": tt.Compression.none, "tandem-engine": tt.Compression.none,
+                       "tandem-autotune": tt.Compression.none,
+                       "tandem-fp16": tt.Compression.fp16,
                        "tandem-powersgd": tt.PowerSGD(rank=args.powersgd_rank,
                                                       start_iter=0),
                        "tandem-2bit": tt.TwoBit(threshold=args.threshold)}[args.variant]
         opt = tt.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9),
                                       named_parameters=model.named_parameters(),
-                                      compression=compression)
+                                      compression=compression,
+                                      negotiate=args.variant in ("tandem-engine",
+                                                                 "tandem-autotune"))
         tt.broadcast_parameters(model.state_dict(), root_rank=0)
         barrier = tandem.barrier
         wire = lambda: opt.wire_bytes_per_step  # noqa: E731
-    seconds, _ = timed_steps(model, opt, rank, args.batch_size, args.warmup, args.steps, barrier)
+    warmup = args.warmup
+    if args.variant in ("tandem-engine", "tandem-autotune"):
+        # tandem-autotune's whole search, then its choice; tandem-engine
+        # warms up as long, so that only the settings differ.
+        warmup += (1 + 2 * 17) * args.autotune_steps + 2
+    seconds, _ = timed_steps(model, opt, rank, args.batch_size, warmup, args.steps, barrier)
+    if args.variant == "tandem-autotune" and rank == 0:
+        st = tandem.engine().stats()
+        print(f"compressed_training: autotune done={st['autotune_done']} "
+              f"samples={st['autotune_samples']} threshold={st['fusion_threshold']} "
+              f"cycle_ms={st['cycle_time_ms']} algorithm={st['algorithm']}", flush=True)
     if getattr(opt, "_overlap", False):
         # The last step's sums are still in flight: they belong to the time.
         overlap_s = opt.last_forward_overlap_s
@@ -134,8 +156,13 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
           "--model", args.model, "--batch-size", str(args.batch_size), "--steps",
           str(args.steps), "--warmup", str(args.warmup), "--powersgd-rank",
           str(args.powersgd_rank), "--partition-bytes", str(args.partition_bytes),
-          "--threshold", str(args.threshold)]
+          "--threshold", str(args.threshold), "--autotune-steps", str(args.autotune_steps)]
     env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": str(args.bin_dir.parent / "python")}
+    if variant == "tandem-autotune":
+        env.update({"HOROVOD_AUTOTUNE": "1", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES": "1",
+                    "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE": str(args.autotune_steps)})
+        if args.autotune_log:
+            env["TANDEM_AUTOTUNE_LOG"] = str(Path(args.autotune_log).resolve())
     spare = spare_servers(variant)
     if spare is not None:
         # Every process of the job runs this; the scheduler and the servers
@@ -179,9 +206,10 @@ def run(args: argparse.Namespace, variant: str) -> tuple[float, float, int]:
     m = LINE.search(proc.stdout)
     if proc.returncode != 0 or not m:
         sys.exit(f"{' '.join(argv)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    overlap = re.search(r"compressed_training: overlap_ms=\S+ .*", proc.stdout)
-    if overlap:
-        print(f"# {variant}: {overlap.group(0)}", flush=True)
+    for note in (r"compressed_training: overlap_ms=\S+ .*", r"compressed_training: autotune .*"):
+        found = re.search(note, proc.stdout)
+        if found:
+            print(f"# {variant}: {found.group(0)}", flush=True)
     return float(m.group(2)), float(m.group(3)), int(m.group(4))
 
 
@@ -197,6 +225,10 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--powersgd-rank", type=int, default=4)
+    parser.add_argument("--autotune-steps", type=int, default=5,
+                        help="steps per autotune sample (tandem-autotune)")
+    parser.add_argument("--autotune-log", help="tandem-autotune: rank 0's CSV of every sample "
+                                               "(rewritten by each round)")
     parser.add_argument("--threshold", type=float, default=0.001,
                         help="tandem-2bit: TwoBit's threshold (about the mean |gradient| of "
                              "the MLP's large layers)")

@@ -66,9 +66,13 @@ class FusionEngine {
     /// A sample ends when one tensor name completed this many times.
     /// HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE.
     int autotune_steps_per_sample = 10;
-    /// Scored samples at most (the full search takes 17 or fewer).
-    /// TANDEM_AUTOTUNE_MAX_SAMPLES (or HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES).
-    int autotune_max_samples = 30;
+    /// Scored samples at most (the full search takes 28 to 34: every
+    /// candidate twice). TANDEM_AUTOTUNE_MAX_SAMPLES (or
+    /// HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES).
+    int autotune_max_samples = 40;
+    /// A candidate replaces the value in use only when its mean throughput
+    /// is higher by more than this fraction. TANDEM_AUTOTUNE_MIN_GAIN.
+    double autotune_min_gain = 0.03;
     /// A CSV of every sample and the choice, written by rank 0.
     /// HOROVOD_AUTOTUNE_LOG / TANDEM_AUTOTUNE_LOG.
     std::string autotune_log;

@@ -67,7 +67,7 @@ std::vector<EngineAutotuner::Candidate> EngineAutotuner::CandidatesOf(Knob knob)
     for (const Candidate& c : out) {
       if (c.settings == s) return;
     }
-    out.push_back({s, -1});
+    out.push_back({s});
   };
   add(settings_);  // the value in use is measured first: no switch needed
   EngineSettings s = settings_;
@@ -112,6 +112,13 @@ bool EngineAutotuner::Observe(const std::vector<std::string>& names, size_t byte
   return !(settings_ == before);
 }
 
+size_t EngineAutotuner::CandidateAt(size_t position) const {
+  // A B C C B A: each candidate twice, mirrored, so that a steady drift of
+  // the throughput during the search adds the same to every candidate's sum.
+  const size_t k = candidates_.size();
+  return position < k ? position : 2 * k - 1 - position;
+}
+
 void EngineAutotuner::EndSample(Clock::time_point now) {
   const double seconds = std::chrono::duration<double>(now - sample_start_).count();
   const double score = seconds > 0 ? static_cast<double>(bytes_) / seconds / 1e6 : 0;
@@ -125,7 +132,9 @@ void EngineAutotuner::EndSample(Clock::time_point now) {
     return;
   }
   ++scored_;
-  candidates_[at_].score = score;
+  Candidate& c = candidates_[CandidateAt(position_)];
+  c.sum += score;
+  ++c.samples;
   LogRow(knob_ == Knob::kThreshold   ? "fusion_threshold"
          : knob_ == Knob::kCycleTime ? "cycle_time"
                                      : "algorithm",
@@ -135,8 +144,8 @@ void EngineAutotuner::EndSample(Clock::time_point now) {
     Finish(fmt::format("the limit of {} scored samples was reached", config_.max_samples));
     return;
   }
-  if (++at_ < candidates_.size()) {
-    settings_ = candidates_[at_].settings;
+  if (++position_ < 2 * candidates_.size()) {
+    settings_ = candidates_[CandidateAt(position_)].settings;
     return;
   }
   FinishKnob();
@@ -146,19 +155,23 @@ void EngineAutotuner::EndSample(Clock::time_point now) {
   }
   knob_ = static_cast<Knob>(static_cast<int>(knob_) + 1);
   candidates_ = CandidatesOf(knob_);
-  at_ = 0;
+  position_ = 0;
   // The first candidate is the value just chosen: it is measured anew
   // under this knob, so its score is comparable with its neighbours'.
 }
 
 void EngineAutotuner::FinishKnob() {
-  const auto best =
-      std::max_element(candidates_.begin(), candidates_.end(),
-                       [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
-  if (best->score >= 0) {
-    settings_ = best->settings;
-    best_score_ = best->score;
+  // The incumbent (candidate 0, the value in use when the knob began)
+  // stays unless another one's mean beats it by more than min_gain.
+  const Candidate& incumbent = candidates_[0];
+  if (incumbent.samples == 0) return;
+  const Candidate* best = &incumbent;
+  for (const Candidate& c : candidates_) {
+    if (c.samples > 0 && c.Mean() > best->Mean()) best = &c;
   }
+  if (best->Mean() <= incumbent.Mean() * (1.0 + config_.min_gain)) best = &incumbent;
+  settings_ = best->settings;
+  best_score_ = best->Mean();
 }
 
 void EngineAutotuner::Finish(const std::string& why) {
@@ -187,7 +200,7 @@ void EngineAutotuner::Finish(const std::string& why) {
 
 void EngineAutotuner::LogRow(const char* phase, double seconds, double score) {
   // The row describes the settings the sample ran with (before any switch).
-  const EngineSettings& s = done_ ? settings_ : candidates_[at_].settings;
+  const EngineSettings& s = done_ ? settings_ : candidates_[CandidateAt(position_)].settings;
   log_.V1("autotune: sample {} ({}) {}: {:.1f} MB/s over {:.3f} s", sample_, phase, s.Describe(),
           score, seconds);
   if (!csv_.is_open()) return;

@@ -10,11 +10,14 @@
 //
 // The search is a coordinate search over fixed grids, one knob after the
 // other: after `warmup_samples` samples at the starting settings, each
-// candidate value of the fusion threshold is held for one sample, the best
-// is kept; then the cycle time's candidates, then the algorithm's. A
-// sample ends when some tensor name completed `steps_per_sample` times
-// since it began (a training step reduces each gradient once), and its
-// score is the bytes of the requests completed in it over its wall time.
+// candidate value of the fusion threshold is held for two samples, in the
+// mirrored order A B C C B A (a throughput that drifts steadily during the
+// search then favours no candidate), and the best mean is kept when it
+// beats the value in use by more than `min_gain`; then the cycle time's
+// candidates, then the algorithm's. A sample ends when some tensor name
+// completed `steps_per_sample` times since it began (a training step
+// reduces each gradient once), and its score is the bytes of the requests
+// completed in it over its wall time.
 #pragma once
 
 #include <chrono>
@@ -35,9 +38,12 @@ namespace tandem::collective {
 struct AutotuneConfig {
   int warmup_samples = 3;     ///< samples discarded at the start
   int steps_per_sample = 10;  ///< completions of one name that end a sample
-  int max_samples = 30;       ///< scored samples at most; then the best so far stays
-  std::string log_path;       ///< a CSV of every sample when not empty
-  std::string result_path;    ///< the chosen settings as environment variables when not empty
+  int max_samples = 40;       ///< scored samples at most; then the best so far stays
+  /// A candidate replaces the value in use only when its mean score is
+  /// higher by more than this fraction (noise must not move the settings).
+  double min_gain = 0.03;
+  std::string log_path;     ///< a CSV of every sample when not empty
+  std::string result_path;  ///< the chosen settings as environment variables when not empty
 };
 
 /// Thread-safety: none; the engine's thread owns it.
@@ -63,6 +69,8 @@ class EngineAutotuner {
   /// The settings to use from the next cycle on.
   const EngineSettings& settings() const { return settings_; }
   /// True once every knob was decided (or max_samples was reached).
+  /// A full search scores 2 x (6 or 7 thresholds + 5 or 6 cycle times + 3
+  /// or 4 algorithms) samples, 28 to 34.
   bool done() const { return done_; }
   /// Samples scored so far (warm-up samples not counted).
   int samples() const { return scored_; }
@@ -71,11 +79,15 @@ class EngineAutotuner {
   enum class Knob { kThreshold = 0, kCycleTime = 1, kAlgorithm = 2 };
   struct Candidate {
     EngineSettings settings;
-    double score = -1;  // MB/s; -1 before it was measured
+    double sum = 0;   // of its samples' scores, MB/s
+    int samples = 0;  // measured so far
+    double Mean() const { return samples > 0 ? sum / samples : 0; }
   };
 
   // The candidates of `knob` around the current settings.
   std::vector<Candidate> CandidatesOf(Knob knob) const;
+  // The candidate measured at `position` of the mirrored order.
+  size_t CandidateAt(size_t position) const;
   // Ends the current sample: scores it, moves to the next candidate.
   void EndSample(Clock::time_point now);
   // Keeps the best candidate of the current knob and starts the next.
@@ -95,7 +107,7 @@ class EngineAutotuner {
   bool done_ = false;
   Knob knob_ = Knob::kThreshold;
   std::vector<Candidate> candidates_;
-  size_t at_ = 0;  // the candidate being measured
+  size_t position_ = 0;  // in the mirrored order, 0 .. 2 * candidates - 1
   double best_score_ = -1;
 
   bool started_ = false;

@@ -72,6 +72,7 @@ FusionEngineImpl::FusionEngineImpl(std::unique_ptr<Communicator> comm,
     config.warmup_samples = options_.autotune_warmup_samples;
     config.steps_per_sample = options_.autotune_steps_per_sample;
     config.max_samples = options_.autotune_max_samples;
+    config.min_gain = options_.autotune_min_gain;
     config.log_path = options_.autotune_log;
     config.result_path = options_.autotune_result;
     std::vector<AllReduceAlgorithm> algorithms = {AllReduceAlgorithm::kRing,
@@ -565,18 +566,26 @@ void CheckName(const std::string& name, const char* op) {
   }
 }
 
-// Milliseconds as Horovod's HOROVOD_CYCLE_TIME (a decimal number).
-std::chrono::microseconds ParseCycleTime(const base::Environment& env, const std::string& name,
-                                         std::chrono::microseconds fallback) {
+// A decimal number between `min` and `max` (`what` names its unit in the
+// error), or `fallback` when `name` is unset or empty.
+double ParseDecimal(const base::Environment& env, const std::string& name, double fallback,
+                    double min, double max, const char* what) {
   const auto value = env.Get(name);
   if (!value || value->empty()) return fallback;
   char* end = nullptr;
-  const double ms = std::strtod(value->c_str(), &end);
-  if (end != value->c_str() + value->size() || !std::isfinite(ms) || ms < 0 || ms > 60000) {
-    throw ConfigError(fmt::format(
-        "environment variable {}='{}' is not a number of milliseconds between 0 and 60000", name,
-        *value));
+  const double v = std::strtod(value->c_str(), &end);
+  if (end != value->c_str() + value->size() || !std::isfinite(v) || v < min || v > max) {
+    throw ConfigError(fmt::format("environment variable {}='{}' is not {} between {} and {}", name,
+                                  *value, what, min, max));
   }
+  return v;
+}
+
+// Milliseconds as Horovod's HOROVOD_CYCLE_TIME (a decimal number).
+std::chrono::microseconds ParseCycleTime(const base::Environment& env, const std::string& name,
+                                         std::chrono::microseconds fallback) {
+  const double ms = ParseDecimal(env, name, static_cast<double>(fallback.count()) / 1000.0, 0,
+                                 60000, "a number of milliseconds");
   return std::chrono::microseconds(std::llround(ms * 1000.0));
 }
 
@@ -611,6 +620,8 @@ FusionEngine::Options FusionEngine::Options::FromEnvironment(
       "TANDEM_AUTOTUNE_MAX_SAMPLES",
       env.GetInt("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", o.autotune_max_samples, 1, 1000), 1,
       1000));
+  o.autotune_min_gain =
+      ParseDecimal(env, "TANDEM_AUTOTUNE_MIN_GAIN", o.autotune_min_gain, 0, 1, "a fraction");
   o.autotune_log = env.Get(pick("AUTOTUNE_LOG")).value_or("");
   o.autotune_result = env.Get("TANDEM_AUTOTUNE_RESULT").value_or("");
   return o;

@@ -92,11 +92,11 @@ def test_replicas_identical_and_equal_to_one_process(launch, tandem_bin_dir, tmp
 def test_autotune_under_training_keeps_the_replicas_exact(launch, tandem_bin_dir, tmp_path):
     """`tandem launch --autotune`: DistributedOptimizer(negotiate=True)
     trains while rank 0 walks every candidate fusion threshold, cycle time
-    and algorithm (1 warm-up sample, then 6 + 5 + 3, 2 steps each); the
+    and algorithm (1 warm-up sample, then twice 6 + 5 + 3, 2 steps each); the
     parameters still equal the single-process reference (rtol 1e-5) and are
     bit-identical across ranks, every rank ends with rank 0's choice in
     force, and rank 0 wrote the CSV log and logged how to reuse the choice."""
-    workers, steps = 3, 34
+    workers, steps = 3, 60
     log = tmp_path / "autotune.csv"
     result = launch(workers, 0, worker("torch_worker.py") +
                     ["--mode", "allreduce", "--steps", str(steps), "--negotiate"],
@@ -112,13 +112,16 @@ def test_autotune_under_training_keeps_the_replicas_exact(launch, tandem_bin_dir
                          r"algorithm=(\w+) autotune_done=(\w+) samples=(\d+)", result.output)
     assert sorted(int(e[0]) for e in engines) == list(range(workers)), result.output
     by_rank = {int(e[0]): e for e in engines}
-    assert by_rank[0][4:] == ("True", "14"), by_rank[0]
+    assert by_rank[0][4:] == ("True", "28"), by_rank[0]
     assert len({e[1:4] for e in engines}) == 1, engines  # rank 0's choice everywhere
     rows = log.read_text().splitlines()
     assert rows[0].startswith("sample,phase,"), rows
     phases = [r.split(",")[1] for r in rows[1:]]
-    assert phases == (["warmup"] + ["fusion_threshold"] * 6 + ["cycle_time"] * 5 +
-                      ["algorithm"] * 3 + ["chosen"]), rows
+    assert phases == (["warmup"] + ["fusion_threshold"] * 12 + ["cycle_time"] * 10 +
+                      ["algorithm"] * 6 + ["chosen"]), rows
+    # Each knob's candidates in the mirrored order: A B C C B A.
+    thresholds = [r.split(",")[2] for r in rows[2:14]]
+    assert thresholds == thresholds[::-1] and len(set(thresholds)) == 6, thresholds
     chosen = rows[-1].split(",")
     assert (chosen[2], chosen[4]) == (by_rank[0][1], by_rank[0][3]), (chosen, by_rank[0])
     assert re.search(r"autotune: chose fusion threshold \d+ B, .* to reuse it: "

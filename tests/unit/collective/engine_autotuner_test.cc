@@ -1,8 +1,10 @@
 // The framework engine's tuner (src/collective/engine_autotuner.h) against
 // a synthetic job whose throughput is a known function of the settings:
-// after the warm-up it measures every candidate of each knob once, keeps
-// each knob's best, stops at the sample limit, and writes its log and the
-// chosen settings as environment variables.
+// after the warm-up it measures every candidate of each knob twice (A B C
+// C B A), keeps each knob's best, keeps the value in use when nothing beats
+// it by the minimum gain or when the throughput only drifts with time,
+// stops at the sample limit, and writes its log and the chosen settings as
+// environment variables.
 #include "collective/engine_autotuner.h"
 
 #include <gtest/gtest.h>
@@ -21,20 +23,22 @@ using std::chrono::microseconds;
 constexpr size_t kMiB = size_t{1} << 20;
 
 // MB/s of the synthetic job: best at `threshold`, `cycle` and `algorithm`,
-// each knob's other values strictly worse, and the knobs independent.
+// each step away from them at least 9% slower, the knobs independent; with
+// `drift`, every step of the job is that many MB/s faster than the last.
 struct Job {
   size_t threshold;
   microseconds cycle;
   AllReduceAlgorithm algorithm;
+  double drift = 0;
+  bool flat = false;  // the settings cost nothing: only the drift moves the rate
 
-  double Rate(const EngineSettings& s) const {
-    double r = 1000;
-    r -= std::abs(std::log2(static_cast<double>(s.fusion_threshold + 1) /
-                            static_cast<double>(threshold + 1))) *
-         10;
-    r -= std::abs(static_cast<double>(s.cycle_time.count() - cycle.count())) / 100.0;
-    if (s.algorithm != algorithm) r -= 50;
-    return r;
+  double Rate(const EngineSettings& s, int step) const {
+    if (flat) return 1000.0 + drift * step;
+    const double t = std::abs(std::log2(static_cast<double>(s.fusion_threshold + 1) /
+                                        static_cast<double>(threshold + 1)));
+    const double c = std::abs(static_cast<double>(s.cycle_time.count() - cycle.count())) / 500.0;
+    const double a = s.algorithm == algorithm ? 1.0 : 0.9;
+    return 1000.0 / (1 + 0.1 * t) / (1 + 0.1 * c) * a + drift * step;
   }
 };
 
@@ -45,7 +49,7 @@ int Drive(EngineAutotuner& tuner, const Job& job, int steps) {
   auto now = EngineAutotuner::Clock::time_point{};
   int changes = 0;
   for (int s = 0; s < steps && !tuner.done(); ++s) {
-    const double seconds = 2.0 / job.Rate(tuner.settings());  // 2 MB at Rate MB/s
+    const double seconds = 2.0 / job.Rate(tuner.settings(), s);  // 2 MB at Rate MB/s
     now += std::chrono::duration_cast<EngineAutotuner::Clock::duration>(
         std::chrono::duration<double>(seconds));
     changes += tuner.Observe({"fc.weight", "fc.bias"}, 2000000, now) ? 1 : 0;
@@ -86,9 +90,9 @@ TEST_P(EngineAutotunerSearch, KeepsEachKnobsBestAndWritesTheLogAndTheResult) {
   Drive(tuner, c.job, 1000);
   ASSERT_TRUE(tuner.done());
   // Thresholds 128 MiB (the start), 0, 1, 4, 16, 64 MiB; cycle times 1 ms
-  // (the start), 0.5, 2.5, 5, 10 ms, plus the chosen threshold's knob value
-  // again first; algorithms auto, ring, halving-doubling (+ hierarchical).
-  const int expected = 6 + 5 + (c.hierarchical ? 4 : 3);
+  // (the start), 0.5, 2.5, 5, 10 ms; algorithms auto, ring,
+  // halving-doubling (+ hierarchical); each twice.
+  const int expected = 2 * (6 + 5 + (c.hierarchical ? 4 : 3));
   EXPECT_EQ(tuner.samples(), expected);
   const EngineSettings want{c.job.threshold, c.job.cycle, c.job.algorithm};
   EXPECT_EQ(tuner.settings(), want) << tuner.settings().Describe();
@@ -100,6 +104,10 @@ TEST_P(EngineAutotunerSearch, KeepsEachKnobsBestAndWritesTheLogAndTheResult) {
   EXPECT_EQ(rows[1].rfind("1,warmup,134217728,1,auto,", 0), 0u) << rows[1];
   EXPECT_EQ(rows[3].rfind("3,fusion_threshold,134217728,1,auto,", 0), 0u) << rows[3];
   EXPECT_EQ(rows[4].rfind("4,fusion_threshold,0,1,auto,", 0), 0u) << rows[4];
+  // The mirrored order: 64 MiB twice in the middle, 128 MiB last.
+  EXPECT_EQ(rows[8].rfind("8,fusion_threshold,67108864,1,auto,", 0), 0u) << rows[8];
+  EXPECT_EQ(rows[9].rfind("9,fusion_threshold,67108864,1,auto,", 0), 0u) << rows[9];
+  EXPECT_EQ(rows[14].rfind("14,fusion_threshold,134217728,1,auto,", 0), 0u) << rows[14];
   EXPECT_NE(rows.back().find(",chosen,"), std::string::npos) << rows.back();
 
   std::ostringstream env;
@@ -132,16 +140,42 @@ TEST(EngineAutotuner, StopsAtTheSampleLimitWithTheBestMeasuredSoFar) {
   AutotuneConfig config;
   config.warmup_samples = 0;
   config.steps_per_sample = 1;
-  config.max_samples = 3;  // thresholds 128 MiB, 0, 1 MiB only
+  config.max_samples = 3;  // thresholds 128 MiB, 0, 1 MiB only, once each
   base::Logger log("autotune-test", 0, 2, true);
   EngineAutotuner tuner({128 * kMiB, microseconds(1000), AllReduceAlgorithm::kAuto}, config, {},
                         log);
-  // Best would be 16 MiB, which is never measured: 1 MiB is the closest seen.
-  Drive(tuner, {16 * kMiB, microseconds(1000), AllReduceAlgorithm::kAuto}, 100);
+  // Best would be 4 MiB, which is never measured: 1 MiB is the closest seen.
+  Drive(tuner, {4 * kMiB, microseconds(1000), AllReduceAlgorithm::kAuto}, 100);
   ASSERT_TRUE(tuner.done());
   EXPECT_EQ(tuner.samples(), 3);
   EXPECT_EQ(tuner.settings().fusion_threshold, 1 * kMiB);
   EXPECT_EQ(tuner.settings().cycle_time, microseconds(1000));
+}
+
+// Candidates that gain less than min_gain, and a throughput that only
+// grows with time (which, measured in one pass, would crown whichever
+// candidate comes last), leave the settings where they started.
+TEST(EngineAutotuner, SmallGainsAndDriftKeepTheValueInUse) {
+  AutotuneConfig config;
+  config.warmup_samples = 0;
+  config.steps_per_sample = 3;
+  config.min_gain = 0.15;  // above the 10% of the algorithm knob
+  base::Logger log("autotune-test", 0, 2, true);
+  const EngineSettings start{128 * kMiB, microseconds(1000), AllReduceAlgorithm::kAuto};
+  EngineAutotuner small(start, config, {AllReduceAlgorithm::kRing}, log);
+  Drive(small, {128 * kMiB, microseconds(1000), AllReduceAlgorithm::kRing}, 1000);
+  ASSERT_TRUE(small.done());
+  EXPECT_EQ(small.settings(), start) << small.settings().Describe();
+
+  config.min_gain = 0.03;
+  EngineAutotuner drifting(start, config, {AllReduceAlgorithm::kRing}, log);
+  // Every setting equal, each step 10 MB/s faster: the last of 6 threshold
+  // candidates would be 15% ahead of the first in a single pass.
+  Drive(drifting, {0, microseconds(0), AllReduceAlgorithm::kAuto, 10.0, true}, 1000);
+  ASSERT_TRUE(drifting.done());
+  EXPECT_EQ(drifting.settings().fusion_threshold, start.fusion_threshold)
+      << drifting.settings().Describe();
+  EXPECT_EQ(drifting.settings().cycle_time, start.cycle_time) << drifting.settings().Describe();
 }
 
 TEST(EngineAutotuner, ASampleEndsWhenOneNameCompletedStepsPerSampleTimes) {

@@ -247,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(Groups, FusionEngineSettings,
                                               std::get<1>(p.param) ? "rank0_fuses" : "rank0_not");
                          });
 
-// Autotune on a real group: rank 0 walks every candidate while the job
+// Autotune on a real group: rank 0 walks every candidate (twice) while the job
 // trains, every result stays exact through each switch, every rank ends
 // with rank 0's choice in force, and rank 0 writes its log and result.
 TEST(FusionEngineAutotune, EveryCandidateRunsExactAndEveryRankAdoptsTheChoice) {
@@ -255,9 +255,10 @@ TEST(FusionEngineAutotune, EveryCandidateRunsExactAndEveryRankAdoptsTheChoice) {
   base::TemporaryDirectory dir;
   const std::string log_path = (dir.path() / "autotune.csv").string();
   const std::string result_path = (dir.path() / "tuned.env").string();
-  // 1 warm-up + 6 thresholds + 6 cycle times (3 ms is off the grid) + 3
-  // algorithms = 16 samples of 2 steps.
-  constexpr int kSteps = 2 * 16;
+  // 1 warm-up + 2 x (6 thresholds + 6 cycle times (3 ms is off the grid) +
+  // 3 algorithms) = 31 samples of 2 steps; a sample ends at most 2 steps
+  // after the one before, the first in step 1.
+  constexpr int kSteps = 2 * 31;
   std::vector<FusionEngine::Stats> stats(n);
   CollectiveJob job(n);
   job.RunOk([&](int rank, CollectiveService& s) {
@@ -275,7 +276,7 @@ TEST(FusionEngineAutotune, EveryCandidateRunsExactAndEveryRankAdoptsTheChoice) {
     stats[static_cast<size_t>(rank)] = engine->stats();
   });
   EXPECT_TRUE(stats[0].autotune_done);
-  EXPECT_EQ(stats[0].autotune_samples, 15u);
+  EXPECT_EQ(stats[0].autotune_samples, 30u);
   for (int r = 1; r < n; ++r) {
     const auto& st = stats[static_cast<size_t>(r)];
     EXPECT_FALSE(st.autotune_done) << "only rank 0 tunes";
@@ -286,7 +287,7 @@ TEST(FusionEngineAutotune, EveryCandidateRunsExactAndEveryRankAdoptsTheChoice) {
   std::ifstream csv(log_path);
   int rows = 0;
   for (std::string line; std::getline(csv, line);) ++rows;
-  EXPECT_EQ(rows, 1 + 1 + 15 + 1);  // header, warm-up, scored, chosen
+  EXPECT_EQ(rows, 1 + 1 + 30 + 1);  // header, warm-up, scored, chosen
   std::ifstream result(result_path);
   std::string first;
   std::getline(result, first);
