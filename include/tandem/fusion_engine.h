@@ -111,7 +111,9 @@ class FusionEngine {
   /// and uses alone (make one with Collectives::NewGroup, e.g. over every
   /// worker). Every member of the group must create its engine; the ranks'
   /// engines then negotiate every cycle. Throws InvalidArgument for a null
-  /// communicator.
+  /// communicator or options past the cycle message's limits (a threshold
+  /// over 2^36 bytes, a cycle time over 60 s, a cache over 2^20 entries),
+  /// ConfigError for an autotune log that rank 0 cannot open.
   FusionEngine(std::unique_ptr<Communicator> communicator, Options options);
   /// Announces to the other ranks that this rank stops and returns once
   /// every rank did (so every member must destroy its engine); requests

@@ -67,6 +67,17 @@ FusionEngineImpl::FusionEngineImpl(std::unique_ptr<Communicator> comm,
       clock_(clock != nullptr ? *clock : steady_clock_),
       in_force_{options_.fusion_threshold, options_.cycle_time, AllReduceAlgorithm::kAuto},
       cache_capacity_in_force_(options_.cache_capacity) {
+  // What every cycle message must carry within the decoder's limits.
+  if (options_.fusion_threshold > CycleMessage::kMaxFusionThreshold ||
+      options_.cycle_time.count() < 0 ||
+      options_.cycle_time.count() > CycleMessage::kMaxCycleTimeUs ||
+      options_.cache_capacity > CycleMessage::kMaxCacheBits) {
+    throw InvalidArgument(fmt::format(
+        "FusionEngine options out of range: fusion threshold {} (at most {}), cycle time {} us "
+        "(0..{}), cache capacity {} (at most {})",
+        options_.fusion_threshold, CycleMessage::kMaxFusionThreshold, options_.cycle_time.count(),
+        CycleMessage::kMaxCycleTimeUs, options_.cache_capacity, CycleMessage::kMaxCacheBits));
+  }
   if (options_.autotune && rank_ == 0) {
     AutotuneConfig config;
     config.warmup_samples = options_.autotune_warmup_samples;
@@ -318,8 +329,7 @@ CycleMessage FusionEngineImpl::OwnMessage(bool stopping) {
   mine.stopping = stopping;
   mine.clock_ms = NowMs();
   mine.settings = OwnSettings();
-  mine.cache_capacity =
-      static_cast<uint32_t>(std::min<size_t>(options_.cache_capacity, CycleMessage::kMaxCacheBits));
+  mine.cache_capacity = static_cast<uint32_t>(options_.cache_capacity);  // checked at start
   mine.cached.assign(cache_.size(), false);
   for (auto& [name, p] : pending_) {
     auto it = cache_index_.find(name);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -459,6 +460,33 @@ TEST(FusionEngineStall, ALateRankIsReportedWithTheMissingRanksThenTheRequestRuns
     EXPECT_NE(st.last_report.find("submitted by rank(s) 0, missing on rank(s) 1, 2"),
               std::string::npos)
         << st.last_report;
+  });
+}
+
+TEST(FusionEngineArguments, OptionsPastTheMessageLimitsAreRefusedNamingThem) {
+  CollectiveJob job(1);
+  job.RunOk([&](int, CollectiveService& s) {
+    for (auto change : std::vector<std::function<void(FusionEngine::Options&)>>{
+             [](auto& o) { o.fusion_threshold = (size_t{1} << 36) + 1; },
+             [](auto& o) { o.cycle_time = std::chrono::seconds(61); },
+             [](auto& o) { o.cache_capacity = (size_t{1} << 20) + 1; }}) {
+      FusionEngine::Options o = TestOptions(0);
+      change(o);
+      try {
+        MakeEngine(s, 1, o);
+        ADD_FAILURE() << "options accepted";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("FusionEngine options out of range"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
+    // The communicator is still usable: an engine with good options works.
+    auto engine = MakeEngine(s, 1, TestOptions(0));
+    Buffer b(DType::kF32, 3);
+    for (int64_t e = 0; e < 3; ++e) b.Set(e, static_cast<double>(e));
+    engine->AllReduce("x", b.view(), b.view()).Wait();
+    EXPECT_EQ(b.Get(2), 2.0);
   });
 }
 
