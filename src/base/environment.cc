@@ -69,6 +69,19 @@ bool Environment::GetBool(const std::string& name, bool fallback) const {
       *value));
 }
 
+double Environment::GetDouble(const std::string& name, double fallback, double min,
+                              double max) const {
+  auto value = Get(name);
+  if (!value || value->empty()) return fallback;
+  char* end = nullptr;
+  const double v = std::strtod(value->c_str(), &end);
+  if (end != value->c_str() + value->size() || !std::isfinite(v) || v < min || v > max) {
+    throw ConfigError(fmt::format("environment variable {}='{}' is not a number between {} and {}",
+                                  name, *value, min, max));
+  }
+  return v;
+}
+
 std::chrono::milliseconds Environment::GetSeconds(const std::string& name,
                                                   std::chrono::milliseconds fallback) const {
   auto value = Get(name);

@@ -35,6 +35,11 @@ class Environment {
   int64_t GetInt(const std::string& name, int64_t fallback, int64_t min = INT64_MIN,
                  int64_t max = INT64_MAX) const;
 
+  /// A decimal number ("2.5", "1e-3"); `fallback` when unset or empty.
+  /// Throws ConfigError, naming the variable and the range, when the value
+  /// is not a finite number in [min, max].
+  double GetDouble(const std::string& name, double fallback, double min, double max) const;
+
   /// A boolean variable: 1/0, true/false, yes/no, on/off (any case).
   bool GetBool(const std::string& name, bool fallback) const;
 

@@ -103,7 +103,7 @@ AllReduceAlgorithm AlgorithmTable::Choose(size_t bytes, int group_size,
                                           HostSpread spread) const {
   if (requested != AllReduceAlgorithm::kAuto) return requested;
   if (forced_) return *forced_;
-  if (hierarchical_ != Hierarchical::kOff && spread.hosts >= 2 && spread.per_host >= 2 &&
+  if (hierarchical_ != Hierarchical::kOff && spread.FitsHierarchical() &&
       (hierarchical_ == Hierarchical::kOn || bytes >= kHierarchicalMinBytes)) {
     return AllReduceAlgorithm::kHierarchical;
   }

@@ -17,6 +17,10 @@ namespace tandem::collective {
 struct HostSpread {
   int hosts = 1;
   int per_host = 0;  ///< ranks on each host; 0 when hosts hold different numbers
+
+  /// Whether the hierarchical allreduce has a shape to run on: 2 or more
+  /// hosts with as many ranks, 2 or more, on each.
+  bool FitsHierarchical() const { return hosts >= 2 && per_host >= 2; }
 };
 
 /// Thread-safety: immutable after construction; any thread.

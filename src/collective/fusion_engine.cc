@@ -89,8 +89,7 @@ FusionEngineImpl::FusionEngineImpl(std::unique_ptr<Communicator> comm,
     std::vector<AllReduceAlgorithm> algorithms = {AllReduceAlgorithm::kRing,
                                                   AllReduceAlgorithm::kHalvingDoubling};
     // Across hosts of equal size the hierarchical allreduce is a candidate.
-    const HostSpread spread = comm_->impl_->settings().layout.Spread();
-    if (spread.hosts >= 2 && spread.per_host >= 2) {
+    if (comm_->impl_->settings().layout.Spread().FitsHierarchical()) {
       algorithms.push_back(AllReduceAlgorithm::kHierarchical);
     }
     tuner_ = std::make_unique<EngineAutotuner>(OwnSettings(), config, std::move(algorithms), log_);
@@ -576,26 +575,10 @@ void CheckName(const std::string& name, const char* op) {
   }
 }
 
-// A decimal number between `min` and `max` (`what` names its unit in the
-// error), or `fallback` when `name` is unset or empty.
-double ParseDecimal(const base::Environment& env, const std::string& name, double fallback,
-                    double min, double max, const char* what) {
-  const auto value = env.Get(name);
-  if (!value || value->empty()) return fallback;
-  char* end = nullptr;
-  const double v = std::strtod(value->c_str(), &end);
-  if (end != value->c_str() + value->size() || !std::isfinite(v) || v < min || v > max) {
-    throw ConfigError(fmt::format("environment variable {}='{}' is not {} between {} and {}", name,
-                                  *value, what, min, max));
-  }
-  return v;
-}
-
 // Milliseconds as Horovod's HOROVOD_CYCLE_TIME (a decimal number).
 std::chrono::microseconds ParseCycleTime(const base::Environment& env, const std::string& name,
                                          std::chrono::microseconds fallback) {
-  const double ms = ParseDecimal(env, name, static_cast<double>(fallback.count()) / 1000.0, 0,
-                                 60000, "a number of milliseconds");
+  const double ms = env.GetDouble(name, static_cast<double>(fallback.count()) / 1000.0, 0, 60000);
   return std::chrono::microseconds(std::llround(ms * 1000.0));
 }
 
@@ -630,8 +613,7 @@ FusionEngine::Options FusionEngine::Options::FromEnvironment(
       "TANDEM_AUTOTUNE_MAX_SAMPLES",
       env.GetInt("HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", o.autotune_max_samples, 1, 1000), 1,
       1000));
-  o.autotune_min_gain =
-      ParseDecimal(env, "TANDEM_AUTOTUNE_MIN_GAIN", o.autotune_min_gain, 0, 1, "a fraction");
+  o.autotune_min_gain = env.GetDouble("TANDEM_AUTOTUNE_MIN_GAIN", o.autotune_min_gain, 0, 1);
   o.autotune_log = env.Get(pick("AUTOTUNE_LOG")).value_or("");
   o.autotune_result = env.Get("TANDEM_AUTOTUNE_RESULT").value_or("");
   return o;

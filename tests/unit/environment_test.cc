@@ -149,6 +149,27 @@ INSTANTIATE_TEST_SUITE_P(Garbage, GetSecondsErrorTest,
                          ::testing::Values("-1", "-0.5", "abc", "1s", "5 min", "inf", "nan",
                                            "1e10"));
 
+// ---- GetDouble ---------------------------------------------------------------
+
+TEST(EnvironmentTest, GetDoubleReadsDecimalsWithinTheRange) {
+  EXPECT_EQ(With("2.5").GetDouble(kVar, -1, 0, 10), 2.5);
+  EXPECT_EQ(With("1e-3").GetDouble(kVar, -1, 0, 1), 0.001);
+  EXPECT_EQ(With("").GetDouble(kVar, 7.5, 0, 1), 7.5);  // empty: the fallback
+  EXPECT_EQ(With("1").GetDouble(kVar, -1, 0, 1), 1.0);  // the bounds are in range
+}
+
+class GetDoubleErrorTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GetDoubleErrorTest, RejectsOutOfRangeAndUnparsableNamingTheVariableAndRange) {
+  const std::string message = ConfigErrorOf([&] { With(GetParam()).GetDouble(kVar, 0, 0, 1); });
+  EXPECT_THAT(message, HasSubstr(kVar));
+  EXPECT_THAT(message, HasSubstr("'" + GetParam() + "'"));
+  EXPECT_THAT(message, HasSubstr("between 0 and 1"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Garbage, GetDoubleErrorTest,
+                         ::testing::Values("-0.1", "1.5", "abc", "0.5x", "inf", "nan"));
+
 // ---- Get / GetString / FromProcess --------------------------------------------
 
 TEST(EnvironmentTest, EmptyIsSetForGetButNotForGetString) {
