@@ -109,7 +109,7 @@ ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_p
 # The unit binaries built and run under ThreadSanitizer, and the suites of
 # tandem_unit_tests that start threads (the rest of it is single-threaded).
 TSAN_BINARIES=(tandem_threaded_tests tandem_kv_tests tandem_collective_tests)
-TSAN_UNIT_FILTER='*DoorbellTest.*:*DoorbellWakeTest.*:*TransportTest.*:*TcpMisbehaviourTest.*:*TransportPayloadTest.*:*EventLoopTest.*:*Reliable*:StatsRegistryRefresh.*:*SendQueueBound*:MessageDispatcher.*:*ThreadPool*:*ParallelFor*:Cluster.*:ClusterFormation.*:*LoggerConcurrencyTest.*:ConcurrentCounting.*:*TimelineTest.*'
+TSAN_UNIT_FILTER='*DoorbellTest.*:*DoorbellWakeTest.*:*TransportTest.*:*TcpMisbehaviourTest.*:*TransportPayloadTest.*:*EventLoopTest.*:*Reliable*:StatsRegistryRefresh.*:*SendQueueBound*:MessageDispatcher.*:*ThreadPool*:*ParallelFor*:Cluster.*:ClusterFormation.*:*ElasticMembership*:*LoggerConcurrencyTest.*:ConcurrentCounting.*:*TimelineTest.*'
 FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-10}
 SANITIZE_CC=${TANDEM_SANITIZE_CC:-clang-14}
 SANITIZE_CXX=${TANDEM_SANITIZE_CXX:-clang++-14}

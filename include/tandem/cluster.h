@@ -81,9 +81,18 @@ class Cluster {
   Role role() const;
   int rank() const;
   int id() const;
-  /// The number of workers and servers in the job.
+  /// The number of workers and servers in the job. In an elastic job
+  /// (TANDEM_MIN_WORKERS, docs/elastic.md) num_workers() counts the workers
+  /// that are members now: it falls when one leaves.
   int num_workers() const;
   int num_servers() const;
+  /// The ranks of the workers that are members now, ascending: every rank
+  /// 0..n-1 until a worker leaves an elastic job; the others keep their
+  /// ranks.
+  std::vector<int> workers() const;
+  /// How many times the membership changed (0 until a worker leaves an
+  /// elastic job).
+  uint32_t epoch() const;
   /// Every node of the job, ordered by id.
   const std::vector<NodeInfo>& nodes() const;
 

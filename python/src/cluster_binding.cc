@@ -1,5 +1,7 @@
 #include "cluster_binding.h"
 
+#include <pybind11/stl.h>
+
 #include <chrono>
 #include <memory>
 #include <string>
@@ -23,6 +25,12 @@ void RegisterCluster(py::module_& m) {
       .def_property_readonly("rank", &Cluster::rank)
       .def_property_readonly("num_workers", &Cluster::num_workers)
       .def_property_readonly("num_servers", &Cluster::num_servers)
+      .def_property_readonly("workers", &Cluster::workers,
+                             "The ranks of the workers that are members now (an elastic job's "
+                             "fall as workers leave; docs/elastic.md).")
+      .def_property_readonly("epoch", &Cluster::epoch,
+                             "How many times the membership changed (0 until a worker leaves "
+                             "an elastic job).")
       .def(
           "record_span",
           [](Cluster& c, const std::string& track, const std::string& name, int64_t start_ns,

@@ -59,3 +59,17 @@ def record_span(track: str, name: str, start_ns: int, end_ns: int) -> None:
         cluster = _cluster
     if cluster is not None:
         cluster.record_span(track, name, int(start_ns), int(end_ns))
+
+
+def workers() -> list[int]:
+    """The ranks of the workers that are members now (an elastic job's fall
+    as workers leave, docs/elastic.md); [] when not joined."""
+    with _lock:
+        return list(_cluster.workers) if _cluster is not None else []
+
+
+def epoch() -> int:
+    """How many times the membership changed (0 until a worker leaves an
+    elastic job, and when not joined)."""
+    with _lock:
+        return _cluster.epoch if _cluster is not None else 0

@@ -85,8 +85,24 @@ class KVStore:
 
     @property
     def num_workers(self) -> int:
-        """Workers in the job (1 for a local store)."""
+        """Workers in the job (1 for a local store); in an elastic job, those
+        that are members now (docs/elastic.md)."""
         return self._store.num_workers
+
+    @property
+    def workers(self) -> list[int]:
+        """The ranks of the workers that are members now: [0, .., n-1] until
+        a worker leaves an elastic job (docs/elastic.md), which the others
+        go on without, keeping their ranks. [0] for a local store, [] once
+        a distributed store is closed."""
+        if self._store not in _MEMBERS:
+            return [0] if not self.type.startswith("dist") else []
+        return _node.workers()
+
+    @property
+    def epoch(self) -> int:
+        """How many workers have left this elastic job (0 otherwise)."""
+        return _node.epoch() if self._store in _MEMBERS else 0
 
     @property
     def num_servers(self) -> int:

@@ -62,7 +62,9 @@ WorkerServices& ClusterAccess::Worker(const Cluster& cluster, const std::string&
 Role Cluster::role() const { return impl_->hold->node().membership().self().role; }
 int Cluster::rank() const { return impl_->hold->node().membership().self().rank; }
 int Cluster::id() const { return impl_->hold->node().membership().self().id; }
-int Cluster::num_workers() const { return impl_->hold->node().membership().table().num_workers; }
+int Cluster::num_workers() const { return impl_->hold->node().membership().num_workers(); }
+std::vector<int> Cluster::workers() const { return impl_->hold->node().membership().workers(); }
+uint32_t Cluster::epoch() const { return impl_->hold->node().membership().epoch(); }
 int Cluster::num_servers() const { return impl_->hold->node().membership().table().num_servers; }
 const std::vector<NodeInfo>& Cluster::nodes() const {
   return impl_->hold->node().membership().table().nodes;

@@ -1,6 +1,7 @@
 // `tandem launch`: starts a whole job and supervises it (src/launch/).
 //
-//   tandem launch -n WORKERS | -np WORKERS | --nproc-per-node N [--nnodes M]
+//   tandem launch -n WORKERS | -np WORKERS | --workers [MIN:]MAX
+//                 | --nproc-per-node N [--nnodes M]
 //                 [-s SERVERS] [--launcher local|ssh|mpi|slurm|sge]
 //                 [-H HOST:SLOTS,... | --hostfile FILE] [--env K=V]...
 //                 [--teardown-grace SECONDS] [--command-runs-all-roles]
@@ -22,6 +23,7 @@
 
 #include "base/environment.h"
 #include "cli/commands.h"
+#include "launch/elastic_workers.h"
 #include "launch/hostfile.h"
 #include "launch/launch_plan.h"
 #include "launch/local_launcher.h"
@@ -38,6 +40,7 @@ namespace {
 // What the command line says; filled by CLI11, read by the body.
 struct LaunchArguments {
   int num_workers = 0;
+  std::string workers;     // --workers N or MIN:MAX (elastic_workers.h)
   int nproc_per_node = 0;  // torchrun's --nproc-per-node
   int nnodes = 0;          // torchrun's --nnodes
   std::string hosts;       // -H host1:2,host2:2 (horovodrun, mpirun)
@@ -72,15 +75,24 @@ struct LaunchArguments {
   std::vector<std::string> sge_args;
 };
 
-// The counts and choices that PlanLaunch checks and resolves.
-launch::LaunchRequest Request(const LaunchArguments& args, bool launcher_given) {
-  return {.launcher = args.launcher,
-          .launcher_given = launcher_given,
-          .num_workers = args.num_workers,
-          .nproc_per_node = args.nproc_per_node,
-          .nnodes = args.nnodes,
-          .num_servers = args.num_servers,
-          .no_scheduler = args.no_scheduler};
+// The counts and choices that PlanLaunch checks and resolves. Throws
+// InvalidArgument for a malformed --workers.
+launch::LaunchRequest Request(const LaunchArguments& args, bool servers_given,
+                              bool launcher_given) {
+  launch::LaunchRequest request{.launcher = args.launcher,
+                                .launcher_given = launcher_given,
+                                .num_workers = args.num_workers,
+                                .nproc_per_node = args.nproc_per_node,
+                                .nnodes = args.nnodes,
+                                .num_servers = args.num_servers,
+                                .servers_given = servers_given,
+                                .no_scheduler = args.no_scheduler};
+  if (!args.workers.empty()) {
+    const launch::WorkerRange range = launch::ParseWorkerRange(args.workers);
+    request.min_workers = range.min;
+    request.max_workers = range.max;
+  }
+  return request;
 }
 
 int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
@@ -88,12 +100,13 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   if (!args.hosts.empty()) named = launch::ParseHostList(args.hosts);
   if (!args.hostfile.empty()) named = launch::ReadHostfile(args.hostfile);
   const launch::LaunchPlan plan =
-      launch::PlanLaunch(Request(args, launcher_given), std::move(named));
+      launch::PlanLaunch(Request(args, servers_given, launcher_given), std::move(named));
   const std::string& launcher = plan.launcher;
   const std::vector<launch::HostSlots>& hosts = plan.hosts;
 
   launch::LocalJobOptions options;
   options.num_workers = plan.num_workers;
+  options.min_workers = plan.min_workers;
   // Without -s, as torchrun and horovodrun: no servers, and worker 0 hosts
   // the rendezvous, so a plain command (`-- hostname`) ends at once. MXNet's
   // launch.py started one server per worker; `-s N` asks for servers.
@@ -116,6 +129,10 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   options.restarts.policy = launch::ParseRestartPolicy(args.restart_policy);
 
   launch::SupervisorOptions supervisor;
+  // Elastic (--workers MIN:MAX): a worker's failure leaves the job while MIN remain.
+  if (launch::IsElastic(plan.min_workers, plan.num_workers)) {
+    supervisor.min_workers = plan.min_workers;
+  }
   supervisor.teardown_grace = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(args.teardown_grace_seconds * 1000.0)));
   if (!args.log_dir.empty()) {
@@ -232,7 +249,18 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
 
   cmd->add_option("-n,--num-workers", args->num_workers,
                   "Number of workers (at least 1; -np N as horovodrun and mpirun spell it)")
-      ->check(Count(1, 1 << 16, "the number of workers"));
+      ->check(Count(1, launch::kMaxWorkerCount, "the number of workers"));
+  cmd->add_option("--workers", args->workers,
+                  "N workers (as -n N), or MIN:MAX: start MAX workers and let a worker that fails "
+                  "leave the job while MIN remain (TANDEM_MIN_WORKERS=MIN in every process; "
+                  "parameter-server jobs, --launcher local or ssh; docs/launch.md, \"Elastic "
+                  "worker counts\")")
+      ->type_name("[MIN:]MAX")
+      ->check(CLI::Validator(
+          [](std::string& value) -> std::string {
+            return value.empty() ? "an empty value: give N, or MIN:MAX (e.g. 3:4)" : "";
+          },
+          "[MIN:]MAX", "workers"));
   cmd->add_option("--nproc-per-node,--nproc_per_node", args->nproc_per_node,
                   "As torchrun: workers per host (the number of workers is this times --nnodes)")
       ->check(Count(1, 1 << 16, "the number of workers per node"));
@@ -364,11 +392,11 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
   cmd->add_option("command", args->command, "The workers' command and its arguments, after '--'");
 
   cmd->callback([body, args, servers, launcher_option] {
-    if (args->num_workers == 0 && args->nproc_per_node == 0 && args->hosts.empty() &&
-        args->hostfile.empty()) {
+    if (args->num_workers == 0 && args->workers.empty() && args->nproc_per_node == 0 &&
+        args->hosts.empty() && args->hostfile.empty()) {
       throw CLI::RequiredError(
           "how many workers? give -n N (or -np N as horovodrun, --nproc-per-node N as torchrun, "
-          "or -H host:SLOTS,...)",
+          "-H host:SLOTS,..., or --workers MIN:MAX)",
           CLI::ExitCodes::RequiredError);
     }
     if (args->command.empty()) {
@@ -384,14 +412,14 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
     if (!args->hosts.empty() && !args->hostfile.empty()) {
       throw CLI::ValidationError("-H/--hosts and --hostfile both name the hosts: give one of them");
     }
-    if (args->hostfile.empty()) {
-      try {
-        launch::PlanLaunch(Request(*args, launcher_given),
-                           args->hosts.empty() ? std::vector<launch::HostSlots>{}
-                                               : launch::ParseHostList(args->hosts));
-      } catch (const InvalidArgument& e) {
-        throw CLI::ValidationError(e.what());
+    try {
+      const launch::LaunchRequest request = Request(*args, servers_given, launcher_given);
+      if (args->hostfile.empty()) {
+        launch::PlanLaunch(request, args->hosts.empty() ? std::vector<launch::HostSlots>{}
+                                                        : launch::ParseHostList(args->hosts));
       }
+    } catch (const InvalidArgument& e) {
+      throw CLI::ValidationError(e.what());
     }
     *body = [args, servers_given, launcher_given] {
       return RunLaunch(*args, servers_given, launcher_given);

@@ -196,6 +196,47 @@ NodeLostNotice NodeLostNotice::Decode(const std::string& meta) {
   return n;
 }
 
+std::string WorkerLeftNotice::Encode() const {
+  base::ByteWriter w;
+  w.Put(epoch);
+  PutNode(w, node);
+  w.PutString(reason);
+  w.Put(static_cast<uint32_t>(remaining.size()));
+  for (int32_t rank : remaining) w.Put(rank);
+  return w.Take();
+}
+
+WorkerLeftNotice WorkerLeftNotice::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "worker-left notice");
+  WorkerLeftNotice n;
+  n.epoch = r.Get<uint32_t>("epoch");
+  if (n.epoch == 0) throw ProtocolError("worker-left notice: epoch 0 (the first change is 1)");
+  n.node = GetNode(r, "worker-left notice");
+  if (n.node.role != Role::kWorker) {
+    throw ProtocolError(
+        fmt::format("worker-left notice names {}, which is not a worker", n.node.ToString()));
+  }
+  n.reason = r.GetString("reason", kMaxTextBytes);
+  auto count = r.Get<uint32_t>("remaining worker count");
+  if (count == 0 || count > static_cast<uint32_t>(kMaxNodes)) {
+    throw ProtocolError(
+        fmt::format("worker-left notice: {} remaining workers (must be 1..{})", count, kMaxNodes));
+  }
+  n.remaining.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    auto rank = r.Get<int32_t>("remaining worker rank");
+    if (rank < 0 || (!n.remaining.empty() && rank <= n.remaining.back()) || rank == n.node.rank) {
+      throw ProtocolError(fmt::format(
+          "worker-left notice: remaining rank {} at position {} is negative, out of order, or "
+          "the worker that left",
+          rank, i));
+    }
+    n.remaining.push_back(rank);
+  }
+  r.ExpectEnd();
+  return n;
+}
+
 StopKind StopKindOf(const std::exception& error) noexcept {
   if (dynamic_cast<const InvalidArgument*>(&error)) return StopKind::kInvalidArgument;
   if (dynamic_cast<const ConfigError*>(&error)) return StopKind::kConfigError;

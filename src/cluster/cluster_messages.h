@@ -31,8 +31,9 @@ inline constexpr uint16_t kHeartbeatAck = net::msgtype::kClusterFirst + 20;
 inline constexpr uint16_t kNodeLost = net::msgtype::kClusterFirst + 21;
 inline constexpr uint16_t kStartTimedOut = net::msgtype::kClusterFirst + 22;
 inline constexpr uint16_t kJobStopped = net::msgtype::kClusterFirst + 23;
+inline constexpr uint16_t kWorkerLeft = net::msgtype::kClusterFirst + 24;
 inline constexpr uint16_t kNodeBoundFirst = kNodeTable;
-inline constexpr uint16_t kNodeBoundLast = kJobStopped;
+inline constexpr uint16_t kNodeBoundLast = kWorkerLeft;
 }  // namespace msg
 
 /// Sent by a node when it first connects to the scheduler.
@@ -92,6 +93,21 @@ struct NodeLostNotice {
 
   std::string Encode() const;
   static NodeLostNotice Decode(const std::string& meta);
+};
+
+/// Tells every remaining node that a worker left an elastic job, which goes
+/// on without it (kWorkerLeft; docs/elastic.md): the membership's new epoch
+/// and the workers that remain.
+struct WorkerLeftNotice {
+  uint32_t epoch = 0;  ///< 1 for the first change, +1 for each further one
+  NodeInfo node;       ///< the worker that left
+  std::string reason;
+  std::vector<int32_t> remaining;  ///< the ranks of the workers that remain, ascending
+
+  std::string Encode() const;
+  /// Also validates: epoch >= 1, the remaining ranks ascending, non-empty,
+  /// and without the worker that left.
+  static WorkerLeftNotice Decode(const std::string& meta);
 };
 
 /// Which of tandem's errors stopped a job (JobStopRequest): every node

@@ -2,8 +2,10 @@
 
 #include <fmt/chrono.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 
 #include "tandem/error.h"
@@ -126,6 +128,9 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         }
         self_id_ = me;
         table_ = std::move(t);
+        for (const auto& node : table_->nodes) {
+          if (node.role == Role::kWorker) workers_.push_back(node.rank);
+        }
         break;
       }
       case msg::kRejected:
@@ -157,6 +162,41 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         Fail(FailureKind::kStopped,
              fmt::format("{} stopped the job: {}", notice.node.ToString(), notice.reason),
              notice.kind);
+        break;
+      }
+      case msg::kWorkerLeft: {
+        WorkerLeftNotice notice = WorkerLeftNotice::Decode(msg.meta);
+        if (!table_) throw ProtocolError("a worker-left notice before the node table");
+        if (notice.epoch != epoch_ + 1) {
+          throw ProtocolError(
+              fmt::format("worker-left notice of membership epoch {}, but this node is at epoch {}",
+                          notice.epoch, epoch_));
+        }
+        std::vector<int> expected;
+        for (int rank : workers_) {
+          if (rank != notice.node.rank) expected.push_back(rank);
+        }
+        if (expected.size() == workers_.size() ||
+            !std::equal(expected.begin(), expected.end(), notice.remaining.begin(),
+                        notice.remaining.end())) {
+          throw ProtocolError(fmt::format(
+              "worker-left notice of epoch {} names {} leaving and workers {} remaining, but the "
+              "members were workers {}",
+              notice.epoch, notice.node.ToString(), fmt::join(notice.remaining, ","),
+              fmt::join(workers_, ",")));
+        }
+        if (self().role == Role::kWorker && notice.node.rank == self().rank) {
+          // This worker was declared gone (silent past the heartbeat
+          // timeout, or cut off): the job went on without it.
+          Fail(FailureKind::kPeerLost,
+               fmt::format("this worker was removed from the elastic job: {}", notice.reason));
+          break;
+        }
+        epoch_ = notice.epoch;
+        workers_ = std::move(expected);
+        log_.Warn("{} left the job: {}; {} workers go on (membership epoch {})",
+                  notice.node.ToString(), notice.reason, workers_.size(), epoch_);
+        for (const auto& listener : worker_left_listeners_) listener(notice);
         break;
       }
       case msg::kNodeLost: {
@@ -210,6 +250,26 @@ void Membership::AddFailureListener(FailureListener listener) {
   std::lock_guard lock(mu_);
   if (failure_) listener(failure_->second, FailureError());
   failure_listeners_.push_back(std::move(listener));
+}
+
+void Membership::AddWorkerLeftListener(WorkerLeftListener listener) {
+  std::lock_guard lock(mu_);
+  worker_left_listeners_.push_back(std::move(listener));
+}
+
+uint32_t Membership::epoch() const {
+  std::lock_guard lock(mu_);
+  return epoch_;
+}
+
+std::vector<int> Membership::workers() const {
+  std::lock_guard lock(mu_);
+  return workers_;
+}
+
+int Membership::num_workers() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(workers_.size());
 }
 
 void Membership::StopJob(const std::exception& cause) {
@@ -285,6 +345,11 @@ void Membership::Barrier(int groups, bool final) {
   {
     std::lock_guard lock(mu_);
     if (failure_) ThrowFailure();
+    if (leaving_ || !connected_) {
+      // No answer could come (Close() or Finalize() ran): say so, not wait.
+      throw Error(fmt::format("barrier #{} over {}: {} has left the job", req.sequence,
+                              GroupsName(groups), self().ToString()));
+    }
     request_id = ++next_request_;
     barrier_waits_[request_id] = {};
   }

@@ -72,6 +72,24 @@ class Membership final : public net::TransportHandler {
   /// Throws the job's failure (PeerLost, ...) if there is one.
   void CheckHealth() const;
 
+  /// The membership's epoch: 0 until a worker leaves an elastic job, then
+  /// +1 for each that left (docs/elastic.md). Any thread.
+  uint32_t epoch() const;
+  /// The ranks of the workers that are members now (every worker's until
+  /// one leaves an elastic job), ascending. Valid after Join(); any thread.
+  std::vector<int> workers() const;
+  /// How many workers are members now. Valid after Join(); any thread.
+  int num_workers() const;
+
+  /// Called with each change of an elastic job's membership (a worker that
+  /// left; the notice carries the new epoch and the workers that remain),
+  /// in epoch order. Runs on the transport's thread while Membership holds
+  /// its lock, as a FailureListener does: quick, and no calls back into
+  /// Membership. Listeners added after a change are not told of it (they
+  /// read workers()).
+  using WorkerLeftListener = std::function<void(const WorkerLeftNotice& notice)>;
+  void AddWorkerLeftListener(WorkerLeftListener listener);
+
   /// The job's failure once known, waiting up to `within` for it; null when
   /// none came. A service whose peer closed its connection asks this before
   /// it reports the peer: the peer may have left because of a failure this
@@ -150,6 +168,9 @@ class Membership final : public net::TransportHandler {
   uint64_t next_request_ = 0;
   std::map<uint64_t, BarrierWait> barrier_waits_;
   std::vector<FailureListener> failure_listeners_;
+  uint32_t epoch_ = 0;
+  std::vector<int> workers_;  // members now; set with the table
+  std::vector<WorkerLeftListener> worker_left_listeners_;
 
   std::mutex barrier_mu_;
   std::map<int, uint64_t> barrier_sequence_;  // by mask; guarded by barrier_mu_

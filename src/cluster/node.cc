@@ -124,6 +124,16 @@ void Node::MakeMembership(bool listen_on_announced_host) {
     s.start_timeout = config_.start_timeout;
     s.wait_report_interval = config_.wait_report_interval;
     s.barrier_timeout = config_.barrier_timeout;
+    // Elastic worker counts (docs/elastic.md): unset or equal to the worker
+    // count, every lost worker fails the job.
+    s.min_workers =
+        static_cast<int>(env_.GetInt("TANDEM_MIN_WORKERS", 0, 0, std::max(desc_.num_workers, 1)));
+    if (s.min_workers > 0 && s.min_workers < s.num_workers) {
+      log_.Info(
+          "elastic job: a lost worker leaves it while {} or more of {} workers remain "
+          "(TANDEM_MIN_WORKERS)",
+          s.min_workers, s.num_workers);
+    }
     scheduler_ = std::make_unique<Scheduler>(s, *transport_, log_, clock_);
     dispatcher_.Register(msg::kRegister, msg::kSchedulerBoundLast, scheduler_.get());
     // Only now: a node may register the moment the port is open.

@@ -98,6 +98,12 @@ void Scheduler::OnMessage(net::ConnectionId id, net::Message&& msg) {
         }
       } else {
         int node = it->second;
+        if (states_[static_cast<size_t>(node)].departed) {
+          // Sent before its connection was closed; it no longer counts.
+          log_.V1("scheduler: ignoring message type {} from {}, which left the job",
+                  msg.header.type, table_->nodes[static_cast<size_t>(node)].ToString());
+          return;
+        }
         states_[static_cast<size_t>(node)].last_seen = clock_.Now();
         switch (msg.header.type) {
           case msg::kBarrier:
@@ -244,9 +250,15 @@ void Scheduler::FormJob(Outbox& out) {
 std::vector<int> Scheduler::MembersOf(int groups) const {
   std::vector<int> ids;
   for (const auto& n : table_->nodes) {
-    if (InGroups(n, groups)) ids.push_back(n.id);
+    if (InGroups(n, groups) && !states_[static_cast<size_t>(n.id)].departed) ids.push_back(n.id);
   }
   return ids;
+}
+
+int Scheduler::RemainingWorkers() const { return table_->num_workers - departed_count_; }
+
+bool Scheduler::Elastic() const {
+  return options_.min_workers >= 1 && options_.min_workers < options_.num_workers;
 }
 
 void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
@@ -327,16 +339,71 @@ void Scheduler::DeclareLost(int node, const std::string& reason, Outbox& out) {
     s.left = true;
     return;
   }
+  if (lost.role == Role::kWorker && Elastic() && RemainingWorkers() - 1 >= options_.min_workers) {
+    DepartWorker(node, reason, out);
+    return;
+  }
   s.left = true;
   out.closes.push_back(s.conn);
-  NodeLostNotice notice{lost, reason};
+  std::string why = reason;
+  if (lost.role == Role::kWorker && Elastic()) {
+    why += fmt::format(
+        "; {} worker(s) would remain, below the minimum of {} (TANDEM_MIN_WORKERS, tandem launch "
+        "--workers MIN:MAX)",
+        RemainingWorkers() - 1, options_.min_workers);
+  }
+  NodeLostNotice notice{lost, why};
   std::string meta = notice.Encode();
   for (size_t id = 0; id < states_.size(); ++id) {
     if (static_cast<int>(id) == node || states_[id].left) continue;
     out.sends.emplace_back(states_[id].conn,
                            MakeMessage(msg::kNodeLost, static_cast<int>(id), meta));
   }
-  FailJob(fmt::format("lost {}: {}", lost.ToString(), reason), out);
+  FailJob(fmt::format("lost {}: {}", lost.ToString(), why), out);
+}
+
+void Scheduler::DepartWorker(int node, const std::string& reason, Outbox& out) {
+  NodeState& s = states_[static_cast<size_t>(node)];
+  const NodeInfo& gone = table_->nodes[static_cast<size_t>(node)];
+  s.left = true;
+  s.departed = true;
+  ++departed_count_;
+  ++epoch_;
+  out.closes.push_back(s.conn);
+  WorkerLeftNotice notice;
+  notice.epoch = epoch_;
+  notice.node = gone;
+  notice.reason = reason;
+  for (const auto& n : table_->nodes) {
+    if (n.role == Role::kWorker && !states_[static_cast<size_t>(n.id)].departed) {
+      notice.remaining.push_back(n.rank);
+    }
+  }
+  log_.Warn(
+      "scheduler: {} left the job: {}; {} of {} workers go on (membership epoch {}, minimum {})",
+      gone.ToString(), reason, notice.remaining.size(), table_->num_workers, epoch_,
+      options_.min_workers);
+  std::string meta = notice.Encode();
+  for (size_t id = 0; id < states_.size(); ++id) {
+    if (states_[id].left) continue;
+    out.sends.emplace_back(states_[id].conn,
+                           MakeMessage(msg::kWorkerLeft, static_cast<int>(id), meta));
+  }
+  // A barrier that waited only for the departed worker completes now; one it
+  // had already arrived at no longer counts it.
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    BarrierState& b = it->second;
+    b.arrived.erase(node);
+    if (!b.arrived.empty() && b.arrived.size() == MembersOf(it->first).size()) {
+      log_.V1("scheduler: barrier #{} over {} complete without {}", b.sequence,
+              GroupsName(it->first), gone.ToString());
+      FinishBarrier(b, msg::kBarrierDone, false, {}, out);
+      it = barriers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  cv_.notify_all();
 }
 
 void Scheduler::StopJob(int node, const JobStopRequest& request, Outbox& out) {
@@ -470,9 +537,15 @@ bool Scheduler::WaitUntilAllLeft(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] {
     return failure_.has_value() ||
-           (table_ && left_count_ == static_cast<int>(table_->nodes.size()));
+           (table_ && left_count_ + departed_count_ == static_cast<int>(table_->nodes.size()));
   });
-  return !failure_ && table_ && left_count_ == static_cast<int>(table_->nodes.size());
+  return !failure_ && table_ &&
+         left_count_ + departed_count_ == static_cast<int>(table_->nodes.size());
+}
+
+uint32_t Scheduler::epoch() const {
+  std::lock_guard lock(mu_);
+  return epoch_;
 }
 
 size_t Scheduler::Registered() const {

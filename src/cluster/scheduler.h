@@ -42,6 +42,11 @@ class Scheduler final : public net::TransportHandler {
     std::chrono::milliseconds heartbeat_timeout{10000};
     std::chrono::milliseconds start_timeout{300000};
     std::chrono::milliseconds barrier_timeout{600000};
+    /// Elastic: with 1 <= min_workers < num_workers, a lost worker leaves
+    /// the job (kWorkerLeft to every other node, a new membership epoch)
+    /// while at least min_workers remain, instead of failing it
+    /// (TANDEM_MIN_WORKERS, docs/elastic.md). 0: every loss fails the job.
+    int min_workers = 0;
     /// How often the wait for every node to register logs who is missing.
     std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
   };
@@ -72,6 +77,10 @@ class Scheduler final : public net::TransportHandler {
   /// formed. Any thread.
   std::vector<std::pair<int, std::chrono::milliseconds>> Silences() const;
 
+  /// The membership's epoch: how many workers have left the elastic job.
+  /// Any thread.
+  uint32_t epoch() const;
+
   /// How many nodes have registered so far (every node once the job formed).
   /// Any thread; for tests and monitoring.
   size_t Registered() const;
@@ -95,7 +104,8 @@ class Scheduler final : public net::TransportHandler {
   struct NodeState {
     net::ConnectionId conn = 0;
     base::SteadyTime last_seen;
-    bool left = false;
+    bool left = false;      // finished, or gone (lost, or left an elastic job)
+    bool departed = false;  // a worker that left an elastic job: no longer a member
   };
   struct BarrierState {
     uint64_t sequence = 0;
@@ -111,10 +121,16 @@ class Scheduler final : public net::TransportHandler {
   // kStopJob from `node`: tells every node the job stopped, and why.
   void StopJob(int node, const JobStopRequest& request, Outbox& out);  // requires mu_
   void DeclareLost(int node, const std::string& reason, Outbox& out);
+  // An elastic job goes on without worker `node`: a new epoch, kWorkerLeft
+  // to every remaining node, and the open barriers completed without it.
+  void DepartWorker(int node, const std::string& reason, Outbox& out);  // requires mu_
+  bool Elastic() const;
   void Reject(net::ConnectionId conn, const std::string& reason, Outbox& out);
   void FinishBarrier(BarrierState& b, uint16_t type, bool timed_out, const std::string& text,
                      Outbox& out);
+  // The ids of the nodes of `groups` that are members (not departed).
   std::vector<int> MembersOf(int groups) const;
+  int RemainingWorkers() const;  // requires mu_ and the table
   std::string MissingFromStart() const;
   void WatchdogLoop();
   void Flush(Outbox& out);
@@ -139,6 +155,8 @@ class Scheduler final : public net::TransportHandler {
   std::map<int, BarrierState> barriers_;  // by group mask
   std::optional<std::string> failure_;
   int left_count_ = 0;
+  int departed_count_ = 0;
+  uint32_t epoch_ = 0;  // membership changes so far
 
   std::thread watchdog_;  // last: starts after everything above exists
 };

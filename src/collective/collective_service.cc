@@ -62,6 +62,15 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
   membership_.AddFailureListener([mesh](const std::string& text, const std::exception_ptr& error) {
     mesh->Fail(FailureKindOf(error), text);
   });
+  // The collectives are not elastic yet (docs/elastic.md): a worker that
+  // leaves an elastic job takes its place in every communicator with it.
+  membership_.AddWorkerLeftListener([mesh](const cluster::WorkerLeftNotice& notice) {
+    mesh->Fail(FailureKind::kPeerLost,
+               fmt::format("{} left the job: {} (membership epoch {}); the collectives do not "
+                           "go on without a member yet, only the parameter server does "
+                           "(docs/elastic.md)",
+                           notice.node.ToString(), notice.reason, notice.epoch));
+  });
 }
 
 CollectiveService::~CollectiveService() { StopWorld(); }

@@ -17,6 +17,22 @@
 
 namespace tandem::kv {
 
+namespace {
+
+// A store checkpoint holds one file per worker rank of the job as it started
+// (docs/checkpoints.md); after a worker left an elastic job that set is gone.
+void RequireStartingWorkers(const cluster::Membership& membership, const char* what) {
+  if (const uint32_t epoch = membership.epoch(); epoch > 0) {
+    throw InvalidArgument(fmt::format(
+        "{}: {} of this elastic job's {} workers left (membership epoch {}); a store checkpoint "
+        "needs every worker the job started with (docs/elastic.md)",
+        what, membership.table().num_workers - membership.num_workers(),
+        membership.table().num_workers, epoch));
+  }
+}
+
+}  // namespace
+
 void DistKVStore::SaveOptimizerStates(const std::string& path) {
   WorkerZeroThenBarrier([&] {
     // Every server writes its own shard next to the others: <path>.server<rank>.
@@ -184,6 +200,7 @@ KVCheckpoint DistKVStore::ApplyOwnCheckpoint(WorkerCheckpoint c) {
 uint64_t DistKVStore::SaveCheckpoint(const std::string& dir, std::string_view user_state) {
   if (dir.empty()) throw InvalidArgument("SaveCheckpoint: empty checkpoint directory");
   auto& membership = client_.services().membership;
+  RequireStartingWorkers(membership, "SaveCheckpoint");
   const uint64_t round = CurrentRound();
   membership.Barrier(group::kWorkers);  // every worker's pushes are done
   std::exception_ptr error;             // worker 0's part
@@ -236,6 +253,7 @@ uint64_t DistKVStore::SaveCheckpoint(const std::string& dir, std::string_view us
 std::optional<KVCheckpoint> DistKVStore::LoadCheckpoint(const std::string& dir) {
   if (dir.empty()) throw InvalidArgument("LoadCheckpoint: empty checkpoint directory");
   auto& membership = client_.services().membership;
+  RequireStartingWorkers(membership, "LoadCheckpoint");
   membership.Barrier(group::kWorkers);  // nobody pushes while the values change
   if (client_.rank() != 0) {
     membership.Barrier(group::kWorkers);  // worker 0 chose, verified and loaded

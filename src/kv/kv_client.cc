@@ -56,7 +56,6 @@ void KvClient::Start() {
   const auto& table = services_.membership.table();
   rank_ = services_.membership.self().rank;
   self_id_ = services_.membership.self().id;
-  num_workers_ = table.num_workers;
   std::vector<ServerState> servers(static_cast<size_t>(table.num_servers));
   for (const NodeInfo& n : table.nodes) {
     if (n.role != Role::kServer) continue;

@@ -77,7 +77,9 @@ class KvClient final : public net::TransportHandler {
   void Start();
 
   int rank() const { return rank_; }
-  int num_workers() const { return num_workers_; }
+  /// The workers that are members now (docs/elastic.md: it falls when a
+  /// worker leaves an elastic job).
+  int num_workers() const { return services_.membership.num_workers(); }
   int num_servers() const { return static_cast<int>(servers_.size()); }
   std::chrono::milliseconds timeout() const { return options_.timeout; }
   const cluster::NodeServices& services() const { return services_; }
@@ -138,7 +140,6 @@ class KvClient final : public net::TransportHandler {
   base::Gauge& outstanding_;   // requests queued or awaiting a reply; set under mu_
   base::Gauge& window_bytes_;  // tandem_kv_window_bytes; set under mu_
   int rank_ = -1;
-  int num_workers_ = 0;
   int self_id_ = -1;
 
   std::mutex mu_;

@@ -55,6 +55,9 @@ KvServer::KvServer(const cluster::NodeServices& services, Options options)
   context_.queued = &services_.stats.GetGauge(
       "tandem_kv_server_queued_requests",
       "Requests this server received and its shard threads have not yet taken up.");
+  context_.open_rounds = &services_.stats.GetGauge(
+      "tandem_kv_server_open_rounds",
+      "dist_sync rounds (one per key slice) that some workers pushed to and others not yet.");
   for (int i = 0; i < options.threads; ++i) {
     shards_.push_back(std::make_unique<ServerShard>(context_, i));
   }
@@ -83,6 +86,25 @@ void KvServer::Start() {
   context_.num_workers = services_.membership.table().num_workers;
   services_.log.V1("parameter server up: {} shard threads, {} workers", shards_.size(),
                    context_.num_workers);
+  // Elastic jobs (docs/elastic.md): every shard learns of a worker that left,
+  // in its queue's order, so that a push queued before the news still counts.
+  services_.membership.AddWorkerLeftListener([this](const cluster::WorkerLeftNotice& notice) {
+    for (auto& shard : shards_) {
+      ShardItem item;
+      item.departed_worker = notice.node.rank;
+      shard->Post(std::move(item));
+    }
+  });
+  // One that left before the listener was added (Depart is idempotent).
+  const std::vector<int> members = services_.membership.workers();
+  for (int rank = 0; rank < context_.num_workers; ++rank) {
+    if (std::find(members.begin(), members.end(), rank) != members.end()) continue;
+    for (auto& shard : shards_) {
+      ShardItem item;
+      item.departed_worker = rank;
+      shard->Post(std::move(item));
+    }
+  }
   for (auto& s : shards_) s->Start();
 }
 

@@ -85,6 +85,10 @@ void ServerShard::Loop() {
       item.rendezvous->Arrive();
       continue;
     }
+    if (item.departed_worker) {
+      Depart(*item.departed_worker);
+      continue;
+    }
     Handle(item);
   }
 }
@@ -213,6 +217,11 @@ void ServerShard::HandlePush(ShardItem& item) {
     throw ProtocolError(fmt::format("key {}: push from worker rank {}, but the job has {} workers",
                                     q.key, q.worker_rank, ctx_.num_workers));
   }
+  if (departed_.contains(q.worker_rank)) {
+    throw InvalidArgument(fmt::format(
+        "key {}: push from worker {}, which has left the job (docs/elastic.md): refused", q.key,
+        q.worker_rank));
+  }
   const uint64_t want = q.ExpectedPushBytes();
   if (item.msg.payload.bytes.size() != want) {
     throw InvalidArgument(fmt::format("key {}: push expected {} payload bytes, got {}", q.key, want,
@@ -251,16 +260,40 @@ void ServerShard::HandlePush(ShardItem& item) {
   }
   ctx_.pool->Give(k.merge.Add(q.worker_rank, ctx_.num_workers, DenseGradient(q, item.msg), q.dtype,
                               q.count, PendingAck{item.connection, h}));
-  if (k.merge.pushed() == ctx_.num_workers) {
+  if (k.merge.pushed() == 1 && ctx_.open_rounds) ctx_.open_rounds->Add(1);
+  if (RoundComplete(k)) {
     FinishRound(q.key, k);
   } else {
     SendReceipt(item.connection, h, Receipt::State::kMerged);
   }
 }
 
+bool ServerShard::RoundComplete(const StoredKey& k) const {
+  // A departed worker's push that arrived before it left stays in its round.
+  int departed_pushed = 0;
+  for (int w : departed_) departed_pushed += k.merge.HasPushed(w) ? 1 : 0;
+  return k.merge.pushed() > 0 && k.merge.pushed() - departed_pushed ==
+                                     ctx_.num_workers - static_cast<int>(departed_.size());
+}
+
+void ServerShard::Depart(int worker) {
+  if (worker < 0 || worker >= ctx_.num_workers || !departed_.insert(worker).second) return;
+  int ended = 0;
+  for (auto& [key, k] : keys_) {
+    // Its parked requests are answered, and refused, once their round ends.
+    if (RoundComplete(k)) {
+      FinishRound(key, k);
+      ++ended;
+    }
+  }
+  ctx_.log->V1("shard {}: worker {} left the job; {} dist_sync rounds ended without it", index_,
+               worker, ended);
+}
+
 void ServerShard::FinishRound(uint64_t key, StoredKey& k) {
   std::vector<PendingAck> acks;
   ByteBuffer merged = k.merge.TakeMerged(&acks);
+  if (ctx_.open_rounds) ctx_.open_rounds->Add(-1);
   const bool sparse_round = !k.round_dense;
   std::set<uint64_t> rows;
   rows.swap(k.round_rows);

@@ -46,6 +46,9 @@ struct ShardContext {
   /// Requests queued for the shard threads, all shards together
   /// (tandem_kv_server_queued_requests, docs/metrics.md); may be null.
   base::Gauge* queued = nullptr;
+  /// dist_sync rounds some workers pushed to and others not yet, all shards
+  /// together (tandem_kv_server_open_rounds, docs/metrics.md); may be null.
+  base::Gauge* open_rounds = nullptr;
   /// The request bytes each connection has unanswered; every reply releases
   /// its request here before it is sent. May be null.
   RequestWindow* window = nullptr;
@@ -61,6 +64,9 @@ struct ShardItem {
   std::optional<KeyRequest> request;  ///< set for the key-addressed types
   /// Set instead of a message: the shard parks there (ShardRendezvous).
   std::shared_ptr<ShardRendezvous> rendezvous;
+  /// Set instead of a message: this worker rank left the elastic job
+  /// (docs/elastic.md); its rounds complete without it from now on.
+  std::optional<int> departed_worker;
 };
 
 /// Thread-safety: Post and Start may be called from any thread; everything
@@ -126,6 +132,10 @@ class ServerShard {
   void HandlePull(ShardItem& item);
   void HandleControl(ShardItem& item);
   void FinishRound(uint64_t key, StoredKey& k);
+  // True when every worker that is still a member pushed in k's round.
+  bool RoundComplete(const StoredKey& k) const;
+  // A worker left the elastic job: rounds that waited only for it end now.
+  void Depart(int worker);
   // The optimizer's update of `k` with `grad` (dense over the slice): with
   // `rows` (global row numbers) as a row-sparse update of those rows only
   // (kv::Optimizer::UpdateRows: MXNet's lazy updates), else dense.
@@ -163,6 +173,7 @@ class ServerShard {
   bool stopping_ = false;        // guarded by mu_
 
   std::unordered_map<uint64_t, StoredKey> keys_;  // shard thread only
+  std::set<int> departed_;  // worker ranks that left the elastic job; shard thread only
   std::thread thread_;
 };
 

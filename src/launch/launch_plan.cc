@@ -4,25 +4,36 @@
 
 #include <algorithm>
 
+#include "launch/elastic_workers.h"
 #include "tandem/error.h"
 
 namespace tandem::launch {
 namespace {
 
-// The number of workers from -n/-np, --nproc-per-node x --nnodes or the
-// slots of the hosts, whichever the command line gives; they must agree.
+// The number of workers from -n/-np (or --workers' MAX), --nproc-per-node
+// x --nnodes or the slots of the hosts, whichever the command line gives;
+// they must agree.
 int WorkerCount(const LaunchRequest& r, const std::vector<HostSlots>& hosts) {
+  const WorkerRange range{r.min_workers, r.max_workers};
+  if (r.max_workers > 0 && r.num_workers > 0 && r.num_workers != r.max_workers) {
+    throw InvalidArgument(
+        fmt::format("-n/-np {} disagrees with {}, which starts {} workers: give one of them",
+                    r.num_workers, range.Flag(), r.max_workers));
+  }
+  const int count = r.max_workers > 0 ? r.max_workers : r.num_workers;
+  const std::string count_flag =
+      r.max_workers > 0 ? range.Flag() : fmt::format("-n {}", r.num_workers);
   const int nodes = r.nnodes > 0 ? r.nnodes : 1;
   if (r.nproc_per_node > 0) {
     const int from_torchrun = r.nproc_per_node * nodes;
-    if (r.num_workers > 0 && r.num_workers != from_torchrun) {
+    if (count > 0 && count != from_torchrun) {
       throw InvalidArgument(fmt::format(
-          "-n {} disagrees with --nproc-per-node {} x --nnodes {} = {} workers: give one of them",
-          r.num_workers, r.nproc_per_node, nodes, from_torchrun));
+          "{} disagrees with --nproc-per-node {} x --nnodes {} = {} workers: give one of them",
+          count_flag, r.nproc_per_node, nodes, from_torchrun));
     }
     return from_torchrun;
   }
-  if (r.num_workers > 0) return r.num_workers;
+  if (count > 0) return count;
   if (!hosts.empty()) {
     int slots = 0;
     for (const auto& h : hosts) slots += h.slots;
@@ -36,6 +47,30 @@ int WorkerCount(const LaunchRequest& r, const std::vector<HostSlots>& hosts) {
 // The names of this host that -H may give.
 bool IsThisHost(const std::string& host) {
   return host == "localhost" || host == "127.0.0.1" || host == "::1";
+}
+
+// An elastic job (--workers MIN:MAX, MIN < MAX) needs a launcher that lets
+// a worker's process end without ending the others, and a scheduler that
+// outlives every worker.
+void CheckElastic(const LaunchRequest& request, const LaunchPlan& plan) {
+  const std::string flag = WorkerRange{plan.min_workers, plan.num_workers}.Flag();
+  if (plan.launcher != "local" && plan.launcher != "ssh") {
+    const char* program = plan.launcher == "mpi"     ? "mpirun"
+                          : plan.launcher == "slurm" ? "srun"
+                                                     : "Grid Engine (qrsh)";
+    throw InvalidArgument(fmt::format(
+        "{} lets workers leave the job, but under --launcher {} {} ends the whole job when one "
+        "rank fails: elastic worker counts need --launcher local or ssh",
+        flag, plan.launcher, program));
+  }
+  if (request.no_scheduler || !request.servers_given) {
+    throw InvalidArgument(fmt::format(
+        "{} lets workers leave a parameter-server job, which needs its scheduler as a process of "
+        "its own: give -s SERVERS{}; {}worker 0 hosts the rendezvous, and the collectives are "
+        "not elastic yet (docs/elastic.md)",
+        flag, request.no_scheduler ? " instead of --no-scheduler" : "",
+        request.no_scheduler ? "with --no-scheduler " : "without -s "));
+  }
 }
 
 }  // namespace
@@ -78,6 +113,8 @@ LaunchPlan PlanLaunch(const LaunchRequest& request, std::vector<HostSlots> hosts
         "--no-scheduler starts only the workers, but -s asks for {} server{}: drop one of them",
         request.num_servers, request.num_servers == 1 ? "" : "s"));
   }
+  plan.min_workers = request.min_workers > 0 ? request.min_workers : plan.num_workers;
+  if (IsElastic(plan.min_workers, plan.num_workers)) CheckElastic(request, plan);
   plan.hosts = std::move(hosts);
   return plan;
 }

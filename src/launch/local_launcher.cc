@@ -13,6 +13,7 @@
 #include <random>
 
 #include "base/unique_fd.h"
+#include "launch/elastic_workers.h"
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
 #include "launch/rank_timeline.h"
@@ -42,6 +43,9 @@ std::map<std::string, std::string> RoleEnvironment(
   for (const auto& name : WorkerVariableNames()) env.erase(name);
   env.erase("DMLC_WORKER_ID");
   env.erase("DMLC_SERVER_ID");
+  // The launcher's to set: a copy it inherited would make the scheduler let
+  // workers leave a job whose launcher tears it down when one fails.
+  env.erase("TANDEM_MIN_WORKERS");
   env["DMLC_ROLE"] = std::string(role);
   env["DMLC_PS_ROOT_URI"] = kLoopback;
   env["DMLC_PS_ROOT_PORT"] = std::to_string(identity.scheduler_port);
@@ -50,6 +54,9 @@ std::map<std::string, std::string> RoleEnvironment(
   env["DMLC_NODE_HOST"] = kLoopback;
   env["TANDEM_SECRET"] = identity.secret;
   env["TANDEM_JOB_ID"] = identity.job_id;
+  if (IsElastic(options.min_workers, options.num_workers)) {
+    env["TANDEM_MIN_WORKERS"] = std::to_string(options.min_workers);
+  }
   if (role == "worker") {
     env["DMLC_WORKER_ID"] = std::to_string(rank);
     // All on this host; the ssh launcher and rank-exec place them again.
@@ -152,6 +159,17 @@ void ValidateLocalJobOptions(const LocalJobOptions& options) {
     throw InvalidArgument(
         fmt::format("-n/--num-workers is {}; a job needs at least 1 worker", options.num_workers));
   }
+  if (options.min_workers < 0 || options.min_workers > options.num_workers) {
+    throw InvalidArgument(
+        fmt::format("--workers {}:{}: the minimum must be between 1 and the number of workers",
+                    options.min_workers, options.num_workers));
+  }
+  if (options.rendezvous_in_worker && IsElastic(options.min_workers, options.num_workers)) {
+    throw InvalidArgument(fmt::format(
+        "--workers {}:{} needs a scheduler process (-s SERVERS): in a job whose worker 0 hosts "
+        "the rendezvous, the others cannot go on without it",
+        options.min_workers, options.num_workers));
+  }
   if (options.rendezvous_in_worker && options.num_servers != 0) {
     throw InvalidArgument(fmt::format(
         "--no-scheduler starts a collectives-only job; -s/--num-servers must be 0, got {}",
@@ -248,12 +266,11 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
     for (const auto& spec : specs) FindExecutable(spec.argv[0], spec.env);
 
     OutputSink(supervisor_options.stderr_fd)
-        .WriteLine(
-            fmt::format("[launcher] job {}: scheduler at {}:{}{}, {} server{}, {} worker{}\n",
-                        identity.job_id, kLoopback, identity.scheduler_port,
-                        options.rendezvous_in_worker ? " (in worker 0)" : "", options.num_servers,
-                        options.num_servers == 1 ? "" : "s", options.num_workers,
-                        options.num_workers == 1 ? "" : "s"));
+        .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{}{}, {} server{}, {}\n",
+                               identity.job_id, kLoopback, identity.scheduler_port,
+                               options.rendezvous_in_worker ? " (in worker 0)" : "",
+                               options.num_servers, options.num_servers == 1 ? "" : "s",
+                               DescribeWorkerCount(options.num_workers, options.min_workers)));
     std::vector<pid_t> pids;
     for (const auto& spec : specs) pids.push_back(supervisor.Start(spec));
     JobOutcome outcome = supervisor.Run();

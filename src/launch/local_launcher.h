@@ -30,6 +30,13 @@ namespace tandem::launch {
 /// What the user asked for. Thread-safety: a value type.
 struct LocalJobOptions {
   int num_workers = 1;  ///< >= 1
+  /// --workers MIN:MAX's MIN: with 1 <= min_workers < num_workers
+  /// (IsElastic) every process gets TANDEM_MIN_WORKERS=min_workers and the
+  /// scheduler lets a lost worker leave the job while min_workers remain;
+  /// 0 or num_workers: every lost worker fails the job (and an inherited
+  /// TANDEM_MIN_WORKERS is removed). Elastic requires a scheduler process
+  /// (not rendezvous_in_worker).
+  int min_workers = 0;
   int num_servers = 0;  ///< >= 0
   /// The workers' program and arguments (and every role's, with
   /// command_runs_all_roles). Must not be empty.
@@ -101,6 +108,7 @@ uint16_t RandomPortFreeHere(std::pair<int, int> range);
 std::pair<std::string, std::string> ParseEnvAssignment(std::string_view text);
 
 /// Throws InvalidArgument, naming the option, for a worker count below 1, a
+/// min_workers outside 0..num_workers or elastic with rendezvous_in_worker, a
 /// server count below 0, servers with rendezvous_in_worker, an empty command, an --env name that
 /// ParseEnvAssignment would refuse, a job id longer than the handshake
 /// allows, or invalid restart options (ValidateRestartOptions). Any thread.
@@ -113,10 +121,12 @@ void ValidateLocalJobOptions(const LocalJobOptions& options);
 ///
 /// Each environment is `launcher_env` without DMLC_WORKER_ID and
 /// DMLC_SERVER_ID (a per-process id of the launcher's own would be wrong
-/// for every child), plus DMLC_ROLE, DMLC_PS_ROOT_URI=127.0.0.1,
-/// DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER, DMLC_NUM_WORKER,
-/// DMLC_NODE_HOST=127.0.0.1, TANDEM_SECRET, TANDEM_JOB_ID, DMLC_WORKER_ID=i
-/// for worker i and DMLC_SERVER_ID=i for server i, and finally options.env.
+/// for every child) and TANDEM_MIN_WORKERS, plus DMLC_ROLE,
+/// DMLC_PS_ROOT_URI=127.0.0.1, DMLC_PS_ROOT_PORT, DMLC_NUM_SERVER,
+/// DMLC_NUM_WORKER, DMLC_NODE_HOST=127.0.0.1, TANDEM_SECRET, TANDEM_JOB_ID,
+/// TANDEM_MIN_WORKERS=min_workers when the job is elastic (IsElastic),
+/// DMLC_WORKER_ID=i for worker i and DMLC_SERVER_ID=i for server i, and
+/// finally options.env.
 /// Requires: options valid, identity.job_id set, options.tandem_binary set
 /// unless command_runs_all_roles. Pure; any thread.
 std::vector<ProcessSpec> BuildLocalJob(const LocalJobOptions& options,

@@ -96,6 +96,9 @@ struct ProcessSupervisor::Child {
   bool two_sigints = false;  // ProcessSpec::stop_with_two_sigints
   // The second of two SIGINTs is due then.
   std::optional<std::chrono::steady_clock::time_point> second_sigint_at;
+  // A worker that left an elastic job: when what is left of its group gets
+  // SIGKILL (StopDepartedGroup).
+  std::optional<std::chrono::steady_clock::time_point> departed_kill_at;
   // With ProcessSpec::relays_rank_exec: the first rank failure its output
   // reported, if any.
   std::optional<ProcessExit> relayed_failure;
@@ -284,6 +287,7 @@ JobOutcome ProcessSupervisor::Run() {
     }
     AdvanceTearDown(now);
     SendDueSigints(now);
+    KillDepartedGroups(now);
     if (Finished()) break;
 
     fds.clear();
@@ -338,24 +342,31 @@ JobOutcome ProcessSupervisor::Run() {
     if (!cause.last_words.empty()) line += ": " + cause.last_words;
     std::vector<std::string> others;
     for (const ProcessExit& e : exits_) {
-      if (e.status.success() || e.torn_down || (e.pid == cause.pid && e.label == cause.label)) {
+      if (e.status.success() || e.torn_down || e.left ||
+          (e.pid == cause.pid && e.label == cause.label)) {
         continue;
       }
       others.push_back(e.Describe());
     }
     if (!others.empty()) line += fmt::format("; then {}", fmt::join(others, ", "));
+    const std::string shortfall = shortfall_.empty() ? ShortfallOfCause(cause) : shortfall_;
+    if (!shortfall.empty()) line += "; " + shortfall;
+    line += DeparturesClause();
     Log(line);
   } else if (interrupt_signal_ != 0) {
     outcome.exit_code = 128 + interrupt_signal_;
-    Log(fmt::format("job interrupted by {}", SignalName(interrupt_signal_)));
+    Log(fmt::format("job interrupted by {}{}", SignalName(interrupt_signal_), DeparturesClause()));
   } else if (services_stuck_) {
     outcome.exit_code = base::kExitTimeout;
-    Log("job failed: its services did not end after every worker had exited with status 0");
+    Log("job failed: its services did not end after every worker had exited with status 0" +
+        DeparturesClause());
   } else if (exits_.size() < children_.size()) {
     // Only a process that survived SIGKILL (stuck in the kernel) lacks an exit.
     outcome.exit_code = 1;
     Log(fmt::format("job failed: {} of {} processes could not be reaped",
                     children_.size() - exits_.size(), children_.size()));
+  } else if (!departures_.empty()) {
+    Log(ElasticSuccessLine(*ElasticRange(), departures_));
   }
   return outcome;
 }
@@ -472,20 +483,79 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
     reported = *child.relayed_failure;
     reported.torn_down = exit.torn_down;
   }
+  const bool job_failure =
+      !status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_;
+  std::string description = exit.Describe();
+  if (job_failure && phase_ == Phase::kRunning && !child.service) {
+    // A worker of an elastic job may leave it (elastic_workers.h).
+    if (const std::optional<WorkerRange> range = ElasticRange()) {
+      const WorkerLoss loss =
+          DecideWorkerLoss(*range, static_cast<int>(departures_.size()), description);
+      if (loss.tolerated) {
+        reported.left = true;
+        exits_.push_back(reported);
+        departures_.push_back(reported.Describe());
+        Log(loss.report);
+        StopDepartedGroup(child, now);
+        return;
+      }
+      description = loss.report;
+      shortfall_ = loss.shortfall;
+    }
+  }
   exits_.push_back(reported);
-  if (!status.success() && !first_failure_ && interrupt_signal_ == 0 && !services_stuck_) {
+  if (job_failure) {
     // A rank launcher's failure is that of the first rank that reported one.
     first_failure_ = reported;
     if (phase_ == Phase::kRunning) {
-      Log(options_.stamp_first_failure ? fmt::format("{}{}{:.3f}){}", exit.Describe(), kSeenAt,
-                                                     WallClockSeconds(), kTearingDown)
-                                       : fmt::format("{}{}", exit.Describe(), kTearingDown));
+      Log(options_.stamp_first_failure
+              ? fmt::format("{}{}{:.3f}){}", description, kSeenAt, WallClockSeconds(), kTearingDown)
+              : fmt::format("{}{}", description, kTearingDown));
       phase_ = Phase::kGrace;
       deadline_ = now + options_.teardown_grace;
       return;
     }
   }
   Log(exit.Describe());
+}
+
+std::optional<WorkerRange> ProcessSupervisor::ElasticRange() const {
+  const int workers = static_cast<int>(
+      std::count_if(children_.begin(), children_.end(), [](const auto& c) { return !c->service; }));
+  if (!IsElastic(options_.min_workers, workers)) return std::nullopt;
+  return WorkerRange{options_.min_workers, workers};
+}
+
+void ProcessSupervisor::StopDepartedGroup(Child& child, TimePoint now) {
+  if (::kill(-child.pid, 0) != 0) return;  // gone with its leader (ESRCH)
+  Log(fmt::format("sending SIGTERM to what {} left in its process group (SIGKILL follows in {})",
+                  child.label, Seconds(options_.kill_delay)));
+  ::kill(-child.pid, SIGTERM);
+  ::kill(-child.pid, SIGCONT);
+  child.departed_kill_at = now + options_.kill_delay;
+}
+
+void ProcessSupervisor::KillDepartedGroups(TimePoint now) {
+  for (auto& child : children_) {
+    if (!child->departed_kill_at || now < *child->departed_kill_at) continue;
+    child->departed_kill_at.reset();
+    if (!child->group_gone) ::kill(-child->pid, SIGKILL);
+  }
+}
+
+std::string ProcessSupervisor::ShortfallOfCause(const ProcessExit& cause) const {
+  const std::optional<WorkerRange> range = ElasticRange();
+  if (!range || cause.left || !cause.relayed.empty()) return {};
+  const bool worker = std::any_of(children_.begin(), children_.end(), [&](const auto& c) {
+    return c->pid == cause.pid && c->label == cause.label && !c->service;
+  });
+  if (!worker) return {};
+  return DecideWorkerLoss(*range, static_cast<int>(departures_.size()), cause.Describe()).shortfall;
+}
+
+std::string ProcessSupervisor::DeparturesClause() const {
+  return departures_.empty() ? std::string()
+                             : "; had left the job: " + DescribeDepartures(departures_);
 }
 
 bool ProcessSupervisor::ServicesOutlivedTheJob(TimePoint now) {
@@ -499,7 +569,8 @@ bool ProcessSupervisor::ServicesOutlivedTheJob(TimePoint now) {
       any_worker = true;
     }
   }
-  // (A worker that failed moved the job to kGrace: here all succeeded.)
+  // (A worker that failed moved the job to kGrace or, in an elastic job,
+  // left it: the others all succeeded.)
   if (!any_worker || !service_running) return false;
   if (!services_deadline_) services_deadline_ = now + options_.teardown_grace;
   return now >= *services_deadline_;

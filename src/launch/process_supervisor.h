@@ -8,6 +8,13 @@
 //    get `teardown_grace` to exit on their own (tandem processes notice the
 //    lost peer and say so), then every process group left gets SIGTERM, and
 //    `kill_delay` later SIGKILL.
+//  - Elastic worker counts (SupervisorOptions::min_workers,
+//    elastic_workers.h): a worker (a process that is not a service) that
+//    fails while nothing else has, and whose loss leaves at least
+//    min_workers of the workers that have not left, leaves the job: one
+//    line says so, whatever it left in its process group gets SIGTERM
+//    (SIGKILL `kill_delay` later), and the others go on. A loss below the
+//    minimum tears the job down as any failure does.
 //  - Signals: SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded
 //    to every process group at once, SIGKILL follows `kill_delay` later; a
 //    second such signal sends SIGKILL at once. A signal the launcher
@@ -18,8 +25,9 @@
 //    it created is gone, so descendants that stayed in their group are gone
 //    too. Processes that leave their group (setsid, setpgid) are out of
 //    reach, as with any process-group-based supervisor.
-//  - Exit code: 0 when every process exited 0; else the first failed
-//    process's code (128 + signal for a signal); 128 + signal when the
+//  - Exit code: 0 when every process exited 0 (or, in an elastic job, left
+//    it); else the first failed process's code (128 + signal for a signal);
+//    128 + signal when the
 //    launcher was interrupted before anything failed (130 for Ctrl-C).
 //    For a rank launcher (mpirun, srun: ProcessSpec::relays_rank_exec) the
 //    first failed process is the first rank whose `tandem rank-exec`
@@ -47,6 +55,7 @@
 
 #include "base/unique_fd.h"
 #include "launch/child_process.h"
+#include "launch/elastic_workers.h"
 #include "launch/exit_status.h"
 #include "launch/prefixed_output.h"
 
@@ -100,6 +109,12 @@ struct SupervisorOptions {
   /// attempts of a restarted job (job_restarts.h) keep the earlier ones'
   /// output.
   bool append_logs = false;
+  /// Elastic worker counts (--workers MIN:MAX, elastic_workers.h): with
+  /// 1 <= min_workers < the number of workers started (the processes that
+  /// are not services), a worker that fails leaves the job instead of
+  /// failing it while at least min_workers workers have not left. 0: every
+  /// failure fails the job.
+  int min_workers = 0;
 };
 
 /// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
@@ -151,6 +166,10 @@ struct ProcessExit {
   /// Python traceback's last line. The launcher's final line quotes it.
   std::string last_words;
   static constexpr size_t kLastWordsBytes = 400;
+  /// A worker of an elastic job that failed and left it, the job going on
+  /// (SupervisorOptions::min_workers): not a failure of the job, nor its
+  /// cause (AttemptCause).
+  bool left = false;
 
   /// "worker 2 (pid 4711) killed by signal 9 (SIGKILL)", and with a host
   /// "worker 2 on h2 (pid 4711) ..." (the pid is the launcher's process,
@@ -164,7 +183,8 @@ struct JobOutcome {
   int exit_code = 0;
   /// Every started process that was reaped, in the order they ended.
   std::vector<ProcessExit> exits;
-  /// The first process that failed before the launcher was interrupted.
+  /// The first process that failed before the launcher was interrupted,
+  /// leaving out the workers that left an elastic job (ProcessExit::left).
   std::optional<ProcessExit> first_failure;
   /// The first SIGINT, SIGTERM or SIGHUP the launcher received, or 0.
   int interrupt_signal = 0;
@@ -231,6 +251,20 @@ class ProcessSupervisor {
   void HandleSignals(TimePoint now);
   void Reap(TimePoint now);
   void OnExit(Child& child, const ExitStatus& status, TimePoint now);
+  // The worker counts of an elastic job (SupervisorOptions::min_workers and
+  // the workers started), or nothing when the job is not elastic.
+  std::optional<WorkerRange> ElasticRange() const;
+  // A worker that left the job may have left processes in its group: they
+  // get SIGTERM now and SIGKILL kill_delay later (KillDepartedGroups).
+  void StopDepartedGroup(Child& child, TimePoint now);
+  void KillDepartedGroups(TimePoint now);
+  // When the job's cause is a worker whose loss left fewer than the minimum
+  // but was reaped after another process's end had failed the job (ends
+  // reaped in one sweep come in start order: a server's PeerLost before
+  // the worker whose loss it reports), the shortfall it brought; else "".
+  std::string ShortfallOfCause(const ProcessExit& cause) const;
+  // "; had left the job: ..." for the final line, when workers left.
+  std::string DeparturesClause() const;
   void UpdateGroups();
   void AdvanceTearDown(TimePoint now);
   // True once every non-service process has exited with status 0 and a
@@ -273,6 +307,10 @@ class ProcessSupervisor {
   std::vector<ProcessExit> exits_;
   std::optional<ProcessExit> first_failure_;
   int interrupt_signal_ = 0;
+  // Elastic jobs: the workers that left, in order (ProcessExit::Describe()),
+  // and why the job failed when a loss went below the minimum.
+  std::vector<std::string> departures_;
+  std::string shortfall_;
   // Every process but the services has exited with status 0: when the
   // services must have ended (see ProcessSpec::service), and whether they
   // were torn down for not ending.

@@ -64,8 +64,10 @@ struct RemoteExecOptions {
 /// Runs the command as described above and returns remote-exec's exit
 /// code: the command's (128 + signal when killed), or 128 + SIGTERM when it
 /// was stopped because the launcher went away. SIGINT, SIGTERM and SIGHUP
-/// received are forwarded to the command's group. Throws IoError when the
-/// command cannot be started (naming it and the reason).
+/// received are forwarded to the command's group; SIGCHLD, SIGINT, SIGTERM,
+/// SIGHUP and SIGPIPE stay blocked in the calling thread afterwards (the
+/// process exits after it). Throws IoError when the command cannot be
+/// started (naming it and the reason).
 int RunRemoteExec(const RemoteExecOptions& options);
 
 }  // namespace tandem::launch

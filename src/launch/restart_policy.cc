@@ -58,12 +58,13 @@ bool IsSetupExitCode(int code) { return !SetupMeaning(code).empty(); }
 
 std::optional<ProcessExit> AttemptCause(const JobOutcome& outcome) {
   if (!outcome.first_failure) return std::nullopt;
+  // A worker that left an elastic job is not a failure of the job.
   for (const ProcessExit& exit : outcome.exits) {
-    if (!exit.status.signaled && IsSetupExitCode(exit.status.code)) return exit;
+    if (!exit.left && !exit.status.signaled && IsSetupExitCode(exit.status.code)) return exit;
   }
   for (const ProcessExit& exit : outcome.exits) {
     const bool lost_peer = !exit.status.signaled && exit.status.code == base::kExitPeerLost;
-    if (!exit.status.success() && !lost_peer && !exit.torn_down) return exit;
+    if (!exit.status.success() && !lost_peer && !exit.torn_down && !exit.left) return exit;
   }
   return outcome.first_failure;
 }

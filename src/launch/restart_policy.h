@@ -87,7 +87,8 @@ struct RestartDecision {
 /// with a set-up code (IsSetupExitCode); else the first failure that is
 /// neither a lost peer's 200 (kExitPeerLost, a consequence) nor an end the
 /// tear-down brought (ProcessExit::torn_down); else outcome.first_failure.
-/// Nothing when no process failed. Pure.
+/// Workers that left an elastic job (ProcessExit::left) are never the
+/// cause. Nothing when no process failed. Pure.
 std::optional<ProcessExit> AttemptCause(const JobOutcome& outcome);
 
 /// Decides what follows an attempt that ended with `outcome`, after

@@ -34,11 +34,12 @@ std::string Processes(const LocalJobOptions& job) {
 // through qrsh -V: the job's secret (qrsh -V spools the environment where
 // other users of the host may read it; the secret travels on stdin), and
 // what is per process or per host, which the stdin header sets where it
-// applies.
+// applies; and TANDEM_MIN_WORKERS, which is the launcher's to set (a job
+// under Grid Engine is never elastic: launch_plan.h).
 bool KeptFromTasks(const std::string& name) {
   static const char* const kNames[] = {
       "TANDEM_SECRET",  "DMLC_WORKER_ID",          "DMLC_SERVER_ID",
-      "DMLC_NODE_HOST", kSgeInnerLauncherVariable,
+      "DMLC_NODE_HOST", kSgeInnerLauncherVariable, "TANDEM_MIN_WORKERS",
   };
   for (const char* n : kNames) {
     if (name == n) return true;

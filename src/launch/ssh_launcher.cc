@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "launch/elastic_workers.h"
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
 #include "launch/prefixed_output.h"
@@ -107,7 +108,8 @@ std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJo
 
   std::map<std::string, std::string> forwarded;
   for (const auto& [name, value] : launcher_env) {
-    if (ForwardedAlways(name)) forwarded[name] = value;
+    // TANDEM_MIN_WORKERS is the job's (BuildLocalJob), never an inherited copy.
+    if (ForwardedAlways(name) && name != "TANDEM_MIN_WORKERS") forwarded[name] = value;
   }
   for (const auto& name : options.forward_env) {
     auto it = launcher_env.find(name);
@@ -288,11 +290,11 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     std::vector<ProcessSpec> specs = BuildSshJob(o, identity, attempt_env);
     OutputSink(supervisor_options.stderr_fd)
         .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "
-                               "worker{} on {} host{}\n",
+                               "on {} host{}\n",
                                identity.job_id, o.hosts.front().host, identity.scheduler_port,
                                o.job.num_servers, o.job.num_servers == 1 ? "" : "s",
-                               o.job.num_workers, o.job.num_workers == 1 ? "" : "s", o.hosts.size(),
-                               o.hosts.size() == 1 ? "" : "s"));
+                               DescribeWorkerCount(o.job.num_workers, o.job.min_workers),
+                               o.hosts.size(), o.hosts.size() == 1 ? "" : "s"));
     for (const auto& spec : specs) supervisor.Start(spec);
     JobOutcome outcome = supervisor.Run();
     // After each attempt: the merged timeline is the last attempt's.

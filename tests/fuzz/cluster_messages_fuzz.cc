@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string meta(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
-    switch (data[0] % 8) {
+    switch (data[0] % 9) {
       case 0: {
         NodeTable t = NodeTable::Decode(meta);
         CheckTable(t);
@@ -76,6 +76,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 7:
         CheckStable(JobStoppedNotice::Decode(meta));
+        break;
+      case 8:
+        CheckStable(WorkerLeftNotice::Decode(meta));
         break;
     }
   } catch (const tandem::ProtocolError&) {

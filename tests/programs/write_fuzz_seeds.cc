@@ -127,6 +127,13 @@ void ClusterSeeds(SeedWriter& w) {
   stopped.kind = cluster::StopKind::kIoError;
   stopped.reason = "write /ck/kv-optimizer.server0.tmp: No space left on device";
   w.WritePicked(t, "job_stopped_io_error", 7, stopped.Encode());
+
+  cluster::WorkerLeftNotice left;
+  left.epoch = 2;
+  left.node = Node(5, Role::kWorker, 2, "127.0.0.1", 41005);
+  left.reason = "its connection closed (connection reset by peer)";
+  left.remaining = {0, 1, 3};
+  w.WritePicked(t, "worker_left_epoch2", 8, left.Encode());
 }
 
 void CollectiveSeeds(SeedWriter& w) {

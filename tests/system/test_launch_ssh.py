@@ -7,7 +7,8 @@ kill -9 of a remote worker fails the job naming it and leaves nothing on any
 host; kill -9 of the launcher itself stops every remote process within
 seconds; a host that cannot be reached is diagnosed before anything starts;
 every host's TANDEM_TIMELINE file is merged into one trace;
-with --max-restarts a killed remote worker restarts the job on every host."""
+with --max-restarts a killed remote worker restarts the job on every host;
+with --workers 3:4 a killed remote worker leaves the job, which succeeds."""
 
 from __future__ import annotations
 
@@ -137,4 +138,27 @@ def test_max_restarts_restarts_every_process_on_every_host(sshbed, tandem_bin_di
     assert "[launcher] job succeeded after 1 restart" in out, out
     survivors = [label for label, p in first.items() if attempt_alive(p["pid"], 0)]
     assert not survivors, f"{survivors} of the first attempt still run\n{out}"
+    assert_nothing_left(sshbed, within=10)
+
+
+def test_a_killed_remote_worker_leaves_an_elastic_job(sshbed, tandem_bin_dir):
+    # --workers 3:4 over ssh: TANDEM_MIN_WORKERS=3 reaches the scheduler on
+    # h1, which lets worker 3 (on h3) leave; the launcher, which sees its ssh
+    # client exit with 137, lets it leave too, and the others finish.
+    proc, lines = start_launch(sshbed, tandem_bin_dir, HOSTFILE,
+                               ["--workers", "3:4", "-s", "1", "--teardown-grace", "8"],
+                               [str(tandem_bin_dir / "cluster_check"), "--serve-roles",
+                                "--barriers", "100", "--sleep-ms", "50"])
+    pids = {m.group(1): int(m.group(2)) for m in wait_for(lines, PID, 4, 60)}
+    wait_for(lines, FORMED, 1, 60)
+    time.sleep(0.5)
+    os.kill(pids["worker 3"], signal.SIGKILL)
+    code = wait_launch(proc, 90)
+    out = "".join(lines)
+    assert code == 0, out
+    assert "elastic job: a lost worker leaves it while 3 or more of 4 workers remain" in out, out
+    assert re.search(r"\[launcher\] worker 3 on h3 \(pid \d+\) exited with status 137; the job "
+                     r"goes on with 3 of 4 workers \(--workers 3:4\)", out), out
+    assert re.search(r"\[launcher\] job succeeded with 3 of 4 workers \(--workers 3:4\); left the "
+                     r"job: worker 3 on h3 \(pid \d+\) exited with status 137", out), out
     assert_nothing_left(sshbed, within=10)

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,22 +29,30 @@ struct PlanCase {
   std::string error;
 };
 
+// The plan for `request` over the hosts of `host_list` (may be empty), or
+// nothing after checking that planning fails with `error` when one is given.
+std::optional<LaunchPlan> PlanOrExpectError(const LaunchRequest& request,
+                                            const std::string& host_list,
+                                            const std::string& error) {
+  std::vector<HostSlots> hosts;
+  if (!host_list.empty()) hosts = ParseHostList(host_list);
+  if (error.empty()) return PlanLaunch(request, hosts);
+  try {
+    PlanLaunch(request, hosts);
+    ADD_FAILURE() << "accepted; expected an error with: " << error;
+  } catch (const InvalidArgument& e) {
+    EXPECT_THAT(e.what(), HasSubstr(error));
+  }
+  return std::nullopt;
+}
+
 class PlanLaunchTest : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(PlanLaunchTest, ResolvesOrNamesTheDisagreement) {
   const PlanCase& c = GetParam();
-  std::vector<HostSlots> hosts;
-  if (!c.host_list.empty()) hosts = ParseHostList(c.host_list);
-  if (!c.error.empty()) {
-    try {
-      PlanLaunch(c.request, hosts);
-      ADD_FAILURE() << "accepted; expected an error with: " << c.error;
-    } catch (const InvalidArgument& e) {
-      EXPECT_THAT(e.what(), HasSubstr(c.error));
-    }
-    return;
-  }
-  const LaunchPlan plan = PlanLaunch(c.request, hosts);
+  const std::optional<LaunchPlan> planned = PlanOrExpectError(c.request, c.host_list, c.error);
+  if (!planned) return;
+  const LaunchPlan& plan = *planned;
   EXPECT_EQ(plan.launcher, c.launcher);
   EXPECT_EQ(plan.num_workers, c.workers);
   std::vector<int> slots;
@@ -136,6 +145,99 @@ INSTANTIATE_TEST_SUITE_P(
                  0,
                  {},
                  "--no-scheduler starts only the workers, but -s asks for 1 server"}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
+
+// --workers MIN:MAX (and --workers N) against the other counts and the
+// launchers: the plan's workers and minimum, or the error's words.
+struct ElasticPlanCase {
+  const char* name;
+  LaunchRequest request;
+  std::string host_list;
+  std::string launcher;
+  int workers;
+  int min_workers;
+  std::string error;
+};
+
+class PlanElasticTest : public ::testing::TestWithParam<ElasticPlanCase> {};
+
+TEST_P(PlanElasticTest, ResolvesTheRangeOrNamesTheProblem) {
+  const ElasticPlanCase& c = GetParam();
+  const std::optional<LaunchPlan> planned = PlanOrExpectError(c.request, c.host_list, c.error);
+  if (!planned) return;
+  const LaunchPlan& plan = *planned;
+  EXPECT_EQ(plan.launcher, c.launcher);
+  EXPECT_EQ(plan.num_workers, c.workers);
+  EXPECT_EQ(plan.min_workers, c.min_workers);
+}
+
+// A parameter-server job of --workers MIN:MAX under `launcher` (given).
+LaunchRequest Elastic(int min, int max, const char* launcher = "local") {
+  return LaunchRequest{.launcher = launcher,
+                       .launcher_given = true,
+                       .num_servers = 1,
+                       .servers_given = true,
+                       .min_workers = min,
+                       .max_workers = max};
+}
+
+LaunchRequest With(LaunchRequest r, int num_workers, int nproc_per_node = 0) {
+  r.num_workers = num_workers;
+  r.nproc_per_node = nproc_per_node;
+  return r;
+}
+
+LaunchRequest Without(LaunchRequest r, bool servers_given, bool no_scheduler) {
+  r.servers_given = servers_given;
+  r.num_servers = servers_given ? r.num_servers : 0;
+  r.no_scheduler = no_scheduler;
+  return r;
+}
+
+const std::string kNeedsLocalOrSsh =
+    "ends the whole job when one rank fails: elastic worker counts need --launcher local or ssh";
+
+INSTANTIATE_TEST_SUITE_P(
+    Ranges, PlanElasticTest,
+    ::testing::Values(
+        ElasticPlanCase{"Local", Elastic(3, 4), "", "local", 4, 3, ""},
+        ElasticPlanCase{"WithoutAMinimumEveryWorkerCounts", LaunchRequest{.num_workers = 4}, "",
+                        "local", 4, 4, ""},
+        ElasticPlanCase{"OneCountIsDashN", Elastic(4, 4, "mpi"), "", "mpi", 4, 4, ""},
+        ElasticPlanCase{"DashNEqualToMax", With(Elastic(3, 4), 4), "", "local", 4, 3, ""},
+        ElasticPlanCase{"DashNDisagreesWithMax", With(Elastic(3, 4), 3), "", "", 0, 0,
+                        "-n/-np 3 disagrees with --workers 3:4, which starts 4 workers"},
+        ElasticPlanCase{"DashNDisagreesWithOneCount", With(Elastic(5, 5), 4), "", "", 0, 0,
+                        "-n/-np 4 disagrees with --workers 5, which starts 5 workers"},
+        ElasticPlanCase{"NprocAgreeing", With(Elastic(1, 2), 0, 2), "", "local", 2, 1, ""},
+        ElasticPlanCase{"NprocDisagreeing", With(Elastic(2, 3), 0, 2), "", "", 0, 0,
+                        "--workers 2:3 disagrees with --nproc-per-node 2 x --nnodes 1 = 2 workers"},
+        ElasticPlanCase{
+            "OverOtherHostsIsSsh",
+            LaunchRequest{
+                .num_servers = 1, .servers_given = true, .min_workers = 2, .max_workers = 4},
+            "h1:2,h2:2", "ssh", 4, 2, ""},
+        ElasticPlanCase{"Ssh", Elastic(2, 4, "ssh"), "h1:2,h2:2", "ssh", 4, 2, ""},
+        ElasticPlanCase{"Mpi", Elastic(3, 4, "mpi"), "", "", 0, 0,
+                        "--workers 3:4 lets workers leave the job, but under --launcher mpi "
+                        "mpirun " +
+                            kNeedsLocalOrSsh},
+        ElasticPlanCase{"Slurm", Elastic(3, 4, "slurm"), "", "", 0, 0,
+                        "under --launcher slurm srun " + kNeedsLocalOrSsh},
+        ElasticPlanCase{"GridEngine", Elastic(3, 4, "sge"), "", "", 0, 0,
+                        "under --launcher sge Grid Engine (qrsh) " + kNeedsLocalOrSsh},
+        ElasticPlanCase{"WithoutServers", Without(Elastic(3, 4), false, false), "", "", 0, 0,
+                        "--workers 3:4 lets workers leave a parameter-server job, which needs its "
+                        "scheduler as a process of its own: give -s SERVERS; without -s worker 0 "
+                        "hosts the rendezvous"},
+        ElasticPlanCase{"NoScheduler", Without(Elastic(3, 4), false, true), "", "", 0, 0,
+                        "give -s SERVERS instead of --no-scheduler; with --no-scheduler worker 0 "
+                        "hosts the rendezvous"},
+        ElasticPlanCase{
+            "ZeroServersHaveAScheduler",
+            LaunchRequest{
+                .launcher = "local", .servers_given = true, .min_workers = 1, .max_workers = 2},
+            "", "local", 2, 1, ""}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // -H lists as horovodrun and mpirun write them; errors name the entry.

@@ -129,6 +129,19 @@ TEST(ValidateLocalJobOptionsTest, RejectsBadCountsCommandsAndIds) {
   o = good;
   o.job_id = std::string(1000, 'j');
   expect_error(o, "--job-id is 1000 bytes long");
+  o = good;
+  o.min_workers = 3;
+  expect_error(o, "--workers 3:2: the minimum must be between 1 and the number of workers");
+  o = good;
+  o.min_workers = 1;
+  o.rendezvous_in_worker = true;
+  expect_error(o, "--workers 1:2 needs a scheduler process (-s SERVERS)");
+  o = good;
+  o.min_workers = 1;
+  EXPECT_NO_THROW(ValidateLocalJobOptions(o));
+  o.min_workers = 2;  // as many as the workers: not elastic, with or without a scheduler
+  o.rendezvous_in_worker = true;
+  EXPECT_NO_THROW(ValidateLocalJobOptions(o));
 }
 
 TEST(JobCredentialsTest, SecretsAre64HexDigitsAndDiffer) {
@@ -292,6 +305,54 @@ TEST(BuildLocalJobTest, NoServersAndCommandRunningAllRoles) {
   }
   EXPECT_EQ(specs[3].label, "worker 2");
 }
+
+// TANDEM_MIN_WORKERS in every process: the job's minimum when it is elastic
+// (--workers MIN:MAX with MIN < MAX), else absent, even when the launcher
+// inherited one; an --env of it still wins.
+struct MinWorkersCase {
+  const char* name;
+  int min_workers;
+  std::string inherited;  // the launcher's own TANDEM_MIN_WORKERS; "" for none
+  std::string env;        // --env TANDEM_MIN_WORKERS=...; "" for none
+  std::string expected;   // "" for absent
+};
+
+class MinWorkersVariableTest : public ::testing::TestWithParam<MinWorkersCase> {};
+
+TEST_P(MinWorkersVariableTest, EveryProcessGetsTheJobsMinimumOrNone) {
+  const MinWorkersCase& c = GetParam();
+  LocalJobOptions o;
+  o.num_workers = 4;
+  o.num_servers = 2;
+  o.min_workers = c.min_workers;
+  o.command = {"/bin/true"};
+  o.tandem_binary = "/bin/tandem";
+  if (!c.env.empty()) o.env = {{"TANDEM_MIN_WORKERS", c.env}};
+  Env launcher = {{"HOME", "/home/u"}};
+  if (!c.inherited.empty()) launcher["TANDEM_MIN_WORKERS"] = c.inherited;
+  const auto specs = BuildLocalJob(o, {1, "s", "j"}, launcher);
+  ASSERT_EQ(specs.size(), 7u);
+  for (const auto& s : specs) {
+    if (c.expected.empty()) {
+      EXPECT_EQ(s.env.count("TANDEM_MIN_WORKERS"), 0u) << s.label;
+    } else {
+      ASSERT_EQ(s.env.count("TANDEM_MIN_WORKERS"), 1u) << s.label;
+      EXPECT_EQ(s.env.at("TANDEM_MIN_WORKERS"), c.expected) << s.label;
+    }
+    EXPECT_EQ(s.env.at("DMLC_NUM_WORKER"), "4") << s.label;  // MAX workers start
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MinWorkersVariableTest,
+    ::testing::Values(MinWorkersCase{"Elastic", 3, "", "", "3"},
+                      MinWorkersCase{"ElasticOverAnInheritedOne", 3, "1", "", "3"},
+                      MinWorkersCase{"DownToOne", 1, "", "", "1"},
+                      MinWorkersCase{"NotGiven", 0, "", "", ""},
+                      MinWorkersCase{"NotGivenDropsAnInheritedOne", 0, "2", "", ""},
+                      MinWorkersCase{"AsManyAsTheWorkersIsNotElastic", 4, "2", "", ""},
+                      MinWorkersCase{"EnvWins", 3, "", "2", "2"}),
+    [](const auto& param_info) { return std::string(param_info.param.name); });
 
 // Parses "[label] NAME=VALUE" lines of `env` children into one map per label.
 std::map<std::string, Env> EnvironmentsByLabel(const std::vector<std::string>& lines) {

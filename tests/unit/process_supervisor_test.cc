@@ -938,6 +938,342 @@ TEST(ProcessSupervisorTest, EndsAndReapsAdoptedOrphans) {
   EXPECT_EQ(outcome.exit_code, 0);
 }
 
+// Elastic worker counts (SupervisorOptions::min_workers, --workers MIN:MAX):
+// a worker that fails while enough others remain leaves the job, which goes
+// on; a loss below the minimum, or any service's failure, tears it down as
+// before. The processes of a case start in order; "{LABEL}" in a script or
+// an expected line stands for the pid of the process so labelled (in a
+// script, one started before it).
+struct ElasticProcess {
+  std::string label;
+  std::string script;
+  bool service = false;
+};
+
+struct ElasticCase {
+  const char* name;
+  int min_workers;
+  std::vector<ElasticProcess> processes;
+  int exit_code;
+  std::vector<std::string> left;       // the workers that left, in order
+  std::string first_failure;           // its label; "" for none
+  std::vector<std::string> torn_down;  // ended by the tear-down's SIGTERM
+  std::vector<std::string> lines;      // launcher lines that must be there, whole
+  std::string last_line;               // "" when the launcher says nothing at the end
+};
+
+// Waits until the process labelled `label` was reaped (kill -0 succeeds on a
+// zombie), so that the supervisor has decided about its end.
+std::string AfterReaped(const std::string& label) {
+  return "while kill -0 {" + label + "} 2>/dev/null; do sleep 0.02; done; ";
+}
+
+// `text` with every "{LABEL}" replaced by that process's pid.
+std::string FillPids(std::string text, const std::map<std::string, pid_t>& pids) {
+  for (const auto& [label, pid] : pids) {
+    const std::string key = "{" + label + "}";
+    for (size_t at; (at = text.find(key)) != std::string::npos;) {
+      text.replace(at, key.size(), std::to_string(pid));
+    }
+  }
+  return text;
+}
+
+void PrintTo(const ElasticCase& c, std::ostream* os) { *os << c.name; }
+
+class ElasticWorkersTest : public ::testing::TestWithParam<ElasticCase> {};
+
+TEST_P(ElasticWorkersTest, AWorkerLeavesWhileTheMinimumRemains) {
+  const ElasticCase& c = GetParam();
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(300);
+  options.kill_delay = milliseconds(2000);
+  options.min_workers = c.min_workers;
+  std::map<std::string, pid_t> pids;
+  JobOutcome outcome;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    ProcessSupervisor supervisor(options);
+    for (const ElasticProcess& p : c.processes) {
+      ProcessSpec spec = Shell(p.label, FillPids(p.script, pids));
+      spec.service = p.service;
+      pids[p.label] = supervisor.Start(spec);
+    }
+    outcome = supervisor.Run();
+  }
+  // Nothing waited for its 30 s sleep: the survivors of a failed job were torn down.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << err.Text();
+  EXPECT_EQ(outcome.exit_code, c.exit_code) << err.Text();
+
+  std::vector<std::string> left;
+  for (const ProcessExit& e : outcome.exits) {
+    if (e.left) left.push_back(e.label);
+  }
+  EXPECT_EQ(left, c.left) << err.Text();
+  EXPECT_EQ(outcome.first_failure ? outcome.first_failure->label : "", c.first_failure)
+      << err.Text();
+  // A worker that left is never the cause a restart is decided on.
+  const std::optional<ProcessExit> cause = AttemptCause(outcome);
+  EXPECT_EQ(cause ? cause->label : "", c.first_failure) << err.Text();
+  RestartOptions restarts;
+  restarts.max_restarts = 3;
+  EXPECT_EQ(DecideRestart(restarts, outcome, 0).verdict == RestartVerdict::kFinished,
+            c.exit_code == 0)
+      << err.Text();
+
+  for (const std::string& label : c.torn_down) {
+    const ProcessExit* e = FindExit(outcome, label);
+    ASSERT_NE(e, nullptr) << label;
+    EXPECT_TRUE(e->torn_down) << label;
+    EXPECT_TRUE(e->status.signaled && e->status.signal == SIGTERM) << label << " " << err.Text();
+  }
+  const std::vector<std::string> lines = err.Lines();
+  for (const std::string& line : c.lines) {
+    EXPECT_THAT(lines, ::testing::Contains("[launcher] " + FillPids(line, pids))) << err.Text();
+  }
+  ASSERT_FALSE(lines.empty());
+  if (c.last_line.empty()) {
+    EXPECT_THAT(lines.back(), ::testing::Not(HasSubstr("job "))) << err.Text();
+  } else {
+    EXPECT_EQ(lines.back(), "[launcher] " + FillPids(c.last_line, pids)) << err.Text();
+  }
+}
+
+std::vector<ElasticProcess> Workers(std::vector<std::pair<std::string, std::string>> scripts) {
+  std::vector<ElasticProcess> processes;
+  for (auto& [label, script] : scripts) processes.push_back({label, script});
+  return processes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ElasticWorkersTest,
+    ::testing::Values(
+        ElasticCase{"OneWorkerLeaves",
+                    3,
+                    Workers({{"worker 3", "exit 9"},
+                             {"worker 0", AfterReaped("worker 3") + "exit 0"},
+                             {"worker 1", AfterReaped("worker 3") + "exit 0"},
+                             {"worker 2", AfterReaped("worker 3") + "exit 0"}}),
+                    0,
+                    {"worker 3"},
+                    "",
+                    {},
+                    {"worker 3 (pid {worker 3}) exited with status 9; the job goes on with 3 of 4 "
+                     "workers (--workers 3:4)"},
+                    "job succeeded with 3 of 4 workers (--workers 3:4); left the job: worker 3 "
+                    "(pid {worker 3}) exited with status 9"},
+        ElasticCase{"AKilledWorkerLeaves",
+                    3,
+                    Workers({{"worker 1", "kill -9 $$"},
+                             {"worker 0", AfterReaped("worker 1") + "exit 0"},
+                             {"worker 2", AfterReaped("worker 1") + "exit 0"},
+                             {"worker 3", AfterReaped("worker 1") + "exit 0"}}),
+                    0,
+                    {"worker 1"},
+                    "",
+                    {},
+                    {"worker 1 (pid {worker 1}) killed by signal 9 (SIGKILL); the job goes on "
+                     "with 3 of 4 workers (--workers 3:4)"},
+                    "job succeeded with 3 of 4 workers (--workers 3:4); left the job: worker 1 "
+                    "(pid {worker 1}) killed by signal 9 (SIGKILL)"},
+        ElasticCase{"TwoLeaveAboveTheMinimum",
+                    2,
+                    Workers({{"worker 3", "exit 9"},
+                             {"worker 2", AfterReaped("worker 3") + "exit 7"},
+                             {"worker 0", AfterReaped("worker 2") + "exit 0"},
+                             {"worker 1", AfterReaped("worker 2") + "exit 0"}}),
+                    0,
+                    {"worker 3", "worker 2"},
+                    "",
+                    {},
+                    {"worker 3 (pid {worker 3}) exited with status 9; the job goes on with 3 of 4 "
+                     "workers (--workers 2:4)",
+                     "worker 2 (pid {worker 2}) exited with status 7; the job goes on with 2 of 4 "
+                     "workers (--workers 2:4)"},
+                    "job succeeded with 2 of 4 workers (--workers 2:4); left the job: worker 3 "
+                    "(pid {worker 3}) exited with status 9, worker 2 (pid {worker 2}) exited "
+                    "with status 7"},
+        ElasticCase{"TheSecondLossIsBelowTheMinimum",
+                    3,
+                    Workers({{"worker 3", "exit 9"},
+                             {"worker 2", AfterReaped("worker 3") + "exit 7"},
+                             {"worker 0", "exec sleep 30"},
+                             {"worker 1", "exec sleep 30"}}),
+                    7,
+                    {"worker 3"},
+                    "worker 2",
+                    {"worker 0", "worker 1"},
+                    {"worker 3 (pid {worker 3}) exited with status 9; the job goes on with 3 of 4 "
+                     "workers (--workers 3:4)",
+                     "worker 2 (pid {worker 2}) exited with status 7, which leaves 2 of 4 "
+                     "workers, below the minimum of 3 (--workers 3:4); tearing down the job"},
+                    "job failed: worker 2 (pid {worker 2}) exited with status 7; 2 of 4 workers "
+                    "remained, below the minimum of 3 (--workers 3:4); had left the job: worker 3 "
+                    "(pid {worker 3}) exited with status 9"},
+        // The scheduler counts a worker that finished as a member until the
+        // job ends; so does the launcher.
+        ElasticCase{"AWorkerThatFinishedStillCounts",
+                    3,
+                    Workers({{"worker 0", "exit 0"},
+                             {"worker 3", AfterReaped("worker 0") + "exit 9"},
+                             {"worker 1", AfterReaped("worker 3") + "exit 0"},
+                             {"worker 2", AfterReaped("worker 3") + "exit 0"}}),
+                    0,
+                    {"worker 3"},
+                    "",
+                    {},
+                    {"worker 3 (pid {worker 3}) exited with status 9; the job goes on with 3 of 4 "
+                     "workers (--workers 3:4)"},
+                    "job succeeded with 3 of 4 workers (--workers 3:4); left the job: worker 3 "
+                    "(pid {worker 3}) exited with status 9"},
+        ElasticCase{
+            "TheServicesEndAfterTheRemainingWorkers",
+            2,
+            {{"worker 2", "exit 9"},
+             {"worker 0", AfterReaped("worker 2") + "exit 0"},
+             {"worker 1", AfterReaped("worker 2") + "exit 0"},
+             {"server 0", AfterReaped("worker 0") + AfterReaped("worker 1") + "exit 0", true}},
+            0,
+            {"worker 2"},
+            "",
+            {},
+            {"worker 2 (pid {worker 2}) exited with status 9; the job goes on with 2 of 3 "
+             "workers (--workers 2:3)"},
+            "job succeeded with 2 of 3 workers (--workers 2:3); left the job: worker 2 "
+            "(pid {worker 2}) exited with status 9"},
+        ElasticCase{"AServersFailureTearsTheJobDown",
+                    1,
+                    {{"server 0", "exit 5", true},
+                     {"worker 0", "exec sleep 30"},
+                     {"worker 1", "exec sleep 30"}},
+                    5,
+                    {},
+                    "server 0",
+                    {"worker 0", "worker 1"},
+                    {"server 0 (pid {server 0}) exited with status 5; tearing down the job"},
+                    "job failed: server 0 (pid {server 0}) exited with status 5"},
+        // After the job failed, a worker's own failure is one more failure,
+        // not a departure.
+        ElasticCase{"AWorkerFailingDuringTheTearDownDoesNotLeave",
+                    1,
+                    {{"server 0", "exit 5", true},
+                     {"worker 0", AfterReaped("server 0") + "exit 9"},
+                     {"worker 1", "exec sleep 30"}},
+                    5,
+                    {},
+                    "server 0",
+                    {"worker 1"},
+                    {"worker 0 (pid {worker 0}) exited with status 9"},
+                    "job failed: server 0 (pid {server 0}) exited with status 5; then worker 0 "
+                    "(pid {worker 0}) exited with status 9"},
+        ElasticCase{"AsManyAsTheWorkersIsNotElastic",
+                    3,
+                    Workers({{"worker 2", "exit 9"},
+                             {"worker 0", "exec sleep 30"},
+                             {"worker 1", "exec sleep 30"}}),
+                    9,
+                    {},
+                    "worker 2",
+                    {"worker 0", "worker 1"},
+                    {"worker 2 (pid {worker 2}) exited with status 9; tearing down the job"},
+                    "job failed: worker 2 (pid {worker 2}) exited with status 9"},
+        ElasticCase{"NoMinimumIsNotElastic",
+                    0,
+                    Workers({{"worker 2", "exit 9"},
+                             {"worker 0", "exec sleep 30"},
+                             {"worker 1", "exec sleep 30"}}),
+                    9,
+                    {},
+                    "worker 2",
+                    {"worker 0", "worker 1"},
+                    {"worker 2 (pid {worker 2}) exited with status 9; tearing down the job"},
+                    "job failed: worker 2 (pid {worker 2}) exited with status 9"},
+        ElasticCase{
+            "EveryWorkerSucceeds",
+            2,
+            Workers({{"worker 0", "exit 0"}, {"worker 1", "exit 0"}, {"worker 2", "exit 0"}}),
+            0,
+            {},
+            "",
+            {},
+            {},
+            ""}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A server's PeerLost (200) reaped before the worker whose loss it reports
+// fails the job first; the final line still names the worker as the cause
+// and says the minimum its loss went below.
+TEST(ElasticWorkersTest, TheFinalLineSaysTheMinimumWhenALostPeerIsReapedFirst) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(300);
+  options.min_workers = 3;
+  std::map<std::string, pid_t> pids;
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(options);
+    pids["worker 3"] = supervisor.Start(Shell("worker 3", "exit 9"));
+    pids["server 0"] = supervisor.Start([&] {
+      ProcessSpec server = Shell("server 0", FillPids(AfterReaped("worker 3") + "exit 200", pids));
+      server.service = true;
+      return server;
+    }());
+    pids["worker 2"] =
+        supervisor.Start(Shell("worker 2", FillPids(AfterReaped("server 0") + "kill -9 $$", pids)));
+    supervisor.Start(Shell("worker 0", "exec sleep 30"));
+    supervisor.Start(Shell("worker 1", "exec sleep 30"));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 128 + SIGKILL) << err.Text();
+  ASSERT_TRUE(outcome.first_failure.has_value());
+  EXPECT_EQ(outcome.first_failure->label, "server 0");
+  EXPECT_EQ(AttemptCause(outcome)->label, "worker 2");
+  const std::vector<std::string> lines = err.Lines();
+  EXPECT_THAT(lines, ::testing::Contains(FillPids(
+                         "[launcher] server 0 (pid {server 0}) exited with status 200; tearing "
+                         "down the job",
+                         pids)));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(),
+            FillPids("[launcher] job failed: worker 2 (pid {worker 2}) killed by signal 9 "
+                     "(SIGKILL); then server 0 (pid {server 0}) exited with status 200; 2 of 4 "
+                     "workers remained, below the minimum of 3 (--workers 3:4); had left the job: "
+                     "worker 3 (pid {worker 3}) exited with status 9",
+                     pids));
+}
+
+// What a worker that left had started in its process group gets SIGTERM at
+// once and SIGKILL kill_delay later, while the job goes on; here a
+// grandchild that ignores SIGTERM is gone before the other workers end.
+TEST(ElasticWorkersTest, WhatALeavingWorkerLeftInItsGroupIsEnded) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.kill_delay = milliseconds(300);
+  options.min_workers = 1;
+  char dir_template[] = "/tmp/tandem-elastic-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string pid_file = std::string(dir_template) + "/grandchild";
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(options);
+    supervisor.Start(Shell("worker 1",
+                           "sh -c \"trap '' TERM; while :; do sleep 0.05; done\" & "
+                           "echo $! > " +
+                               pid_file + "; exit 9"));
+    supervisor.Start(Shell("worker 0", "sleep 2; if kill -0 $(cat " + pid_file +
+                                           ") 2>/dev/null; then echo alive; else echo gone; fi"));
+    outcome = supervisor.Run();
+  }
+  std::filesystem::remove_all(dir_template);
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_THAT(out.Lines(), ::testing::Contains("[worker 0] gone")) << out.Text() << err.Text();
+  EXPECT_THAT(err.Text(), HasSubstr("[launcher] sending SIGTERM to what worker 1 left in its "
+                                    "process group (SIGKILL follows in 0.3 s)"));
+  // Not the end-of-job sweep: the group was gone by then.
+  EXPECT_THAT(err.Text(), ::testing::Not(HasSubstr("every process of the job has exited, but")));
+}
+
 TEST(ProcessSupervisorTest, OwnLinesCarryTheLogTag) {
   MemoryFile out, err;
   {

@@ -273,6 +273,26 @@ TEST(AttemptCauseTest, PrefersASetUpErrorThenARealFailureThenTheFirst) {
   EXPECT_EQ(AttemptCause(Outcome({Code(200), Signal(SIGKILL)}, 0, false, 1))->pid, 100);
 }
 
+// A worker that left an elastic job (--workers MIN:MAX) failed, but the
+// job went on: it is never the attempt's cause, even with a set-up code,
+// and an attempt whose only failures are such departures needs no restart.
+TEST(AttemptCauseTest, AWorkerThatLeftAnElasticJobIsNeverTheCause) {
+  JobOutcome outcome = Outcome({Code(78), Signal(SIGKILL), Code(0)});
+  outcome.exits[0].left = true;
+  outcome.exits[1].left = false;
+  outcome.first_failure = outcome.exits[1];
+  EXPECT_EQ(AttemptCause(outcome)->pid, 101);
+
+  JobOutcome survived = Outcome({Signal(SIGKILL), Code(0), Code(0)});
+  survived.exits[0].left = true;
+  survived.first_failure.reset();  // as the supervisor reports a departure
+  survived.exit_code = 0;
+  EXPECT_FALSE(AttemptCause(survived).has_value());
+  RestartOptions options;
+  options.max_restarts = 3;
+  EXPECT_EQ(DecideRestart(options, survived, 0).verdict, RestartVerdict::kFinished);
+}
+
 TEST(RestartPolicyTest, ParsesAndNamesBothPolicies) {
   for (RestartPolicy p : {RestartPolicy::kExitCode, RestartPolicy::kOnFailure}) {
     EXPECT_EQ(ParseRestartPolicy(RestartPolicyName(p)), p);

@@ -123,7 +123,7 @@ TEST(BuildSgeJob, EveryProcessIsAQrshInheritTaskOnItsSlotWithItsContractOnStdin)
       {"PATH", "/venv/bin:/bin"},   {"TANDEM_SECRET", "users-own"},
       {"DMLC_WORKER_ID", "5"},      {"RANK", "9"},
       {"PE_HOSTFILE", "/spool/pe"}, {kSgeInnerLauncherVariable, "1"},
-      {"PS_VERBOSE", "1"}};
+      {"PS_VERBOSE", "1"},          {"TANDEM_MIN_WORKERS", "2"}};
   auto specs = BuildSgeJob(Options(4, 1), Granted(), Identity(), launcher_env, "/home/u/run");
   ASSERT_EQ(specs.size(), 6u);
   const std::vector<std::string> labels = {"scheduler", "server 0", "worker 0",
@@ -144,8 +144,10 @@ TEST(BuildSgeJob, EveryProcessIsAQrshInheritTaskOnItsSlotWithItsContractOnStdin)
     // secret (spooled where others may read it) or per-process values.
     EXPECT_EQ(s.env.at("PATH"), "/venv/bin:/bin");
     EXPECT_EQ(s.env.at("PS_VERBOSE"), "1");
-    for (const char* kept :
-         {"TANDEM_SECRET", "DMLC_WORKER_ID", "RANK", kSgeInnerLauncherVariable}) {
+    // An inherited TANDEM_MIN_WORKERS would make the job's scheduler let
+    // workers leave a job that Grid Engine ends when one task fails.
+    for (const char* kept : {"TANDEM_SECRET", "DMLC_WORKER_ID", "RANK", kSgeInnerLauncherVariable,
+                             "TANDEM_MIN_WORKERS"}) {
       EXPECT_EQ(s.env.count(kept), 0u) << s.label << " " << kept;
     }
     const auto contract = ContractOf(s);
@@ -157,6 +159,7 @@ TEST(BuildSgeJob, EveryProcessIsAQrshInheritTaskOnItsSlotWithItsContractOnStdin)
     EXPECT_EQ(contract.at("DMLC_NUM_WORKER"), "4");
     EXPECT_EQ(contract.at("OMP_NUM_THREADS"), "2");   // --env
     EXPECT_EQ(contract.count("DMLC_NODE_HOST"), 0u);  // the route to the scheduler decides
+    EXPECT_EQ(contract.count("TANDEM_MIN_WORKERS"), 0u) << s.label;
   }
   EXPECT_EQ(std::vector<std::string>(specs[0].argv.begin() + 12, specs[0].argv.end()),
             (std::vector<std::string>{"/opt/tandem/bin/tandem", "scheduler"}));

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <map>
@@ -151,6 +152,33 @@ TEST(BuildSshJob, EnvironmentTravelsOnStdinAndTheCommandIsQuoted) {
   EXPECT_EQ(env.count("PATH"), 0u);
 }
 
+// --workers MIN:MAX reaches every process on every host as
+// TANDEM_MIN_WORKERS; without it, a copy in the launcher's environment
+// (which the ssh launcher otherwise forwards with every TANDEM_*) does not.
+TEST(BuildSshJob, TheMinimumOfAnElasticJobReachesEveryProcessAndNoInheritedOne) {
+  LocalJobIdentity id{4242, "secret-hex", "job-1"};
+  const std::map<std::string, std::string> launcher_env = {{"TANDEM_MIN_WORKERS", "1"},
+                                                           {"TANDEM_OTHER", "kept"}};
+  SshJobOptions elastic = ThreeHosts(4, 1);
+  elastic.job.min_workers = 3;
+  const auto specs = BuildSshJob(elastic, id, launcher_env);
+  ASSERT_EQ(specs.size(), 6u);
+  for (const auto& spec : specs) {
+    const auto env = RemoteEnvironmentOf(spec);
+    EXPECT_EQ(env.at("TANDEM_MIN_WORKERS"), "3") << spec.label;
+    EXPECT_EQ(env.at("TANDEM_OTHER"), "kept") << spec.label;
+  }
+  SshJobOptions fixed = ThreeHosts(4, 1);
+  for (int min : {0, 4}) {
+    fixed.job.min_workers = min;
+    for (const auto& spec : BuildSshJob(fixed, id, launcher_env)) {
+      const auto env = RemoteEnvironmentOf(spec);
+      EXPECT_EQ(env.count("TANDEM_MIN_WORKERS"), 0u) << spec.label << " min " << min;
+      EXPECT_EQ(env.at("TANDEM_OTHER"), "kept") << spec.label;
+    }
+  }
+}
+
 // torchrun's and Horovod's variables of ThreeHosts(7, 3)'s processes:
 // workers 0..6 go to h1, h2, h2, h3, h3, h1, h2, so the hosts are numbered
 // h1, h2, h3 (GROUP_RANK) and each worker's LOCAL_RANK counts the workers
@@ -249,6 +277,17 @@ TEST(RemoteEnvironment, ASilentLauncherTimesOut) {
 }
 
 // remote-exec stops its command when the watched descriptor reaches its end.
+// RunRemoteExec leaves the signals it handles blocked (`tandem remote-exec`
+// exits right after it); the tests put the mask back, or the children of
+// later tests in this binary would start with SIGTERM blocked.
+int RunRemoteExecKeepingTheSignalMask(const RemoteExecOptions& options) {
+  sigset_t saved;
+  EXPECT_EQ(::pthread_sigmask(SIG_SETMASK, nullptr, &saved), 0);
+  const int code = RunRemoteExec(options);
+  ::pthread_sigmask(SIG_SETMASK, &saved, nullptr);
+  return code;
+}
+
 TEST(RunRemoteExec, StopsTheCommandWhenTheLauncherGoesAway) {
   int fds[2];
   // Close-on-exec: the command must not inherit the write end (in real use
@@ -264,7 +303,7 @@ TEST(RunRemoteExec, StopsTheCommandWhenTheLauncherGoesAway) {
     ::close(w);
   });
   auto start = std::chrono::steady_clock::now();
-  int code = RunRemoteExec(o);
+  int code = RunRemoteExecKeepingTheSignalMask(o);
   closer.join();
   ::close(fds[0]);
   EXPECT_EQ(code, 128 + SIGTERM);
@@ -281,7 +320,7 @@ TEST(RunRemoteExec, ReturnsTheCommandsExitCodeInItsDirectory) {
   o.environment = {{"PATH", "/bin:/usr/bin"}, {"X", "7"}};
   o.working_directory = "/tmp";
   o.watch_fd = fds[0];
-  EXPECT_EQ(RunRemoteExec(o), 3);
+  EXPECT_EQ(RunRemoteExecKeepingTheSignalMask(o), 3);
   ::close(fds[0]);
   ::close(fds[1]);
 }

@@ -141,11 +141,12 @@ struct KvJobOptions {
   std::shared_ptr<TestSgd::UpdateLog> update_log;       // the servers' updates, in order
   kv::OptimizerFactory optimizer_factory;               // the servers' optimizers; unset: TestSgd
   Timings timings{};
+  std::map<std::string, std::string> env;  // further variables for every node
 };
 
 class KvJob {
  public:
-  explicit KvJob(KvJobOptions o) : o_(o), job_(o.servers, o.workers, o.timings) {
+  explicit KvJob(KvJobOptions o) : o_(o), job_(o.servers, o.workers, o.timings, nullptr, o.env) {
     job_.AddAll();
     for (int i = 0; i < o.servers; ++i) {
       kv::KvServer::Options so;

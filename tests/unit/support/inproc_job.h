@@ -73,8 +73,14 @@ struct TestNode {
 // `clock` (borrowed; null: the real clock).
 class TestJob {
  public:
-  TestJob(int servers, int workers, Timings t = {}, const base::Clock* clock = nullptr)
-      : servers_(servers), workers_(workers), t_(t), clock_(clock ? *clock : steady_clock_) {
+  // `env`: further variables for every node (TANDEM_MIN_WORKERS, say).
+  TestJob(int servers, int workers, Timings t = {}, const base::Clock* clock = nullptr,
+          std::map<std::string, std::string> env = {})
+      : servers_(servers),
+        workers_(workers),
+        t_(t),
+        env_(std::move(env)),
+        clock_(clock ? *clock : steady_clock_) {
     scheduler_node_ = Assemble(Role::kScheduler, -1, "sched", t_);
     scheduler_port_ = scheduler_node_->node->scheduler_port();
   }
@@ -158,6 +164,7 @@ class TestJob {
         // PS_VERBOSE=1 or 2 shows the protocol when a test fails; quiet
         // otherwise.
         {"PS_VERBOSE", base::Environment::FromProcess().GetString("PS_VERBOSE", "0")}};
+    for (const auto& [name, value] : env_) vars[name] = value;
     if (requested_rank >= 0) {
       vars[role == Role::kServer ? "DMLC_SERVER_ID" : "DMLC_WORKER_ID"] =
           std::to_string(requested_rank);
@@ -177,6 +184,7 @@ class TestJob {
   int servers_;
   int workers_;
   Timings t_;
+  std::map<std::string, std::string> env_;
   base::SteadyClock steady_clock_;
   const base::Clock& clock_;
   net::InProcNetwork network_;  // outlives every node
