@@ -2,7 +2,7 @@
 small key and on a key split across the servers, in an elastic job
 (tandem launch --workers MIN:MAX, docs/elastic.md).
 
-    elastic_rounds_worker.py --rounds N --leave RANK:ROUND [--leave ...]
+    elastic_rounds_worker.py --rounds N [--leave RANK:ROUND ...] [--freeze RANK:ROUND]
 
 In round r worker w pushes (w+1)*r at every element of both keys; without an
 optimizer the pulled value is r times the sum of (w+1) over the workers in
@@ -10,7 +10,13 @@ that round. A worker named by --leave RANK:ROUND kills itself (SIGKILL) just
 before pushing that round, so from that round on the others' rounds hold
 exactly the workers that remain; each checks every pulled value against
 that closed form and prints 'elastic: round R rank K value V members M'.
-At the end each survivor prints 'elastic: done rank K workers [..] epoch E'."""
+At the end each survivor prints 'elastic: done rank K workers [..] epoch E'.
+
+A worker named by --freeze RANK:ROUND prints 'elastic: rank K pid P
+freezes before round R' and stops itself (SIGSTOP) there instead: alive,
+its connections open, silent, until the scheduler's heartbeat timeout makes
+the job go on without it. Once continued (SIGCONT) it tries its push of that
+round, which fails (its job went on without it), and it exits non-zero."""
 
 from __future__ import annotations
 
@@ -28,8 +34,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--leave", action="append", default=[], metavar="RANK:ROUND")
+    parser.add_argument("--freeze", metavar="RANK:ROUND")
     args = parser.parse_args()
     leave = {int(r): int(n) for r, n in (item.split(":") for item in args.leave)}
+    frozen = {}
+    if args.freeze:
+        rank_text, round_text = args.freeze.split(":")
+        frozen[int(rank_text)] = int(round_text)
+    gone = {**leave, **frozen}  # from that round on, not in the rounds
     kv = tandem.kvstore.create("dist_sync")
     rank, started = kv.rank, kv.num_workers
     small = np.zeros(10, dtype=np.float32)
@@ -40,7 +52,13 @@ def main() -> None:
         if leave.get(rank) == r:
             print(f"elastic: rank {rank} leaves before round {r}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        members = [w for w in range(started) if leave.get(w, args.rounds + 1) > r]
+        if frozen.get(rank) == r:
+            print(f"elastic: rank {rank} pid {os.getpid()} freezes before round {r}", flush=True)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            print(f"elastic: rank {rank} continued; pushing round {r}", flush=True)
+            kv.push(0, np.full(10, (rank + 1) * r, dtype=np.float32))
+            raise AssertionError("the push of a worker the job went on without was taken")
+        members = [w for w in range(started) if gone.get(w, args.rounds + 1) > r]
         expected = r * sum(w + 1 for w in members)
         kv.push(0, np.full(10, (rank + 1) * r, dtype=np.float32))
         kv.push(1, np.full(1000, (rank + 1) * r, dtype=np.float32))
