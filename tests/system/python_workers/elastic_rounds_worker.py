@@ -3,6 +3,7 @@ small key and on a key split across the servers, in an elastic job
 (tandem launch --workers MIN:MAX, docs/elastic.md).
 
     elastic_rounds_worker.py --rounds N [--leave RANK:ROUND ...] [--freeze RANK:ROUND]
+                             [--hold RANK:ROUND:PATH]
 
 In round r worker w pushes (w+1)*r at every element of both keys; without an
 optimizer the pulled value is r times the sum of (w+1) over the workers in
@@ -16,7 +17,10 @@ A worker named by --freeze RANK:ROUND prints 'elastic: rank K pid P
 freezes before round R' and stops itself (SIGSTOP) there instead: alive,
 its connections open, silent, until the scheduler's heartbeat timeout makes
 the job go on without it. Once continued (SIGCONT) it tries its push of that
-round, which fails (its job went on without it), and it exits non-zero."""
+round, which fails (its job went on without it), and it exits non-zero.
+--hold RANK:ROUND:PATH does the same without stopping: the worker prints
+'elastic: rank K holds before round R' and waits (at most 300 s) until PATH
+exists (a test cuts its link meanwhile), then tries its push."""
 
 from __future__ import annotations
 
@@ -35,13 +39,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--leave", action="append", default=[], metavar="RANK:ROUND")
     parser.add_argument("--freeze", metavar="RANK:ROUND")
+    parser.add_argument("--hold", metavar="RANK:ROUND:PATH")
     args = parser.parse_args()
     leave = {int(r): int(n) for r, n in (item.split(":") for item in args.leave)}
     frozen = {}
     if args.freeze:
         rank_text, round_text = args.freeze.split(":")
         frozen[int(rank_text)] = int(round_text)
-    gone = {**leave, **frozen}  # from that round on, not in the rounds
+    held, hold_path = {}, None
+    if args.hold:
+        rank_text, round_text, hold_path = args.hold.split(":", 2)
+        held[int(rank_text)] = int(round_text)
+    gone = {**leave, **frozen, **held}  # from that round on, not in the rounds
     kv = tandem.kvstore.create("dist_sync")
     rank, started = kv.rank, kv.num_workers
     small = np.zeros(10, dtype=np.float32)
@@ -56,6 +65,15 @@ def main() -> None:
             print(f"elastic: rank {rank} pid {os.getpid()} freezes before round {r}", flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
             print(f"elastic: rank {rank} continued; pushing round {r}", flush=True)
+            kv.push(0, np.full(10, (rank + 1) * r, dtype=np.float32))
+            raise AssertionError("the push of a worker the job went on without was taken")
+        if held.get(rank) == r:
+            print(f"elastic: rank {rank} holds before round {r}", flush=True)
+            deadline = time.monotonic() + 300
+            while not os.path.exists(hold_path):
+                assert time.monotonic() < deadline, f"{hold_path} never appeared"
+                time.sleep(0.05)
+            print(f"elastic: rank {rank} released; pushing round {r}", flush=True)
             kv.push(0, np.full(10, (rank + 1) * r, dtype=np.float32))
             raise AssertionError("the push of a worker the job went on without was taken")
         members = [w for w in range(started) if gone.get(w, args.rounds + 1) > r]
