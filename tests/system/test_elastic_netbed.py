@@ -31,9 +31,15 @@ VICTIM = 3
 MIN_WORKERS = 3
 
 
-def start(bed: netbed.NetBed, tandem_bin_dir, worker_args: list[str]) -> BedJob:
-    env = {**HEARTBEATS, **python_env(tandem_bin_dir), "TANDEM_MIN_WORKERS": str(MIN_WORKERS),
-           "MXNET_KVSTORE_BIGARRAY_BOUND": "100"}
+def job_env(tandem_bin_dir) -> dict[str, str]:
+    """Short heartbeats, the build's Python package (or a skip, before any bed
+    is made), the minimum, and the big key split across the servers."""
+    return {**HEARTBEATS, **python_env(tandem_bin_dir), "TANDEM_MIN_WORKERS": str(MIN_WORKERS),
+            "MXNET_KVSTORE_BIGARRAY_BOUND": "100"}
+
+
+def start(bed: netbed.NetBed, env: dict[str, str], tandem_bin_dir,
+          worker_args: list[str]) -> BedJob:
     tandem = str(tandem_bin_dir / "tandem")
     argv_for = {
         "scheduler": [tandem, "scheduler"],
@@ -73,8 +79,9 @@ def victim_of(job: BedJob):
 
 
 def test_a_killed_worker_leaves_and_the_rounds_stay_exact(netbed, tandem_bin_dir):
+    env = job_env(tandem_bin_dir)
     bed = netbed(6)
-    job = start(bed, tandem_bin_dir, ["--leave", f"{VICTIM}:{AT}"])
+    job = start(bed, env, tandem_bin_dir, ["--leave", f"{VICTIM}:{AT}"])
     try:
         victim = victim_of(job)
         assert job.wait_all(timeout=120), job.describe()
@@ -91,9 +98,10 @@ def test_a_killed_worker_leaves_and_the_rounds_stay_exact(netbed, tandem_bin_dir
 
 def test_a_cut_off_worker_is_left_behind_after_the_heartbeat_timeout(netbed, tandem_bin_dir,
                                                                      tmp_path):
+    env = job_env(tandem_bin_dir)
     bed = netbed(6)
     release = tmp_path / "release"
-    job = start(bed, tandem_bin_dir, ["--hold", f"{VICTIM}:{AT}:{release}"])
+    job = start(bed, env, tandem_bin_dir, ["--hold", f"{VICTIM}:{AT}:{release}"])
     try:
         victim = victim_of(job)
         job.wait_for(rf"elastic: rank {VICTIM} holds before round {AT}", timeout=120)
