@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 
@@ -132,7 +133,7 @@ void DistKVStore::Init(const KVKey& key, const TensorView& value) {
   }
   // As MXNet: only worker 0 sends the value; the others wait in the barrier
   // until it is on the servers.
-  WorkerZeroThenBarrier([&] {
+  FirstWorkerThenBarrier(fmt::format("init of key {}", info.name), [&] {
     auto op =
         std::make_shared<KvOperation>(fmt::format("init of key {}", info.name), client_.timeout());
     std::vector<ClientRequest> requests;
@@ -415,14 +416,17 @@ void DistKVStore::SetOptimizer(const std::string& name, const KVParams& params) 
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(fmt::format("set_optimizer: {}", e.what()));
   }
-  WorkerZeroThenBarrier([&] {
+  FirstWorkerThenBarrier(fmt::format("set-optimizer {}", name), [&] {
     Broadcast(kvmsg::kSetOptimizer, cmd.Encode(), fmt::format("set-optimizer {}", name));
   });
 }
 
-void DistKVStore::WorkerZeroThenBarrier(const std::function<void()>& step) {
+void DistKVStore::FirstWorkerThenBarrier(const std::string& what,
+                                         const std::function<void()>& step) {
+  cluster::Membership& membership = client_.services().membership;
+  const int first = membership.workers().front();
   std::exception_ptr error;
-  if (client_.rank() == 0) {
+  if (client_.rank() == first) {
     try {
       step();
     } catch (const PeerLost&) {
@@ -431,8 +435,15 @@ void DistKVStore::WorkerZeroThenBarrier(const std::function<void()>& step) {
       error = std::current_exception();  // the others must not wait in vain
     }
   }
-  client_.services().membership.Barrier(group::kWorkers);
+  membership.Barrier(group::kWorkers);
   if (error) std::rethrow_exception(error);
+  const std::vector<int> now = membership.workers();
+  if (std::find(now.begin(), now.end(), first) == now.end()) {
+    throw PeerLost(fmt::format(
+        "{}: worker {}, which was to do it for every worker, left the job during the call "
+        "(membership epoch {}); whether the servers have it is unknown (docs/elastic.md)",
+        what, first, membership.epoch()));
+  }
 }
 
 void DistKVStore::SetGradientCompression(const KVParams& params) {

@@ -81,9 +81,13 @@ class DistKVStore final : public KVStore {
                     std::shared_ptr<KvOperation> op);
   // Sends `type` to every server and waits for every reply.
   void Broadcast(uint16_t type, const std::string& meta, const std::string& what);
-  // Runs `step` on worker 0, then a worker barrier; worker 0 rethrows
-  // step's error after the barrier, so the others never wait in vain.
-  void WorkerZeroThenBarrier(const std::function<void()>& step);
+  // Runs `step` (which does `what`) on the first worker (the lowest rank
+  // that is a member: worker 0 until it leaves an elastic job,
+  // docs/elastic.md), then a worker barrier; the first worker rethrows
+  // step's error after the barrier, so the others never wait in vain. A
+  // worker that chose a first worker which then left the job before the
+  // barrier ended throws PeerLost: whether the step was done is unknown.
+  void FirstWorkerThenBarrier(const std::string& what, const std::function<void()>& step);
   const void* SumIfNeeded(const KeyInfo& info, const std::vector<TensorView>& values,
                           const std::shared_ptr<KvOperation>& op);
   // Checkpoints (docs/checkpoints.md, "Protocol"): defined in

@@ -34,7 +34,7 @@ void RequireStartingWorkers(const cluster::Membership& membership, const char* w
 }  // namespace
 
 void DistKVStore::SaveOptimizerStates(const std::string& path) {
-  WorkerZeroThenBarrier([&] {
+  FirstWorkerThenBarrier(fmt::format("save of optimizer states to {}", path), [&] {
     // Every server writes its own shard next to the others: <path>.server<rank>.
     auto op = std::make_shared<KvOperation>(fmt::format("save of optimizer states to {}", path),
                                             client_.timeout());
@@ -53,7 +53,7 @@ void DistKVStore::SaveOptimizerStates(const std::string& path) {
 }
 
 void DistKVStore::LoadOptimizerStates(const std::string& path) {
-  WorkerZeroThenBarrier([&] {
+  FirstWorkerThenBarrier(fmt::format("load of optimizer states from {}", path), [&] {
     auto op = std::make_shared<KvOperation>(fmt::format("load of optimizer states from {}", path),
                                             client_.timeout());
     std::vector<ClientRequest> requests;

@@ -212,3 +212,45 @@ TEST(DistElasticRefusal, APushFromAWorkerThatLeftIsRefused) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+// Worker 0 does the job-wide commands for everyone (Init's value,
+// SetOptimizer); once it has left, the lowest remaining rank does them, so a
+// set-optimizer after worker 0 died still reaches the servers.
+TEST(DistElasticCommands, TheFirstRemainingWorkerSendsTheCommands) {
+  KvJobOptions o;
+  o.servers = 2;
+  o.workers = 3;
+  o.big_array_bound = 64;
+  o.env["TANDEM_MIN_WORKERS"] = "2";
+  KvJob job(o);
+  const int64_t n = 100;
+  std::atomic<int> checked{0};
+  auto errors = job.Run("dist_sync", [&](KVStore& kv, int rank) {
+    Tensor value(DType::kF32, {n}, [&](size_t i) { return rank == 0 ? double(i % 11) : -1.0; });
+    kv.Init(5, value.view());
+    if (rank == 0) {
+      for (int i = 2; i < 5; ++i) {
+        TestNode& node = job.node(static_cast<size_t>(i));
+        if (node.membership->self().rank == 0) node.transport->Shutdown();
+      }
+      throw PeerLost("this worker died");
+    }
+    kv.Barrier();  // completes once worker 0 has left
+    EXPECT_EQ(kv.NumWorkers(), 2);
+    kv.SetOptimizer("sgd", {{"learning_rate", "0.5"}});
+    Tensor g(DType::kF32, {n}, [&](size_t) { return double(rank + 1); });
+    kv.Push(5, g.view());
+    kv.Pull(5, value.view());
+    for (size_t i = 0; i < value.size(); ++i) {
+      ASSERT_EQ(value.at(i), double(i % 11) - 0.5 * (2 + 3)) << i;
+    }
+    ++checked;
+  });
+  EXPECT_EQ(checked.load(), 2);
+}
+
+}  // namespace
+}  // namespace tandem::testing
