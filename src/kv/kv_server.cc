@@ -88,22 +88,19 @@ void KvServer::Start() {
                    context_.num_workers);
   // Elastic jobs (docs/elastic.md): every shard learns of a worker that left,
   // in its queue's order, so that a push queued before the news still counts.
-  services_.membership.AddWorkerLeftListener([this](const cluster::WorkerLeftNotice& notice) {
-    for (auto& shard : shards_) {
-      ShardItem item;
-      item.departed_worker = notice.node.rank;
-      shard->Post(std::move(item));
-    }
-  });
-  // One that left before the listener was added (Depart is idempotent).
-  const std::vector<int> members = services_.membership.workers();
-  for (int rank = 0; rank < context_.num_workers; ++rank) {
-    if (std::find(members.begin(), members.end(), rank) != members.end()) continue;
+  auto depart = [this](int rank) {
     for (auto& shard : shards_) {
       ShardItem item;
       item.departed_worker = rank;
       shard->Post(std::move(item));
     }
+  };
+  services_.membership.AddWorkerLeftListener(
+      [depart](const cluster::WorkerLeftNotice& notice) { depart(notice.node.rank); });
+  // One that left before the listener was added (Depart is idempotent).
+  const std::vector<int> members = services_.membership.workers();
+  for (int rank = 0; rank < context_.num_workers; ++rank) {
+    if (std::find(members.begin(), members.end(), rank) == members.end()) depart(rank);
   }
   for (auto& s : shards_) s->Start();
 }
