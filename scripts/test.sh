@@ -246,6 +246,11 @@ tsan_run() {
   else
     echo "   $bin: FAILED (log follows)" >&2
     cat "$log" >&2
+    # The log's end is what a CI page shows: repeat what failed there (the
+    # failed tests, each failure's first lines, a sanitizer's report head).
+    echo "   $bin: what failed, from the log above:" >&2
+    grep -E -A6 '(: Failure$|^\[  FAILED  \]|WARNING: ThreadSanitizer|^SUMMARY: )' "$log" |
+      grep -v -E ' [EW]\] ' | head -n 80 >&2 || true
     return 1
   fi
 }
