@@ -25,6 +25,13 @@ int64_t GradientExchange::PayloadBytes(const std::vector<tandem::TensorView>& we
   return Float32Bytes(weights);
 }
 
+tandem::Members GradientExchange::ElasticBarrier() {
+  throw tandem::InvalidArgument(fmt::format(
+      "the {} exchange is not elastic: only the parameter server's workers can leave a running "
+      "job (docs/elastic.md)",
+      mode()));
+}
+
 uint64_t GradientExchange::SaveStoreCheckpoint(const std::string& dir, const std::string&) {
   throw tandem::InvalidArgument(fmt::format(
       "store checkpoint into {}: the {} exchange has no parameter-server store to checkpoint", dir,

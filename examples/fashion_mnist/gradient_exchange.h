@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/cluster.h"
 #include "tandem/gradient_quantizer.h"
 #include "tandem/tensor.h"
 
@@ -60,6 +61,13 @@ class GradientExchange {
   /// workers. Every worker calls them. Throws tandem::IoError.
   virtual void SaveOptimizerStates(const std::string& path) = 0;
   virtual void LoadOptimizerStates(const std::string& path) = 0;
+
+  /// The workers meet in a barrier; returns the members at its release,
+  /// the same on every worker (tandem::KVStore::Barrier), which an elastic
+  /// run re-shards by. Throws tandem::InvalidArgument for an exchange without
+  /// elastic membership (only the parameter server's has it), PeerLost,
+  /// Timeout.
+  virtual tandem::Members ElasticBarrier();
 
   /// True when the exchange can checkpoint its store (a distributed
   /// KVStore: docs/checkpoints.md).

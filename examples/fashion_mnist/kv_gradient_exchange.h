@@ -39,6 +39,7 @@ class KvGradientExchange : public GradientExchange {
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;
   int64_t PayloadBytes(const std::vector<tandem::TensorView>& weights) const override;
+  tandem::Members ElasticBarrier() override { return store_->Barrier(); }
   bool has_store_checkpoints() const override;
   uint64_t SaveStoreCheckpoint(const std::string& dir, const std::string& user_state) override;
   std::optional<std::string> LoadStoreCheckpoint(

@@ -49,6 +49,10 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
                "BytePS's summation service: dist_sync, the servers only sum and each worker runs "
                "SGD; large keys are cut so that servers on hosts without a worker take the "
                "larger share (TANDEM_KV_PLACEMENT=balanced, docs/kvstore.md)");
+  app.add_flag("--elastic", o->elastic,
+               "go on when workers leave the job (tandem launch --workers MIN:MAX, "
+               "docs/elastic.md): each epoch starts with a barrier, and the workers that remain "
+               "share that epoch's data; needs a dist --kvstore");
   app.add_option("--epochs", o->epochs, "passes over the training set")->check(CLI::PositiveNumber);
   app.add_option("--batch-size", o->batch_size, "examples per worker and step")
       ->check(CLI::PositiveNumber);
@@ -93,6 +97,26 @@ bool ParseTrainOptions(int argc, char** argv, TrainOptions* o, int* exit_code) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     *exit_code = app.exit(e);
+    return false;
+  }
+  if (o->elastic && (o->allreduce || o->kvstore.rfind("dist", 0) != 0)) {
+    std::cerr << "--elastic needs a dist --kvstore (dist_sync, dist_async), got "
+              << (o->allreduce ? std::string("--allreduce: the collectives are not elastic yet")
+                               : "--kvstore " + o->kvstore)
+              << " (docs/elastic.md)\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (o->elastic && !o->checkpoint_dir.empty()) {
+    std::cerr << "--elastic with --checkpoint-dir: the checkpoints do not follow a change of "
+                 "workers yet (docs/elastic.md)\n";
+    *exit_code = 2;
+    return false;
+  }
+  if (o->elastic && !o->workload.empty()) {
+    std::cerr << "--elastic with --workload: the weights name the starting workers, and the "
+                 "shards are re-cut over those that remain (docs/elastic.md)\n";
+    *exit_code = 2;
     return false;
   }
   if (o->resume && o->checkpoint_dir.empty()) {

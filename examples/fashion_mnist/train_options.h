@@ -24,6 +24,7 @@ struct TrainOptions {
   /// dist_sync with the optimizer on the workers and the balanced key
   /// placement (TANDEM_KV_PLACEMENT=balanced); implies optimizer_on_workers.
   bool servers_on_spare_hosts = false;
+  bool elastic = false;  ///< go on when workers leave; re-shard at each epoch (docs/elastic.md)
   int epochs = 2;
   int64_t batch_size = 64;  ///< per worker (the global batch is the sum)
   double lr = 0.05;         ///< for one worker's batch

@@ -1,8 +1,10 @@
 #include "trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -105,13 +107,17 @@ TrainingData LoadTrainingData(const TrainOptions& options) {
   return data;
 }
 
-double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& plan,
+double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& initial_plan,
              const LearningRate& rate, GradientExchange& exchange) {
   torch::set_num_threads(o.threads);
   torch::manual_seed(o.seed);
   CnnModel model;
   std::vector<torch::Tensor> weights = model->parameters();
-  const bool leader = exchange.rank() == 0;
+  // An elastic run re-cuts the shards over the workers that remain, and the
+  // lowest of them leads (prints, evaluates): both change between epochs.
+  BatchPlan plan = initial_plan;
+  bool leader = exchange.rank() == 0;
+  uint32_t members_epoch = 0;
   const bool synchronous = exchange.mode() != "dist_async";
 
   std::unique_ptr<torch::optim::SGD> sgd;
@@ -199,8 +205,7 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
   // Synchronous modes sum the workers' gradients, so each worker divides its
   // loss by the global batch: the sum is then the gradient of the global
   // batch's mean loss. dist_async applies each worker's push alone.
-  const double loss_divisor =
-      static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
+  double loss_divisor = static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
   if (leader) {
     fmt::print(
         "training: mode {}{}, {} workers, batch {} per worker ({} global), {} steps per epoch, "
@@ -222,6 +227,31 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
   bool stopped = false;
   for (int epoch = start_epoch; epoch < o.epochs && !stopped; ++epoch) {
     if (o.max_steps >= 0 && step_count >= o.max_steps) break;
+    if (o.elastic) {
+      // Every worker that passes the barrier gets the same members, so all
+      // of them cut this epoch alike (docs/elastic.md, "The main job").
+      const tandem::Members m = exchange.ElasticBarrier();
+      const auto self = std::find(m.workers.begin(), m.workers.end(), exchange.rank());
+      if (self == m.workers.end()) {
+        throw tandem::Error(fmt::format("worker {} passed a barrier of the workers [{}] without it",
+                                        exchange.rank(), fmt::join(m.workers, ", ")));
+      }
+      leader = self == m.workers.begin();
+      if (m.epoch != members_epoch) {
+        members_epoch = m.epoch;
+        plan = BatchPlan(data.train.count, static_cast<int>(m.workers.size()),
+                         static_cast<int>(self - m.workers.begin()), o.batch_size, {}, o.seed);
+        loss_divisor = static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
+        if (leader) {
+          fmt::print(
+              "elastic: membership epoch {}: workers [{}] go on; epoch {} is cut into {} steps of "
+              "{} ({} per worker)\n",
+              m.epoch, fmt::join(m.workers, ", "), epoch + 1, plan.steps_per_epoch(),
+              plan.global_batch(), plan.local_batch());
+          std::fflush(stdout);
+        }
+      }
+    }
     const std::vector<int64_t> order = plan.EpochOrder(epoch);
     ProgressLine progress(leader && !o.quiet ? stdout : nullptr, epoch + 1, o.epochs,
                           plan.steps_per_epoch(), plan.global_batch());
@@ -288,6 +318,18 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& p
           progress.mean_loss(), progress.samples_per_second(), 100 * progress.comm_share(),
           epoch_seconds, accuracy, correct, data.test.count);
       std::fflush(stdout);
+    }
+  }
+  if (o.elastic) {
+    // The lowest worker that remains reports (worker 0 may have left).
+    const tandem::Members m = exchange.ElasticBarrier();
+    leader = !m.workers.empty() && m.workers.front() == exchange.rank();
+    if (leader && m.epoch > 0) {
+      fmt::print(
+          "elastic: workers [{}] finished; {} of the {} starting workers left (membership "
+          "epoch {})\n",
+          fmt::join(m.workers, ", "), initial_plan.batches().size() - m.workers.size(),
+          initial_plan.batches().size(), m.epoch);
     }
   }
   if (leader) {

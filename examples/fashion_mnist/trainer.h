@@ -26,8 +26,11 @@ TrainingData LoadTrainingData(const TrainOptions& options);
 /// Trains per `options` on `data`, worker `exchange.rank()` taking its part
 /// of `plan`, at the rates of `rate`. Prints progress and, on worker 0,
 /// each epoch's test accuracy and "final test accuracy: ..." at the end.
-/// Returns the final test accuracy on worker 0 (-1 elsewhere). Thread:
-/// main. Throws tandem::Error (communication, checkpoint files).
+/// With options.elastic every epoch starts with a barrier; after a worker
+/// left, the epoch is cut over the workers that remain and the lowest of
+/// them prints. Returns the final test accuracy on the worker that printed
+/// it (-1 elsewhere). Thread: main. Throws tandem::Error (communication,
+/// checkpoint files).
 double Train(const TrainOptions& options, const TrainingData& data, const BatchPlan& plan,
              const LearningRate& rate, GradientExchange& exchange);
 

@@ -38,6 +38,14 @@ inline constexpr int kWorkers = 4;
 inline constexpr int kAll = kScheduler | kServers | kWorkers;
 }  // namespace group
 
+/// The workers that are members of a job at one moment, and how many times
+/// the membership had changed by then (docs/elastic.md).
+struct Members {
+  uint32_t epoch = 0;        ///< 0 until a worker leaves an elastic job
+  std::vector<int> workers;  ///< their ranks, ascending
+  bool operator==(const Members&) const = default;
+};
+
 /// One node of the job as the scheduler announced it.
 struct NodeInfo {
   int id = -1;  ///< unique in the job: 0 is the scheduler, then servers, then workers
@@ -100,8 +108,12 @@ class Cluster {
   /// must belong to it) has called Barrier with the same mask. Throws
   /// InvalidArgument (bad mask), PeerLost (a node of the job was lost),
   /// Timeout (TANDEM_BARRIER_TIMEOUT passed; the error names the nodes the
-  /// scheduler was still waiting for).
-  void Barrier(int groups);
+  /// scheduler was still waiting for). Returns the members as this node
+  /// knew them when the scheduler released the barrier: every notice of a
+  /// change the scheduler sent before the release counted, none after, so
+  /// every node that passes the same barrier gets the same answer (what an
+  /// elastic program re-shards by; docs/elastic.md).
+  Members Barrier(int groups);
 
   /// Throws PeerLost if a node of the job has been lost; returns otherwise.
   void CheckHealth() const;

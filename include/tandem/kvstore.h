@@ -26,6 +26,7 @@
 #include <variant>
 #include <vector>
 
+#include "tandem/cluster.h"
 #include "tandem/tensor.h"
 
 namespace tandem {
@@ -223,8 +224,11 @@ class KVStore {
   /// worker. Throws InvalidArgument.
   virtual void SetGradientCompression(const KVParams& params) = 0;
 
-  /// Blocks until every worker called Barrier. Throws PeerLost, Timeout.
-  virtual void Barrier() = 0;
+  /// Blocks until every worker called Barrier. Returns the workers that
+  /// were members at its release, the same on every worker that passed it
+  /// (Cluster::Barrier; a local store: epoch 0, worker 0). Throws PeerLost,
+  /// Timeout.
+  virtual Members Barrier() = 0;
 
   /// Saves the optimizer's states. A local store writes `path`; in a
   /// distributed store every worker calls it: worker 0 asks each server to

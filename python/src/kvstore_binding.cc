@@ -267,8 +267,12 @@ void RegisterKVStore(py::module_& m) {
           py::arg("params"))
       .def("barrier",
            [](PyKVStore& s) {
-             py::gil_scoped_release release;
-             s.store().Barrier();
+             Members m;
+             {
+               py::gil_scoped_release release;
+               m = s.store().Barrier();
+             }
+             return py::make_tuple(m.epoch, m.workers);
            })
       .def(
           "save_optimizer_states",

@@ -226,9 +226,13 @@ class KVStore:
         init of every key and set_optimizer."""
         return self._store.load_checkpoint(str(directory))
 
-    def barrier(self) -> None:
-        """Blocks until every worker called barrier()."""
-        self._store.barrier()
+    def barrier(self) -> tuple[int, list[int]]:
+        """Blocks until every worker called barrier(). Returns (epoch,
+        workers): the membership epoch and the ranks of the workers that were
+        members when the barrier was released, the same on every worker that
+        passed it. An elastic program re-shards by it (docs/elastic.md);
+        MXNet's barrier returned nothing, and a caller may ignore it."""
+        return self._store.barrier()
 
     _barrier = barrier  # MXNet's spelling
 

@@ -69,7 +69,7 @@ int Cluster::num_servers() const { return impl_->hold->node().membership().table
 const std::vector<NodeInfo>& Cluster::nodes() const {
   return impl_->hold->node().membership().table().nodes;
 }
-void Cluster::Barrier(int groups) { impl_->hold->node().membership().Barrier(groups); }
+Members Cluster::Barrier(int groups) { return impl_->hold->node().membership().Barrier(groups); }
 void Cluster::CheckHealth() const { impl_->hold->node().membership().CheckHealth(); }
 void Cluster::RecordSpan(const std::string& track, const std::string& name,
                          std::chrono::steady_clock::time_point start,

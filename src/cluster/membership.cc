@@ -148,6 +148,10 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
               fmt::format("barrier answer for unknown request {}", msg.header.request_id));
         }
         it->second.done = true;
+        // Notices of changes the scheduler sent before the release were
+        // handled before it (one connection, in order): the same members on
+        // every node that passed this barrier.
+        it->second.members = Members{epoch_, workers_};
         if (msg.header.type == msg::kBarrierFailed) {
           BarrierFailure f = BarrierFailure::Decode(msg.meta);
           it->second.error = f.text;
@@ -324,7 +328,7 @@ void Membership::CheckHealth() const {
   if (failure_) ThrowFailure();
 }
 
-void Membership::Barrier(int groups, bool final) {
+Members Membership::Barrier(int groups, bool final) {
   if (groups <= 0 || (groups & ~group::kAll) != 0) {
     throw InvalidArgument(
         fmt::format("barrier group mask {} is not a combination of "
@@ -392,6 +396,7 @@ void Membership::Barrier(int groups, bool final) {
   if (!result.done) ThrowFailure();
   log_.V1("barrier #{} over {} passed in {:.3f} s", req.sequence, GroupsName(groups),
           Seconds(duration_cast<milliseconds>(clock_.Now() - started)));
+  return std::move(result.members);
 }
 
 void Membership::Finalize() {

@@ -67,7 +67,7 @@ class Membership final : public net::TransportHandler {
   const NodeInfo& self() const { return table_->nodes[static_cast<size_t>(self_id_)]; }
 
   /// See tandem::Cluster::Barrier. `final` marks Finalize()'s barrier.
-  void Barrier(int groups, bool final = false);
+  Members Barrier(int groups, bool final = false);
 
   /// Throws the job's failure (PeerLost, ...) if there is one.
   void CheckHealth() const;
@@ -135,6 +135,7 @@ class Membership final : public net::TransportHandler {
     bool done = false;
     bool timed_out = false;
     std::optional<std::string> error;
+    Members members;  // at the release (kBarrierDone)
   };
 
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;

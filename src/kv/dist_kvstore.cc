@@ -457,6 +457,6 @@ void DistKVStore::SetGradientCompression(const KVParams& params) {
   compression_ = parsed;
 }
 
-void DistKVStore::Barrier() { client_.services().membership.Barrier(group::kWorkers); }
+Members DistKVStore::Barrier() { return client_.services().membership.Barrier(group::kWorkers); }
 
 }  // namespace tandem::kv

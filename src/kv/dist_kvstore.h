@@ -64,7 +64,7 @@ class DistKVStore final : public KVStore {
                               const std::vector<int64_t>& row_ids, int priority) override;
   void SetOptimizer(const std::string& name, const KVParams& params) override;
   void SetGradientCompression(const KVParams& params) override;
-  void Barrier() override;
+  Members Barrier() override;
   // Optimizer states and checkpoints: defined in dist_kvstore_checkpoints.cc.
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;

@@ -43,7 +43,7 @@ class LocalKVStore final : public KVStore {
                               const std::vector<int64_t>& row_ids, int priority) override;
   void SetOptimizer(const std::string& name, const KVParams& params) override;
   void SetGradientCompression(const KVParams& params) override;
-  void Barrier() override {}
+  Members Barrier() override { return Members{0, {0}}; }
   void SaveOptimizerStates(const std::string& path) override;
   void LoadOptimizerStates(const std::string& path) override;
   /// Not supported: throw InvalidArgument (docs/checkpoints.md).

@@ -188,6 +188,52 @@ TEST(ElasticMembershipLimits, WithoutTheMinimumALostWorkerFailsTheJob) {
   }
 }
 
+// A barrier returns the members at its release, the same on every node that
+// passed it, even when a worker vanishes right after one barrier and the
+// notice races the next: what an elastic program re-shards by.
+class ElasticMembershipBarriers : public ::testing::TestWithParam<int> {};
+
+TEST_P(ElasticMembershipBarriers, EveryNodeGetsTheSameMembersFromABarrier) {
+  constexpr int kWorkers = 4;
+  constexpr int kBarriers = 12;
+  const int leave_after = GetParam();  // worker 3 leaves after this barrier, worker 2 two later
+  TestJob job(1, kWorkers, {}, nullptr, {{"TANDEM_MIN_WORKERS", "1"}});
+  job.AddAll();
+  const size_t nodes = 2 + kWorkers;             // the scheduler's, the server, the workers
+  std::vector<std::vector<Members>> got(nodes);  // per node, per barrier passed
+  auto errors = job.RunAll([&](Membership& m) {
+    const bool worker = m.self().role == Role::kWorker;
+    const size_t index =
+        static_cast<size_t>(worker ? 2 + m.self().rank : (m.self().role == Role::kServer ? 1 : 0));
+    for (int b = 0; b < kBarriers; ++b) {
+      got[index].push_back(m.Barrier(group::kAll));
+      if (worker && ((m.self().rank == 3 && b == leave_after) ||
+                     (m.self().rank == 2 && b == leave_after + 2))) {
+        m.Close();
+        return;
+      }
+    }
+    m.Finalize();
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, nullptr) << What(e);
+  // The scheduler's node and the server pass every barrier.
+  ASSERT_EQ(got[0].size(), static_cast<size_t>(kBarriers));
+  ASSERT_EQ(got[1].size(), static_cast<size_t>(kBarriers));
+  for (size_t i = 1; i < nodes; ++i) {
+    for (size_t b = 0; b < got[i].size(); ++b) {
+      EXPECT_EQ(got[i][b], got[0][b])
+          << "node index " << i << ", barrier " << b << ": epoch " << got[i][b].epoch
+          << " against the scheduler's node's " << got[0][b].epoch;
+    }
+  }
+  EXPECT_EQ(got[0].front(), (Members{0, {0, 1, 2, 3}}));
+  EXPECT_EQ(got[0].back(), (Members{2, {0, 1}}));
+  // The epochs never go back from one barrier to the next.
+  for (size_t b = 1; b < got[0].size(); ++b) EXPECT_GE(got[0][b].epoch, got[0][b - 1].epoch);
+}
+
+INSTANTIATE_TEST_SUITE_P(LeavingAfter, ElasticMembershipBarriers, ::testing::Values(0, 3, 7));
+
 // The notice's decoder refuses what a scheduler never sends.
 TEST(WorkerLeftNoticeCodec, RoundTripsAndRefusesInconsistentNotices) {
   WorkerLeftNotice n;

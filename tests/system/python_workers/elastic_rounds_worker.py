@@ -87,7 +87,10 @@ def main() -> None:
         print(f"elastic: round {r} rank {rank} value {expected:g} members {len(members)}",
               flush=True)
         time.sleep(0.02)
-    kv.barrier()  # every change has reached every member by now
+    # Every change has reached every member by now, and the barrier says
+    # which members it was released with: the same as the store's view.
+    epoch, members = kv.barrier()
+    assert (epoch, members) == (kv.epoch, kv.workers), (epoch, members, kv.epoch, kv.workers)
     print(f"elastic: done rank {rank} workers {kv.workers} epoch {kv.epoch} "
           f"num_workers {kv.num_workers}", flush=True)
     kv.close()
