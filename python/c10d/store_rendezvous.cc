@@ -9,6 +9,7 @@
 #include "cluster/node_address.h"
 #include "cluster/startup_environment.h"
 #include "launch/job_credentials.h"
+#include "launch/local_launcher.h"
 #include "net/endpoint.h"
 #include "net/socket_address.h"
 #include "tandem/error.h"
@@ -98,12 +99,13 @@ WorldRendezvous ExchangeCoordinator(::c10d::Store& store, int rank, int size,
   for (int r = 0; r < size; ++r) {
     hosts.push_back(StoreGet(store, HostKey(r), rank, "every rank's host name"));
   }
-  net::Endpoint ep{ChooseCoordinatorHost(env, hosts, default_group), 0};
-  net::Endpoint bound;
-  // Bound and released at once: the rendezvous binds the port again moments
-  // later (as tandem's PMIx exchange does).
-  net::ListenOn({cluster::IsIpLiteral(ep.host) ? ep.host : "0.0.0.0", 0}, &bound);
-  ep.port = bound.port;
+  // A port free here a moment ago, drawn outside the ephemeral range: the
+  // rendezvous binds it moments later, and a port the kernel picked (bind to
+  // port 0) is one an outgoing connection can take meanwhile, even another
+  // rank's connect to this very address (a TCP self-connect: rank 0 then
+  // failed with "Address already in use" and the others with a closed
+  // connection).
+  net::Endpoint ep{ChooseCoordinatorHost(env, hosts, default_group), launch::RandomSchedulerPort()};
   agreed.coordinator = ep.ToString();
   // The secret first: a rank that read the address finds the secret set.
   agreed.secret = own_secret ? std::string() : launch::GenerateJobSecret();
