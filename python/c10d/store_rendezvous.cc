@@ -11,7 +11,6 @@
 #include "launch/job_credentials.h"
 #include "launch/local_launcher.h"
 #include "net/endpoint.h"
-#include "net/socket_address.h"
 #include "tandem/error.h"
 
 namespace tandem::c10d_backend {

@@ -241,7 +241,7 @@ TEST(WorkerLeftNoticeCodec, RoundTripsAndRefusesInconsistentNotices) {
   n.node.id = 5;
   n.node.role = Role::kWorker;
   n.node.rank = 3;
-  n.node.host = "10.0.0.7";
+  n.node.host = "127.0.0.7";
   n.node.port = 4321;
   n.reason = "its connection closed (reset)";
   n.remaining = {0, 1, 4};
