@@ -25,6 +25,7 @@
 #include "base/logger.h"
 #include "net/inproc_transport.h"
 #include "support/manual_time.h"
+#include "support/sanitizer.h"
 #include "tandem/error.h"
 
 namespace tandem::net {
@@ -287,17 +288,7 @@ class ReliableWindow : public ::testing::TestWithParam<uint32_t> {};
 // loaded machine), so that window sends 20k under TSan (still 1250
 // windows). The window of 1024 keeps 100k: with 20k its lost acks were
 // all covered by later ones before any resend once (no duplicate to see).
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kUnderTsan = true;
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-constexpr bool kUnderTsan = true;
-#else
-constexpr bool kUnderTsan = false;
-#endif
-#else
-constexpr bool kUnderTsan = false;
-#endif
+using tandem::testing::kUnderTsan;
 
 // 100k messages (20k with a window of 16 under TSan) with 5% of data and
 // acks lost: the receiver's dedup state (expected id + held ids) never

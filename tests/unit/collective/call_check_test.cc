@@ -197,7 +197,7 @@ TEST_P(CallCheck, EveryRankRaisesNamingEachRanksCall) {
   const int n = std::get<1>(GetParam());
   const bool same_host = std::get<2>(GetParam());
   const Case c = Cases()[index];
-  CollectiveJob job(n, TestSettings(std::chrono::seconds(20), 1, 64 << 10, same_host));
+  CollectiveJob job(n, TestSettings(testing::kTestPatience, 1, 64 << 10, same_host));
   std::vector<double> seconds(static_cast<size_t>(n));
   std::vector<int> returned(static_cast<size_t>(n), 0);
   auto errors = job.Run([&](int rank, CollectiveService& s) {

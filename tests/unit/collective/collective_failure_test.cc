@@ -30,7 +30,7 @@ TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
   // The hierarchical allreduce on hosts of 2 ranks (the victim's host-mate
   // and its slice's partners on the other hosts wait for it).
   const int per_host = algorithm == AllReduceAlgorithm::kHierarchical ? 2 : 0;
-  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, spin), {},
+  CollectiveJob job(n, testing::TestSettings(testing::kTestPatience, 1, 64 << 10, true, spin), {},
                     per_host);
   auto errors = job.Run([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     Buffer b(DType::kF32, 100000);
@@ -93,7 +93,7 @@ INSTANTIATE_TEST_SUITE_P(
 // that process's error kind and text, not with PeerLost.
 TEST(StoppedJob, CollectivesFailWithTheStoppingProcesssKind) {
   const std::string cause = "optimizer states file /ckpt/kv-optimizer.server0: cannot write";
-  CollectiveJob job(3, testing::TestSettings(std::chrono::seconds(20)));
+  CollectiveJob job(3, testing::TestSettings(testing::kTestPatience));
   auto errors = job.Run([&](int rank, CollectiveService& s) {
     Buffer b(DType::kF32, 1000);
     s.World().AllReduce(b.view(), b.view(), {});  // all alive: works
@@ -124,7 +124,7 @@ class CollectiveTimeout : public ::testing::TestWithParam<std::chrono::microseco
 
 TEST_P(CollectiveTimeout, AnAbsentRankIsNamedWithTheOperationAndTensor) {
   CollectiveJob job(3,
-                    testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, true, GetParam()));
+                    testing::TestSettings(testing::kTestPatience, 1, 64 << 10, true, GetParam()));
   job.RunOk([&](int rank, CollectiveService& s) {
     if (rank == 2) {
       // Never joins the operation; waits until the others gave up.

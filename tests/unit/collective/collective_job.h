@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "base/dtype.h"
 #include "collective/collective_service.h"
 #include "support/inproc_job.h"
+#include "support/sanitizer.h"
 #include "tandem/collective.h"
 
 namespace tandem::collective::testing {
@@ -27,7 +29,14 @@ using tandem::testing::TestNode;
 using tandem::testing::Timings;
 using tandem::testing::What;
 
-inline CollectiveSettings TestSettings(std::chrono::milliseconds timeout = std::chrono::seconds(20),
+// The collectives' default patience in these tests: 20 s, and 120 s under
+// ThreadSanitizer, where every step costs 5-15 times as much and 16 ranks of
+// 3 MiB (Hierarchical n16_hierarchical_8_per_host) took 33 s on a CI machine
+// of 2 cores. Tests of the time-outs themselves pass their own.
+inline constexpr std::chrono::milliseconds kTestPatience =
+    std::chrono::seconds(tandem::testing::kUnderTsan ? 120 : 20);
+
+inline CollectiveSettings TestSettings(std::chrono::milliseconds timeout = kTestPatience,
                                        int connections = 1, size_t segment_bytes = 64 << 10,
                                        bool same_host_copy = true,
                                        std::optional<std::chrono::microseconds> spin = {}) {
@@ -46,10 +55,12 @@ inline CollectiveSettings TestSettings(std::chrono::milliseconds timeout = std::
 /// host when i / per_host == j / per_host.
 class CollectiveJob {
  public:
+  /// `env`: further variables for every node (TANDEM_MIN_WORKERS, which
+  /// the scheduler reads, for an elastic job).
   explicit CollectiveJob(int n, CollectiveSettings settings = TestSettings(), Timings t = {},
-                         int per_host = 0)
+                         int per_host = 0, std::map<std::string, std::string> env = {})
       : n_(n) {
-    job_ = std::make_unique<TestJob>(0, n, t);
+    job_ = std::make_unique<TestJob>(0, n, t, nullptr, std::move(env));
     for (int i = 0; i < n; ++i) {
       TestNode* node = job_->Add(Role::kWorker, i, nullptr,
                                  per_host > 0 ? "host-" + std::to_string(i / per_host) : "");

@@ -221,7 +221,7 @@ INSTANTIATE_TEST_SUITE_P(Groups, CollectiveOps, ::testing::Range(1, 9),
 class ConnectionsPerPair : public ::testing::TestWithParam<int> {};
 
 TEST_P(ConnectionsPerPair, SeveralConnectionsCarryTheSameResults) {
-  CollectiveJob job(4, testing::TestSettings(std::chrono::seconds(20), GetParam(), 4096));
+  CollectiveJob job(4, testing::TestSettings(testing::kTestPatience, GetParam(), 4096));
   job.RunOk([&](int rank, CollectiveService& s) {
     Buffer b(DType::kI32, 100003);
     for (int64_t i = 0; i < b.count; ++i) b.Set(i, static_cast<double>(i % 100 + rank));

@@ -527,7 +527,7 @@ TEST(FusionEngineArguments, BadRequestsAreRefusedAtOnceAndTheEngineGoesOn) {
 TEST(FusionEngineFailure, ALostPeerFailsPendingAndLaterRequestsWithPeerLost) {
   constexpr int n = 3;
   constexpr int victim = 2;
-  CollectiveJob job(n, testing::TestSettings(std::chrono::seconds(20)));
+  CollectiveJob job(n, testing::TestSettings(testing::kTestPatience));
   auto errors = job.Run([&](int rank, CollectiveService& s) {
     auto engine = MakeEngine(s, n, TestOptions(size_t{1} << 20));
     Buffer b(DType::kF32, 1000);

@@ -28,7 +28,7 @@ class PointToPoint : public ::testing::TestWithParam<std::tuple<int, bool, bool,
 // The job of a parameter set: its size and paths.
 std::unique_ptr<CollectiveJob> JobFor(const std::tuple<int, bool, bool, int64_t>& param) {
   CollectiveSettings settings =
-      testing::TestSettings(std::chrono::seconds(20), 1, 64 << 10, std::get<1>(param));
+      testing::TestSettings(testing::kTestPatience, 1, 64 << 10, std::get<1>(param));
   settings.mesh.mailbox = std::get<2>(param);
   return std::make_unique<CollectiveJob>(std::get<0>(param), settings);
 }

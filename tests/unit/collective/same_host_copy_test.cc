@@ -26,7 +26,7 @@ class SameHostCopy : public ::testing::TestWithParam<std::tuple<int, bool, bool>
 
 TEST_P(SameHostCopy, EveryOperationGivesExactResultsEitherWay) {
   const auto [n, copy, mailbox] = GetParam();
-  CollectiveSettings settings = testing::TestSettings(std::chrono::seconds(20), 1, 256 << 10, copy);
+  CollectiveSettings settings = testing::TestSettings(testing::kTestPatience, 1, 256 << 10, copy);
   settings.mesh.mailbox = mailbox;
   CollectiveJob job(n, settings);
   job.RunOk([&, n = n, copy = copy, mailbox = mailbox](int rank, CollectiveService& s) {
@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(GroupsCopyOnAndOff, SameHostCopy,
 TEST(SameHostMailboxFull, RecordsThatDoNotFitGoOverTcp) {
   constexpr int kGroups = 12;
   constexpr int64_t kCount = (32 << 10) / 4;
-  CollectiveJob job(2, testing::TestSettings(std::chrono::seconds(20)));
+  CollectiveJob job(2, testing::TestSettings(testing::kTestPatience));
   job.RunOk([&](int rank, CollectiveService& s) {
     ASSERT_EQ(s.mesh().MailboxPeers(), 1);
     std::vector<std::unique_ptr<Communicator>> groups;
