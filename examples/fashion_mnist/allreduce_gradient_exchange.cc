@@ -40,7 +40,28 @@ void AllreduceGradientExchange::Exchange(const std::vector<tandem::TensorView>& 
     options.wire_dtype = wire_;
     handles.push_back(collectives_->world().AllReduceAsync(grads[i], grads[i], options));
   }
-  for (const tandem::CollectiveHandle& h : handles) h.Wait();
+  // Every handle is waited for, also after one failed: the gradients stay
+  // borrowed until each operation ended (after a change of an elastic
+  // job's workers they all end at once, with MembershipChanged).
+  std::exception_ptr first;
+  for (const tandem::CollectiveHandle& h : handles) {
+    try {
+      h.Wait();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+void AllreduceGradientExchange::ShareLeaderState(std::string& state) {
+  tandem::Communicator& world = collectives_->world();
+  int64_t length = static_cast<int64_t>(state.size());
+  world.Broadcast(tandem::TensorView{&length, tandem::DType::kI64, {1}}, 0,
+                  {.name = "leader state length"});
+  state.resize(static_cast<size_t>(length));
+  world.Broadcast(tandem::TensorView{state.data(), tandem::DType::kU8, {length}}, 0,
+                  {.name = "leader state"});
 }
 
 }  // namespace fashion_mnist

@@ -25,7 +25,9 @@ class AllreduceGradientExchange : public GradientExchange {
   /// Finalizes the collectives (waits for queued operations, leaves the job).
   ~AllreduceGradientExchange() override;
 
-  int rank() const override { return collectives_->world().rank(); }
+  /// The worker rank (the world's rank until an elastic job's workers
+  /// regroup; tandem::Cluster::rank() after).
+  int rank() const override { return collectives_->cluster().rank(); }
   int num_workers() const override { return collectives_->world().size(); }
   std::string mode() const override { return "allreduce"; }
   void ShareInitialWeights(const std::vector<tandem::TensorView>& weights) override;
@@ -33,6 +35,11 @@ class AllreduceGradientExchange : public GradientExchange {
   void Exchange(const std::vector<tandem::TensorView>& grads,
                 const std::vector<tandem::TensorView>& weights) override;
   int64_t PayloadBytes(const std::vector<tandem::TensorView>& weights) const override;
+  /// Elastic runs (docs/elastic.md, "The main job"): Collectives::Regroup.
+  tandem::Members ElasticBarrier() override { return collectives_->Regroup(); }
+  /// Broadcasts the length, then the bytes, from group rank 0 of the world
+  /// (the lowest worker that remains).
+  void ShareLeaderState(std::string& state) override;
   void SaveOptimizerStates(const std::string&) override {}
   void LoadOptimizerStates(const std::string&) override {}
 

@@ -32,6 +32,13 @@ tandem::Members GradientExchange::ElasticBarrier() {
       mode()));
 }
 
+void GradientExchange::ShareLeaderState(std::string&) {
+  throw tandem::InvalidArgument(
+      fmt::format("the {} exchange does not abandon steps when a worker leaves: nothing to share "
+                  "(docs/elastic.md)",
+                  mode()));
+}
+
 uint64_t GradientExchange::SaveStoreCheckpoint(const std::string& dir, const std::string&) {
   throw tandem::InvalidArgument(fmt::format(
       "store checkpoint into {}: the {} exchange has no parameter-server store to checkpoint", dir,

@@ -69,6 +69,15 @@ class GradientExchange {
   /// Timeout.
   virtual tandem::Members ElasticBarrier();
 
+  /// After Exchange raised tandem::MembershipChanged and ElasticBarrier
+  /// regrouped the workers: every worker's `state` becomes that of the
+  /// lowest worker that remains (its bytes, any length). Every remaining
+  /// worker calls it. Throws tandem::InvalidArgument for an exchange whose
+  /// steps are not abandoned by a change (the parameter server's: its
+  /// rounds complete with the workers that remain), MembershipChanged when
+  /// another worker left meanwhile, PeerLost, Timeout.
+  virtual void ShareLeaderState(std::string& state);
+
   /// True when the exchange can checkpoint its store (a distributed
   /// KVStore: docs/checkpoints.md).
   virtual bool has_store_checkpoints() const { return false; }

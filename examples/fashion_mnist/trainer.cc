@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 
@@ -98,6 +99,49 @@ void DumpWeights(const std::string& path, const std::vector<torch::Tensor>& weig
              path);
 }
 
+// An elastic allreduce run's position, which the workers take from the
+// lowest remaining one after a change (docs/elastic.md, "The main job"):
+// the workers its epoch's plan was cut over, and its resume state.
+struct ElasticPosition {
+  std::vector<int> plan_members;
+  ResumeState state;
+};
+
+// A count of members (int32), the members (int32 each), then
+// EncodeResumeState's bytes; native byte order, read only by the same
+// program in the same job.
+std::string EncodeElasticPosition(const ElasticPosition& p) {
+  std::string out;
+  auto put = [&](int32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(static_cast<int32_t>(p.plan_members.size()));
+  for (int w : p.plan_members) put(w);
+  out += EncodeResumeState(p.state);
+  return out;
+}
+
+ElasticPosition DecodeElasticPosition(const std::string& bytes) {
+  size_t at = 0;
+  auto get = [&]() -> int32_t {
+    if (bytes.size() - at < sizeof(int32_t)) {
+      throw tandem::ProtocolError(fmt::format(
+          "elastic position of {} bytes ends at byte {} inside its member list", bytes.size(), at));
+    }
+    int32_t v = 0;
+    std::memcpy(&v, bytes.data() + at, sizeof(v));
+    at += sizeof(v);
+    return v;
+  };
+  ElasticPosition p;
+  const int32_t count = get();
+  if (count < 1 || static_cast<size_t>(count) > bytes.size() / sizeof(int32_t)) {
+    throw tandem::ProtocolError(
+        fmt::format("elastic position of {} bytes names {} members", bytes.size(), count));
+  }
+  for (int32_t i = 0; i < count; ++i) p.plan_members.push_back(get());
+  p.state = DecodeResumeState(bytes.substr(at));
+  return p;
+}
+
 }  // namespace
 
 TrainingData LoadTrainingData(const TrainOptions& options) {
@@ -117,7 +161,6 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
   // lowest of them leads (prints, evaluates): both change between epochs.
   BatchPlan plan = initial_plan;
   bool leader = exchange.rank() == 0;
-  uint32_t members_epoch = 0;
   const bool synchronous = exchange.mode() != "dist_async";
 
   std::unique_ptr<torch::optim::SGD> sgd;
@@ -225,23 +268,92 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
 
   double accuracy = -1;
   bool stopped = false;
-  for (int epoch = start_epoch; epoch < o.epochs && !stopped; ++epoch) {
+  // Elastic runs: the workers the current plan was cut over (in their
+  // order; this worker's part is its place there).
+  std::vector<int> plan_members(initial_plan.batches().size());
+  for (size_t i = 0; i < plan_members.size(); ++i) plan_members[i] = static_cast<int>(i);
+  auto cut_plan = [&](const std::vector<int>& members) {
+    const auto self = std::find(members.begin(), members.end(), exchange.rank());
+    if (self == members.end()) {
+      throw tandem::Error(fmt::format("worker {} is not among the workers [{}] it trains with",
+                                      exchange.rank(), fmt::join(members, ", ")));
+    }
+    plan = BatchPlan(data.train.count, static_cast<int>(members.size()),
+                     static_cast<int>(self - members.begin()), o.batch_size, {}, o.seed);
+    plan_members = members;
+    loss_divisor = static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
+  };
+  // Where this worker is: the next step, within `epoch`. An allreduce run
+  // that regroups after a change takes the lowest remaining worker's
+  // position, weights and optimizer state (docs/elastic.md, "The main job").
+  int epoch = start_epoch;
+  int64_t step = start_step;
+  uint32_t regrouped_epoch = 0;
+  // The epoch's barrier was the regroup just passed (after an abandoned
+  // step), whose answer is `last_members`.
+  bool barrier_done = false;
+  tandem::Members last_members;
+  const bool abandons_steps = o.elastic && o.allreduce;
+  // Regroups (a barrier) and, when the members changed since the last
+  // regroup, adopts the leader's position. Returns the members.
+  auto regroup = [&]() -> tandem::Members {
+    for (;;) {
+      try {
+        const tandem::Members m = exchange.ElasticBarrier();
+        leader = !m.workers.empty() && m.workers.front() == exchange.rank();
+        last_members = m;
+        // A worker at the start of an epoch has passed its barrier now.
+        barrier_done = step == 0;
+        if (!abandons_steps || m.epoch == regrouped_epoch) return m;
+        ElasticPosition mine{plan_members, ResumeState{step_count, epoch, step, {}}};
+        if (sgd) mine.state.local_state = SaveLocalState(weights, sgd.get());
+        std::string bytes = EncodeElasticPosition(mine);
+        exchange.ShareLeaderState(bytes);
+        const ElasticPosition theirs = DecodeElasticPosition(bytes);
+        if (!theirs.state.local_state.empty()) {
+          LoadLocalState(theirs.state.local_state, weights, sgd.get());
+        }
+        step_count = theirs.state.steps_done;
+        epoch = theirs.state.epoch;
+        step = theirs.state.next_step;
+        cut_plan(theirs.plan_members);
+        regrouped_epoch = m.epoch;
+        barrier_done = step == 0;
+        if (leader) {
+          fmt::print(
+              "elastic: membership epoch {}: workers [{}] go on from step {} of epoch {} "
+              "(worker {}'s weights and position)\n",
+              m.epoch, fmt::join(m.workers, ", "), step + 1, epoch + 1, exchange.rank());
+          std::fflush(stdout);
+        }
+        return m;
+      } catch (const tandem::MembershipChanged& e) {
+        // Another worker left while these workers regrouped: again.
+        if (leader) fmt::print("elastic: {}\n", e.what());
+      }
+    }
+  };
+  for (;;) {
+    if (epoch >= o.epochs || stopped) {
+      if (!o.elastic) break;
+      // The last barrier: a worker that left during the last step may
+      // send the others back to it (the leader's position).
+      regroup();
+      if (epoch >= o.epochs || stopped) break;
+    }
     if (o.max_steps >= 0 && step_count >= o.max_steps) break;
-    if (o.elastic) {
+    if (o.elastic && step == 0) {
       // Every worker that passes the barrier gets the same members, so all
       // of them cut this epoch alike (docs/elastic.md, "The main job").
-      const tandem::Members m = exchange.ElasticBarrier();
-      const auto self = std::find(m.workers.begin(), m.workers.end(), exchange.rank());
-      if (self == m.workers.end()) {
-        throw tandem::Error(fmt::format("worker {} passed a barrier of the workers [{}] without it",
-                                        exchange.rank(), fmt::join(m.workers, ", ")));
+      if (!barrier_done) {
+        const int before = epoch;
+        regroup();
+        if (epoch != before || step != 0) continue;  // took the leader's place
       }
-      leader = self == m.workers.begin();
-      if (m.epoch != members_epoch) {
-        members_epoch = m.epoch;
-        plan = BatchPlan(data.train.count, static_cast<int>(m.workers.size()),
-                         static_cast<int>(self - m.workers.begin()), o.batch_size, {}, o.seed);
-        loss_divisor = static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
+      barrier_done = false;
+      const tandem::Members& m = last_members;
+      if (m.workers != plan_members) {
+        cut_plan(m.workers);
         if (leader) {
           fmt::print(
               "elastic: membership epoch {}: workers [{}] go on; epoch {} is cut into {} steps of "
@@ -256,8 +368,8 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
     ProgressLine progress(leader && !o.quiet ? stdout : nullptr, epoch + 1, o.epochs,
                           plan.steps_per_epoch(), plan.global_batch());
     const auto epoch_start = Clock::now();
-    for (int64_t step = epoch == start_epoch ? start_step : 0; step < plan.steps_per_epoch();
-         ++step) {
+    bool repositioned = false;
+    for (; step < plan.steps_per_epoch(); ++step) {
       if (o.max_steps >= 0 && step_count >= o.max_steps) {
         stopped = true;
         break;
@@ -277,9 +389,19 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
       std::vector<tandem::TensorView> grad_views;
       for (const torch::Tensor& w : weights) grad_views.push_back(View(w.grad()));
       const auto t1 = Clock::now();
-      {
+      try {
         torch::NoGradGuard no_grad;
         exchange.Exchange(grad_views, weight_views);
+      } catch (const tandem::MembershipChanged& e) {
+        if (!abandons_steps) throw;
+        // A worker left during this step's allreduce: the step is
+        // abandoned here; the workers that remain regroup and go on from
+        // the lowest one's position.
+        fmt::print(stderr, "elastic: step {} of epoch {} abandoned: {}\n", step + 1, epoch + 1,
+                   e.what());
+        regroup();
+        repositioned = true;
+        break;
       }
       const auto t2 = Clock::now();
       ++step_count;
@@ -300,6 +422,7 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
       const double mean_loss = loss_sum.item<double>() / static_cast<double>(picked.size());
       progress.Update(step + 1, mean_loss, Seconds(t0, Clock::now()), Seconds(t1, t2));
     }
+    if (repositioned) continue;  // at the position the regroup gave
     const double epoch_seconds = Seconds(epoch_start, Clock::now());
     if (o.checkpoint_dir.size() > 0 && !stopped) {
       exchange.SaveOptimizerStates(KvOptimizerStatesPath(o.checkpoint_dir));
@@ -319,10 +442,14 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
           epoch_seconds, accuracy, correct, data.test.count);
       std::fflush(stdout);
     }
+    if (stopped) break;
+    ++epoch;
+    step = 0;
   }
   if (o.elastic) {
-    // The lowest worker that remains reports (worker 0 may have left).
-    const tandem::Members m = exchange.ElasticBarrier();
+    // The lowest worker that remains reports (worker 0 may have left); the
+    // last regroup's answer says who.
+    const tandem::Members& m = last_members;
     leader = !m.workers.empty() && m.workers.front() == exchange.rank();
     if (leader && m.epoch > 0) {
       fmt::print(

@@ -257,6 +257,19 @@ class Collectives {
   /// a member. Throws InvalidArgument.
   std::unique_ptr<Communicator> NewGroup(const std::vector<int>& world_ranks);
 
+  /// Elastic jobs (TANDEM_MIN_WORKERS; docs/elastic.md, "Elastic
+  /// collectives"): after an operation raised MembershipChanged, every
+  /// remaining worker calls Regroup. It waits at a barrier of the workers
+  /// that are members (Cluster::Barrier(group::kWorkers)), and when the barrier's
+  /// answer is a newer epoch than the world's, world() becomes a
+  /// communicator over those workers, over the connections already open:
+  /// group rank i is the i-th of them in world-rank order, so ranks and the
+  /// size change. Groups made before the change are retired (make them
+  /// again). A reference to the earlier world stays valid (its operations
+  /// raise MembershipChanged) until Finalize. Without a change it is a
+  /// barrier. Returns the barrier's answer. Throws what Barrier throws.
+  Members Regroup();
+
   /// Waits for the world's queued operations, ends the world, then
   /// Cluster::Finalize() of its handle (the final barrier when nothing else
   /// holds the node).

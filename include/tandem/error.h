@@ -43,6 +43,18 @@ class PeerLost : public Error {
   using Error::Error;
 };
 
+/// A worker left an elastic job (TANDEM_MIN_WORKERS) while this
+/// communicator's operation ran or before it began: the operation is
+/// abandoned, and so is every later one of a communicator made before the
+/// change. The message names the worker, why it left and the membership
+/// epoch. Collectives::Regroup() makes the world again over the workers
+/// that remain (docs/elastic.md, "Elastic collectives"). A PeerLost, so
+/// that code written for a fixed world still ends (exit code 200).
+class MembershipChanged : public PeerLost {
+ public:
+  using PeerLost::PeerLost;
+};
+
 /// A peer failed the authentication handshake (wrong secret or job id).
 class AuthFailed : public Error {
  public:

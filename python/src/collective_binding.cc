@@ -317,6 +317,18 @@ void RegisterCollectives(py::module_& m) {
             return c.NewGroup(ranks);
           },
           py::arg("world_ranks"), py::keep_alive<0, 1>())
+      .def(
+          "regroup",
+          [](Collectives& c) {
+            Members members;
+            {
+              py::gil_scoped_release release;
+              members = c.Regroup();
+            }
+            return py::make_tuple(members.epoch, members.workers);
+          },
+          "Collectives::Regroup: after MembershipChanged, a barrier of the remaining workers, "
+          "then the world over them; returns (epoch, workers).")
       .def("finalize", [](Collectives& c) {
         py::gil_scoped_release release;
         c.Finalize();

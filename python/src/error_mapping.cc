@@ -38,7 +38,11 @@ void RegisterErrors(py::module_& m) {
   const py::handle b(base);
   NewClass(m, "ConfigError", b, "The environment or a configuration value is unusable.");
   NewClass(m, "Timeout", b, "A wait ran out of time; the message says for what and whom.");
-  NewClass(m, "PeerLost", b, "A node of the job died or became unreachable; it is named.");
+  PyObject* lost =
+      NewClass(m, "PeerLost", b, "A node of the job died or became unreachable; it is named.");
+  NewClass(m, "MembershipChanged", py::handle(lost),
+           "A worker left an elastic job: the collective operation was abandoned; "
+           "tandem.regroup() makes the world again over the workers that remain.");
   NewClass(m, "AuthFailed", b, "A peer failed the authentication handshake.");
   NewClass(m, "ProtocolError", b, "A peer broke the wire protocol.");
   NewClass(m, "IoError", b, "An operating-system call failed.");
@@ -54,6 +58,8 @@ void RegisterErrors(py::module_& m) {
       Raise("ConfigError", e);
     } catch (const Timeout& e) {
       Raise("Timeout", e);
+    } catch (const MembershipChanged& e) {
+      Raise("MembershipChanged", e);
     } catch (const PeerLost& e) {
       Raise("PeerLost", e);
     } catch (const AuthFailed& e) {

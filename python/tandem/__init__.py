@@ -15,13 +15,13 @@ integration (DistributedOptimizer, broadcast_parameters, ...).
 
 from tandem import _core
 from tandem._core import (AuthFailed, CallMismatch, ConfigError, Error, InvalidArgument, IoError,
-                          PeerLost, ProtocolError, Timeout)
+                          MembershipChanged, PeerLost, ProtocolError, Timeout)
 from tandem import kvstore
 from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgather,
                                allgather_async, allreduce, allreduce_, allreduce_async,
                                allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
                                broadcast_, broadcast_async_, engine, init, is_initialized,
-                               local_rank, local_size, new_group, rank, reduce_scatter,
+                               local_rank, local_size, new_group, rank, reduce_scatter, regroup,
                                reduce_scatter_async, shutdown, size)
 from tandem import _exit
 from tandem._exit import exit_code_for
@@ -34,11 +34,13 @@ _exit.install()
 
 __all__ = [
     "Average", "Max", "Min", "Product", "Sum", "__version__", "local_rank", "local_size",
-    "AuthFailed", "CallMismatch", "ConfigError", "Error", "InvalidArgument", "IoError", "PeerLost",
+    "AuthFailed", "CallMismatch", "ConfigError", "Error", "InvalidArgument", "IoError", "MembershipChanged",
+    "PeerLost",
     "ProtocolError", "Timeout", "kvstore", "Handle", "allgather", "allgather_async",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine",
     "exit_code_for", "init",
-    "is_initialized", "new_group", "rank", "record_span", "reduce_scatter", "reduce_scatter_async", "shutdown",
+    "is_initialized", "new_group", "rank", "record_span", "reduce_scatter", "reduce_scatter_async", "regroup",
+    "shutdown",
     "size",
 ]

@@ -109,6 +109,7 @@ def shutdown() -> None:
     with _lock:
         e = _state.pop("engine", None)
         c = _state.pop("collectives", None)
+        _state.pop("epoch", None)
     if e is not None:
         e.close()
     if c is not None:
@@ -152,6 +153,28 @@ def rank(group: Optional[Communicator] = None) -> int:
 def size(group: Optional[Communicator] = None) -> int:
     """The number of ranks in `group` (default: every worker)."""
     return _comm(group).size
+
+
+def regroup() -> tuple[int, list[int]]:
+    """Elastic jobs (TANDEM_MIN_WORKERS, docs/elastic.md "Elastic
+    collectives"): after an operation raised tandem.MembershipChanged, every
+    remaining worker calls this. It waits at a barrier of the workers that
+    are members and, after a change, makes the world again over them on the
+    connections already open: rank() and size() change (the workers keep
+    their order). Groups from new_group and the framework engine made
+    before the change are retired; make them again (engine() does so on its
+    next call). Without a change it is a barrier. Returns the barrier's
+    answer: (membership epoch, the members' worker ranks)."""
+    c = _collectives()
+    epoch, workers = c.regroup()
+    engine_made = None
+    with _lock:
+        if _state.get("epoch", 0) != epoch:
+            _state["epoch"] = epoch
+            engine_made = _state.pop("engine", None)
+    if engine_made is not None:
+        engine_made.close()  # its operations were abandoned with the change
+    return int(epoch), [int(w) for w in workers]
 
 
 def new_group(world_ranks: Sequence[int]) -> Communicator:

@@ -54,6 +54,8 @@ std::unique_ptr<Communicator> Collectives::NewGroup(const std::vector<int>& worl
   return impl_->service->NewGroup(world_ranks);
 }
 
+Members Collectives::Regroup() { return impl_->service->Regroup(); }
+
 void Collectives::Finalize() {
   impl_->service->World().Barrier({"finalize", {}});
   impl_->worker->CloseCollectives();

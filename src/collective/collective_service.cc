@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
+#include <future>
 #include <set>
 
 #include "collective/collective_messages.h"
@@ -40,6 +42,10 @@ CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& 
       env.GetInt("TANDEM_COLLECTIVE_SEGMENT_BYTES", CommunicatorSettings::kOneHostSegmentBytes,
                  4096, int64_t{1} << 30));
   s.communicator.table = AlgorithmTable::FromEnvironment(env);
+  // Elastic jobs: whether the mesh waits for the scheduler's verdict on a
+  // lost link (the scheduler checks the value itself: cluster/node.cc).
+  s.mesh.min_workers = static_cast<int>(env.GetInt("TANDEM_MIN_WORKERS", 0, 0, 1 << 20));
+  s.mesh.verdict_wait = config.heartbeat_timeout + std::chrono::seconds(5);
   return s;
 }
 
@@ -62,14 +68,12 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
   membership_.AddFailureListener([mesh](const std::string& text, const std::exception_ptr& error) {
     mesh->Fail(FailureKindOf(error), text);
   });
-  // The collectives are not elastic yet (docs/elastic.md): a worker that
-  // leaves an elastic job takes its place in every communicator with it.
+  // A worker that leaves an elastic job retires every communicator made
+  // before (docs/elastic.md, "Elastic collectives").
   membership_.AddWorkerLeftListener([mesh](const cluster::WorkerLeftNotice& notice) {
-    mesh->Fail(FailureKind::kPeerLost,
-               fmt::format("{} left the job: {} (membership epoch {}); the collectives do not "
-                           "go on without a member yet, only the parameter server does "
-                           "(docs/elastic.md)",
-                           notice.node.ToString(), notice.reason, notice.epoch));
+    mesh->ChangeMembership(notice.epoch, notice.node.rank,
+                           fmt::format("{} left the job: {} (membership epoch {})",
+                                       notice.node.ToString(), notice.reason, notice.epoch));
   });
 }
 
@@ -84,8 +88,65 @@ void CollectiveService::Start() {
   mesh_.Connect(membership_.table(), self.rank, self.id);
   std::vector<int> all;
   for (int r = 0; r < mesh_.size(); ++r) all.push_back(r);
+  CommunicatorSettings settings = SettingsFor(all);
+  settings.epoch = membership_.epoch();
+  std::lock_guard lock(world_mu_);
+  world_epoch_ = settings.epoch;
   world_.reset(new Communicator(
-      std::make_unique<CommunicatorImpl>(mesh_, 0, all, SettingsFor(all), log_, ops_, queued_)));
+      std::make_unique<CommunicatorImpl>(mesh_, 0, all, std::move(settings), log_, ops_, queued_)));
+}
+
+Members CollectiveService::Regroup() {
+  // The barrier runs on a thread of its own while this one waits on the
+  // mesh, which drains this process's mailbox: a piece a peer sent by
+  // reference before it heard of the change is answered meanwhile. The
+  // peer's abandoned operation waits for that answer before it ends and
+  // the peer reaches this barrier.
+  std::atomic<bool> passed{false};
+  std::future<Members> barrier = std::async(std::launch::async, [this, &passed] {
+    struct Signal {
+      std::atomic<bool>& passed;
+      PeerMesh& mesh;
+      ~Signal() {
+        passed.store(true);
+        mesh.Wake();
+      }
+    } signal{passed, mesh_};
+    return membership_.Barrier(group::kWorkers);
+  });
+  while (!mesh_.WaitUntil([&] { return passed.load(); },
+                          std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
+  }
+  const Members members = barrier.get();
+  std::lock_guard lock(world_mu_);
+  if (!world_) throw InvalidArgument("the collectives have not started (Start not called)");
+  if (members.epoch == world_epoch_) return members;  // no change since the world was made
+  CommunicatorSettings settings = SettingsFor(members.workers);
+  settings.epoch = members.epoch;
+  // The id must be the same on every member without a message, and apart
+  // from the first world's (0) and the groups' (NewGroup): FNV-1a over a
+  // marker, the epoch and the members.
+  uint32_t id = 2166136261u;
+  auto mix = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) {
+      id ^= (v >> (8 * i)) & 0xFF;
+      id *= 16777619u;
+    }
+  };
+  mix(0x57E1A5u);
+  mix(members.epoch);
+  for (int r : members.workers) mix(static_cast<uint32_t>(r));
+  if (id == 0) id = 1;
+  std::unique_ptr<Communicator> world(new Communicator(std::make_unique<CommunicatorImpl>(
+      mesh_, id, members.workers, std::move(settings), log_, ops_, queued_)));
+  retired_worlds_.push_back(std::move(world_));
+  world_ = std::move(world);
+  world_epoch_ = members.epoch;
+  log_.Info(
+      "collectives regrouped over workers [{}] (membership epoch {}): this worker is rank {} "
+      "of {}",
+      fmt::join(members.workers, ", "), members.epoch, world_->rank(), world_->size());
+  return members;
 }
 
 CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& world_ranks) const {
@@ -118,11 +179,23 @@ CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& worl
 }
 
 Communicator& CollectiveService::World() {
+  std::lock_guard lock(world_mu_);
   if (!world_) throw InvalidArgument("the collectives have not started (Start not called)");
   return *world_;
 }
 
-void CollectiveService::StopWorld() { world_.reset(); }
+void CollectiveService::StopWorld() {
+  std::unique_ptr<Communicator> world;
+  std::vector<std::unique_ptr<Communicator>> retired;
+  {
+    std::lock_guard lock(world_mu_);
+    world = std::move(world_);
+    retired = std::move(retired_worlds_);
+  }
+  // Destroyed outside the lock: each waits for its queued operations.
+  world.reset();
+  retired.clear();
+}
 
 std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>& world_ranks) {
   std::set<int> seen;
@@ -130,6 +203,13 @@ std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>
     if (r < 0 || r >= mesh_.size() || !seen.insert(r).second) {
       throw InvalidArgument(fmt::format("group [{}]: worker rank {} is outside 0..{} or repeated",
                                         fmt::join(world_ranks, ", "), r, mesh_.size() - 1));
+    }
+  }
+  for (int r : world_ranks) {
+    if (mesh_.Departed(r)) {
+      throw InvalidArgument(
+          fmt::format("group [{}]: worker {} left the job (membership epoch {}; docs/elastic.md)",
+                      fmt::join(world_ranks, ", "), r, mesh_.epoch()));
     }
   }
   if (!seen.count(mesh_.rank())) {
@@ -153,8 +233,10 @@ std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>
   for (int r : world_ranks) mix(static_cast<uint32_t>(r));
   mix(nth);
   if (id == 0) id = 1;  // 0 is the world's
+  CommunicatorSettings settings = SettingsFor(world_ranks);
+  settings.epoch = mesh_.epoch();
   return std::unique_ptr<Communicator>(new Communicator(std::make_unique<CommunicatorImpl>(
-      mesh_, id, world_ranks, SettingsFor(world_ranks), log_, ops_, queued_)));
+      mesh_, id, world_ranks, std::move(settings), log_, ops_, queued_)));
 }
 
 }  // namespace tandem::collective

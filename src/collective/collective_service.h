@@ -29,8 +29,8 @@ struct CollectiveSettings {
   /// TANDEM_COLLECTIVE_SPIN_US,
   /// TANDEM_COLLECTIVE_TIMEOUT, TANDEM_COLLECTIVE_SEGMENT_BYTES (unset: each
   /// communicator's segment follows its placement), TANDEM_ALLREDUCE_ALGORITHM,
-  /// and the
-  /// connect time-out of `config`. Throws ConfigError.
+  /// TANDEM_MIN_WORKERS (elastic jobs), and the connect and heartbeat
+  /// time-outs of `config`. Throws ConfigError.
   static CollectiveSettings FromEnvironment(const base::Environment& env,
                                             const base::Config& config);
 };
@@ -49,11 +49,19 @@ class CollectiveService {
   /// PeerMesh::Connect throws.
   void Start();
 
+  /// The current world communicator (Regroup makes a new one after a
+  /// change of an elastic job's members; the earlier ones stay valid,
+  /// retired, until StopWorld).
   Communicator& World();
-  /// See Collectives::NewGroup.
+  /// See Collectives::NewGroup. Throws InvalidArgument for a worker that
+  /// left the job.
   std::unique_ptr<Communicator> NewGroup(const std::vector<int>& world_ranks);
 
-  /// Destroys the world communicator (waiting for its queued operations).
+  /// See Collectives::Regroup: a barrier of the workers that are members,
+  /// then, if its answer's epoch is not the world's, a new world over them.
+  Members Regroup();
+
+  /// Destroys the world communicators (waiting for their queued operations).
   void StopWorld();
 
   PeerMesh& mesh() { return mesh_; }
@@ -68,7 +76,10 @@ class CollectiveService {
   base::OpRecorder ops_;  // every communicator's latencies
   base::Gauge& queued_;   // operations waiting, all communicators
   PeerMesh mesh_;
-  std::unique_ptr<Communicator> world_;
+  std::mutex world_mu_;
+  std::unique_ptr<Communicator> world_;                        // guarded by world_mu_
+  uint32_t world_epoch_ = 0;                                   // guarded by world_mu_
+  std::vector<std::unique_ptr<Communicator>> retired_worlds_;  // guarded by world_mu_
   std::mutex groups_mu_;
   std::map<std::vector<int>, uint32_t> groups_made_;  // guarded by groups_mu_
 };

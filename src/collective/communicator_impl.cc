@@ -22,7 +22,7 @@ CommunicatorImpl::CommunicatorImpl(PeerMesh& mesh, uint32_t id, std::vector<int>
       log_(log),
       ops_(ops),
       queued_(queued),
-      call_state_(mesh.RegisterCommunicator(id, members_)),
+      call_state_(mesh.RegisterCommunicator(id, members_, settings_.epoch)),
       p2p_(mesh, id, members_, rank_, log) {
   if (rank_ >= size()) {
     throw InvalidArgument(

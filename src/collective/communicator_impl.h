@@ -65,6 +65,9 @@ struct CommunicatorSettings {
   /// The members by host (the node table's addresses), for the
   /// hierarchical allreduce and the table's choice of it.
   HostLayout layout;
+  /// The membership epoch the communicator is made for (elastic jobs: a
+  /// change of the members retires the communicators of older epochs).
+  uint32_t epoch = 0;
 };
 
 /// Thread-safety: Submit and Run may be called from any thread; the queue

@@ -54,6 +54,13 @@ void OpContext::CheckHealth() {
     mesh_.ReleaseUncopiedRefs();
     mesh_.SettledFailure(std::chrono::milliseconds(200))->Throw(what_ + " failed: ");
   }
+  // A worker left an elastic job: this communicator is retired.
+  if (auto change = mesh_.Retired(communicator_)) {
+    throw MembershipChanged(
+        fmt::format("{} abandoned: {}; the collectives go on once the remaining workers regroup "
+                    "(Collectives::Regroup, tandem.regroup(); docs/elastic.md)",
+                    what_, *change));
+  }
 }
 
 void OpContext::ThrowMismatch() {
@@ -170,11 +177,13 @@ void OpContext::AwaitSends() {
     const bool in_time = mesh_.WaitUntil(
         [&] {
           if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) return true;
+          if (mesh_.Retired(communicator_)) return true;
           std::lock_guard lock(sends_->mu);
           return sends_->outstanding == 0 || sends_->error != nullptr;
         },
         deadline_);
     if (call_ != 0 && mesh_.CallMismatched(communicator_, sequence_)) ThrowMismatch();
+    if (mesh_.Retired(communicator_)) CheckHealth();
     std::unique_lock lock(sends_->mu);
     if (in_time && !sends_->error) return;
     if (!in_time) {
@@ -182,7 +191,14 @@ void OpContext::AwaitSends() {
       Throw(PeerMesh::WaitResult::kTimedOut, " (sends to them not completed)");
     }
   }
-  // A send failed: its connection is gone, which is the peer's loss.
+  // A send failed: its connection is gone, which is the peer's loss. In an
+  // elastic job the scheduler's verdict says whether the job goes on
+  // without that peer (this communicator is then retired) or fails.
+  if (mesh_.elastic()) {
+    const auto verdict =
+        std::min(deadline_, std::chrono::steady_clock::now() + mesh_.verdict_wait());
+    mesh_.WaitUntil([&] { return mesh_.failure() || mesh_.Retired(communicator_); }, verdict);
+  }
   CheckHealth();
   std::string peers;
   for (int p : sends_->failed_peers) peers += (peers.empty() ? "" : ", ") + std::to_string(p);
@@ -236,7 +252,7 @@ void OpContext::Cleanup() noexcept {
       pending = pending || sends_->outstanding > 0;
     }
     if (!pending) return;
-    if (!mesh_.failure()) {
+    if (!mesh_.failure() && !mesh_.Retired(communicator_)) {
       mesh_.Fail(FailureKind::kProtocol,
                  fmt::format("{} was abandoned with pieces in flight", what_));
     }
@@ -249,8 +265,17 @@ void OpContext::Cleanup() noexcept {
       std::lock_guard lock(sends_->mu);
       return sends_->outstanding == 0;
     };
+    // An operation abandoned by a change of an elastic job's members
+    // waits for its peers' answers as long as the operation may last: a
+    // peer answers a piece sent by reference once it waits on the mesh
+    // again (its next collective call, or its regroup), and closing the
+    // links would end the collectives of every remaining worker.
     const auto now = std::chrono::steady_clock::now();
-    if (!mesh_.WaitUntil(settled, now + std::chrono::seconds(10))) {
+    const auto patience =
+        mesh_.Retired(communicator_)
+            ? std::max<std::chrono::milliseconds>(timeout_, std::chrono::seconds(10))
+            : std::chrono::milliseconds(std::chrono::seconds(10));
+    if (!mesh_.WaitUntil(settled, now + patience)) {
       mesh_.CloseAll();
       mesh_.WaitUntil(settled, std::chrono::steady_clock::now() + std::chrono::seconds(30));
     }

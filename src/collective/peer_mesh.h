@@ -83,6 +83,14 @@ class PeerMesh final : public net::TransportHandler {
     /// TANDEM_WAIT_REPORT_SECONDS: how often forming the mesh, or a wait
     /// for pieces, logs what it still waits for.
     std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
+    /// TANDEM_MIN_WORKERS: with 1 <= min_workers < the worker count the job
+    /// is elastic, and a lost link does not fail the mesh at once: the
+    /// scheduler's verdict decides (ChangeMembership, or the job's failure).
+    int min_workers = 0;
+    /// How long an elastic mesh waits for that verdict after a link is lost
+    /// before it fails as a fixed one does (PS_HEARTBEAT_TIMEOUT + 5 s: a
+    /// frozen or cut-off worker is let go after the heartbeat time-out).
+    std::chrono::milliseconds verdict_wait{15000};
   };
   /// The polling of waits on mailbox peers unless TANDEM_COLLECTIVE_SPIN_US
   /// says otherwise (docs/collectives.md "Waiting": 4 ranks on 2 cores,
@@ -205,6 +213,27 @@ class PeerMesh final : public net::TransportHandler {
   void Fail(FailureKind kind, const std::string& text);
   /// The failure, if any.
   std::optional<MeshFailure> failure() const;
+
+  /// Elastic jobs (docs/elastic.md, "Elastic collectives"): worker
+  /// `departed` left, and the membership's epoch is now `epoch`; `text`
+  /// says who and why. Every communicator registered for an older epoch is
+  /// retired: its waits end, its later operations fail with
+  /// MembershipChanged, the pieces of it that arrived or arrive are
+  /// dropped (those sent by reference answered, so their senders let go),
+  /// and the departed worker's links are closed. Epochs at or below the
+  /// current one are ignored. Any thread, also the membership's callback.
+  void ChangeMembership(uint32_t epoch, int departed, const std::string& text);
+  /// Whether 1 <= Options::min_workers < size(); valid after Connect().
+  bool elastic() const { return elastic_; }
+  /// Options::verdict_wait.
+  std::chrono::milliseconds verdict_wait() const { return options_.verdict_wait; }
+  /// The membership epoch the mesh last heard of (0: no change).
+  uint32_t epoch() const { return epoch_seen_.load(std::memory_order_acquire); }
+  /// Whether worker `rank` left the job (ChangeMembership).
+  bool Departed(int rank) const;
+  /// The text of the change that retired `communicator`, or nothing while
+  /// it is current. Lock-free until a change happened.
+  std::optional<std::string> Retired(uint32_t communicator) const;
   /// The failure once news has had `settle` since the first of it to
   /// arrive (so that an error can name every lost peer), or nothing.
   std::optional<MeshFailure> SettledFailure(std::chrono::milliseconds settle) const;
@@ -246,7 +275,10 @@ class PeerMesh final : public net::TransportHandler {
   /// Any thread; once per communicator. Returns its call state, whose
   /// `user_waits` the communicator counts (see CallState).
   struct CallState;
-  CallState* RegisterCommunicator(uint32_t communicator, const std::vector<int>& members);
+  /// `epoch`: the membership epoch the communicator was made for; one
+  /// made for an epoch older than the mesh's is retired from the start.
+  CallState* RegisterCommunicator(uint32_t communicator, const std::vector<int>& members,
+                                  uint32_t epoch = 0);
   /// This process begins operation `sequence` of `communicator` as `call`:
   /// pieces of it that arrived earlier are checked now, later ones as they
   /// arrive. Called by the operation's thread before it sends or posts
@@ -320,6 +352,7 @@ class PeerMesh final : public net::TransportHandler {
   struct CallState {
     static constexpr uint8_t kIdle = 0, kRunning = 1, kMismatched = 2;
     std::vector<int> members;  // worker ranks; empty until registered
+    uint32_t epoch = 0;        // the membership epoch it was made for
     bool begun = false;        // an operation was begun
     // The latest operation: kRunning from BeginCall until it completes
     // (CompleteCall, EndCall: kIdle) or is found mismatched first
@@ -469,6 +502,12 @@ class PeerMesh final : public net::TransportHandler {
 
   // Failure (peer_mesh_failure.cc).
   void FailLocked(FailureKind kind, const std::string& text);  // requires mu_
+  // Whether `communicator` is registered for an epoch older than the
+  // mesh's (requires mu_).
+  bool RetiredLocked(uint32_t communicator) const;
+  // Elastic: fails the mesh for every lost link whose verdict did not come
+  // within Options::verdict_wait (requires mu_).
+  void CheckVerdictsLocked();
 
   const Options options_;
   net::Transport& transport_;
@@ -510,6 +549,16 @@ class PeerMesh final : public net::TransportHandler {
   std::vector<std::pair<net::ConnectionId, Hello>> early_hellos_;
   std::optional<MeshFailure> failure_;
   bool closing_ = false;
+  // Elastic jobs: whether the mesh is elastic (set in Connect), the latest
+  // membership epoch (written under mu_, read without it for the cheap
+  // "no change yet" test), each change's text by epoch, the workers that
+  // left (by rank), and the links lost to workers not (yet) known to have
+  // left: rank -> (what was lost, when).
+  bool elastic_ = false;
+  std::atomic<uint32_t> epoch_seen_{0};
+  std::map<uint32_t, std::string> changes_;
+  std::vector<char> departed_;
+  std::map<int, std::pair<std::string, std::chrono::steady_clock::time_point>> lost_links_;
   // Same-host copy: the cookie peers read, whether each peer reads this
   // process's memory (it said so), and the pid of each peer whose memory
   // this process reads (0: it does not); the by-reference sends awaiting

@@ -33,10 +33,12 @@ std::chrono::steady_clock::time_point CoarseNow() {
 }  // namespace
 
 PeerMesh::CallState* PeerMesh::RegisterCommunicator(uint32_t communicator,
-                                                    const std::vector<int>& members) {
+                                                    const std::vector<int>& members,
+                                                    uint32_t epoch) {
   std::lock_guard lock(mu_);
   CallState& st = calls_[communicator];
   st.members = members;
+  st.epoch = epoch;
   if (!st.begun) st.idle_since.store(Clock::now().time_since_epoch().count());
   return &st;
 }
@@ -88,6 +90,8 @@ bool PeerMesh::CompleteCall(CallState* state) {
 }
 
 bool PeerMesh::AdmitLocked(int peer, const MessageKey& key) {
+  // A retired communicator's pieces (elastic jobs) are dropped unused.
+  if (RetiredLocked(key.communicator)) return false;
   if (!call_checks() || (key.sequence & kPointToPointSequence) != 0) return true;
   auto it = calls_.find(key.communicator);
   if (it != calls_.end() && it->second.begun && it->second.sequence == key.sequence) {
@@ -320,6 +324,8 @@ void PeerMesh::OnCallNotice(net::ConnectionId id, const net::Message& m) {
       throw ProtocolError("a collective call notice on a connection that sent no hello");
     }
     const int peer = link->second.rank;
+    // News of a retired communicator (elastic jobs) changes nothing.
+    if (RetiredLocked(n.communicator)) return;
     if (!calls_.count(n.communicator) && calls_.size() >= kMaxCommunicators) {
       log_.Warn(
           "a call notice from {} about communicator {} is ignored: this process knows {} "

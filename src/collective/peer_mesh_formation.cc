@@ -36,6 +36,9 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
   std::unique_lock lock(mu_);
   WaitFormedLocked(lock, deadline);
   LogFormedLocked();
+  // Elastic from here on: a link lost while the mesh formed fails it as
+  // in any job.
+  elastic_ = options_.min_workers >= 1 && options_.min_workers < size();
 }
 
 void PeerMesh::SetUpTables(const cluster::NodeTable& table, int self_rank, int self_id) {
@@ -54,6 +57,7 @@ void PeerMesh::SetUpTables(const cluster::NodeTable& table, int self_rank, int s
   status_heard_.assign(workers_.size(), 0);
   mailbox_to_.resize(workers_.size());
   ring_broken_.assign(workers_.size(), 0);
+  departed_.assign(workers_.size(), 0);
   if (options_.same_host_copy && options_.mailbox && workers_.size() > 1 &&
       workers_.size() <= kMaxMailboxRings) {
     try {

@@ -47,6 +47,17 @@ bool PeerMesh::Send(int peer, const MessageKey& key, std::span<const std::byte> 
   }
   {
     std::unique_lock lock(mu_);
+    if (elastic_ && (departed_[static_cast<size_t>(peer)] || lost_links_.count(peer) ||
+                     OpenLinksLocked(peer) == 0)) {
+      // Nobody would answer a piece sent by reference (its mailbox may
+      // still take the record): the send fails now, as one on the lost
+      // link does.
+      lock.unlock();
+      on_sent(std::make_exception_ptr(PeerLost(
+          fmt::format("{} is lost or left the job: piece (communicator {}, operation {}) not sent",
+                      Describe(peer), key.communicator, key.sequence))));
+      return false;
+    }
     if (peer_reads_me_[static_cast<size_t>(peer)] && !failure_) {
       // Same-host copy: the peer copies the bytes itself; on_sent runs on
       // its kDataRefDone (or when the link is lost).

@@ -51,6 +51,18 @@ PeerMesh::Progress PeerMesh::TryCompleteLocked(std::unique_lock<std::mutex>& loc
       copy_failed = !error.empty();
     }
     SendRefDone(sk.peer, link, sk.key);
+    if (copy_failed && elastic_) {
+      // A worker that died cannot be read: in an elastic job its loss is
+      // the scheduler's to judge, as a lost link's (peer_mesh_failure.cc).
+      // The piece never completes; the verdict retires its communicator,
+      // or fails the mesh with this text.
+      log_.V1("{}; waiting for the scheduler's verdict (elastic job)", error);
+      lock.lock();
+      if (!departed_[static_cast<size_t>(sk.peer)]) {
+        lost_links_.emplace(sk.peer, std::pair{error, Clock::now()});
+      }
+      return Progress::kPending;
+    }
     if (copy_failed) {
       log_.Error("{}", error);
       Fail(kind, error);
@@ -147,7 +159,10 @@ std::pair<PeerMesh::WaitResult, size_t> PeerMesh::WaitAny(
             break;
         }
       }
-      if (failure_) return {WaitResult::kFailed, 0};
+      if (!lost_links_.empty()) CheckVerdictsLocked();
+      if (failure_ || (!pieces.empty() && RetiredLocked(communicator))) {
+        return {WaitResult::kFailed, 0};
+      }
       if (read_here) {
         // A large piece is read best by the transport's thread, into its
         // posted destination, while this thread reduces the one before: the

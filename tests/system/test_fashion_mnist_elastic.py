@@ -1,9 +1,11 @@
 """The main job with --elastic (docs/elastic.md, "The main job"): started by
-`tandem launch --workers 2:3` with one server, it loses a worker to SIGKILL
-during its second epoch, goes on with the other two, cuts the next epoch
-over them (the lowest that remains printing), converges, and the launcher
-reports the job as succeeded with 2 of 3 workers. Also the refusals of
---elastic where it cannot work.
+`tandem launch --workers 2:3` with one server, or with --allreduce and no
+server, it loses a worker to SIGKILL during its second epoch, goes on with
+the other two (with --allreduce they regroup and take the lowest one's
+weights and position), cuts the next epoch over them (the lowest that
+remains printing), converges, and the launcher reports the job as
+succeeded with 2 of 3 workers. Also the refusals of --elastic where it
+cannot work.
 
 Skipped with a reason when the trainer was not built (no LibTorch) or
 Debian's dataset-fashion-mnist is not installed."""
@@ -39,12 +41,18 @@ def worker_pid(tag: str, rank: int) -> int:
 # (with it this reduced run stays at chance, elastic or not).
 @pytest.mark.parametrize("killed,mode,lr,threshold", [(2, "server_sgd", "0.05", 0.6),
                                                       (0, "server_sgd", "0.05", 0.6),
-                                                      (1, "async", "0.01", 0.5)])
+                                                      (1, "async", "0.01", 0.5),
+                                                      (2, "allreduce", "0.05", 0.6),
+                                                      (0, "allreduce", "0.05", 0.6)])
 def test_a_killed_worker_leaves_and_training_goes_on(launch, trainer, killed, mode, lr, threshold):
     command = [trainer, "--elastic", "--threads", "1", "--epochs", "3", "--batch-size",
-               str(BATCH), "--train-limit", str(TRAIN_LIMIT), "--test-limit", "1000", "--lr", lr,
-               "--kvstore", "dist_async" if mode == "async" else "dist_sync"]
-    job = launch.start(3, 1, command, extra_args=["--workers", "2:3"])
+               str(BATCH), "--train-limit", str(TRAIN_LIMIT), "--test-limit", "1000", "--lr", lr]
+    if mode == "allreduce":
+        command += ["--allreduce"]
+    else:
+        command += ["--kvstore", "dist_async" if mode == "async" else "dist_sync"]
+    job = launch.start(3, 0 if mode == "allreduce" else 1, command,
+                       extra_args=["--workers", "2:3"])
     job.wait_for_line(r"epoch 1/3 done", timeout=120)
     pid = worker_pid(job.tag, killed)
     os.kill(pid, signal.SIGKILL)
@@ -63,6 +71,11 @@ def test_a_killed_worker_leaves_and_training_goes_on(launch, trainer, killed, mo
                   rf"\[{survivors[0]}, {survivors[1]}\] go on; epoch ([23]) is cut into "
                   rf"{TRAIN_LIMIT // (2 * BATCH)} steps of {2 * BATCH} \({BATCH} per worker\)", out)
     assert m, out
+    if mode == "allreduce":
+        # The survivors regrouped and took the leader's weights and position.
+        assert re.search(rf"\[worker {leader}\] elastic: membership epoch 1: workers "
+                         rf"\[{survivors[0]}, {survivors[1]}\] go on from step \d+ of epoch [23] "
+                         rf"\(worker {leader}'s weights and position\)", out), out
     assert re.search(rf"\[worker {leader}\] elastic: workers \[{survivors[0]}, {survivors[1]}\] "
                      r"finished; 1 of the 3 starting workers left \(membership epoch 1\)", out), out
     m = re.search(rf"\[worker {leader}\] final test accuracy: ([0-9.]+) after (\d+) steps", out)
@@ -74,9 +87,10 @@ def test_a_killed_worker_leaves_and_training_goes_on(launch, trainer, killed, mo
 
 
 @pytest.mark.parametrize("args,refusal", [
-    (["--allreduce"], r"--elastic needs a dist --kvstore \(dist_sync, dist_async\), got "
-                      r"--allreduce: the collectives are not elastic yet"),
-    (["--kvstore", "local"], r"--elastic needs a dist --kvstore .*got --kvstore local"),
+    (["--allreduce", "--compression", "2bit"], r"--elastic --allreduce with --compression 2bit: "
+                                               r"its per-worker state"),
+    (["--kvstore", "local"], r"--elastic needs --allreduce or a dist --kvstore .*got --kvstore "
+                             r"local"),
     (["--checkpoint-dir", "/nonexistent"], r"--elastic with --checkpoint-dir: the checkpoints do "
                                           r"not follow a change of workers yet"),
     (["--workload", "1,2"], r"--elastic with --workload"),
