@@ -17,6 +17,7 @@ from tandem import _core
 from tandem._core import (AuthFailed, CallMismatch, ConfigError, Error, InvalidArgument, IoError,
                           MembershipChanged, PeerLost, ProtocolError, Timeout)
 from tandem import kvstore
+from tandem import elastic
 from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgather,
                                allgather_async, allreduce, allreduce_, allreduce_async,
                                allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
@@ -36,7 +37,7 @@ __all__ = [
     "Average", "Max", "Min", "Product", "Sum", "__version__", "local_rank", "local_size",
     "AuthFailed", "CallMismatch", "ConfigError", "Error", "InvalidArgument", "IoError", "MembershipChanged",
     "PeerLost",
-    "ProtocolError", "Timeout", "kvstore", "Handle", "allgather", "allgather_async",
+    "ProtocolError", "Timeout", "elastic", "kvstore", "Handle", "allgather", "allgather_async",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine",
     "exit_code_for", "init",

@@ -41,6 +41,7 @@ from tandem import _core
 from tandem import _node
 from tandem import collective as _coll
 from tandem._compression import Compression, OneBit, PowerSGD, TwoBit
+from tandem import _torch_elastic as elastic  # tandem.torch.elastic.TorchState, .run
 
 # dist.init_process_group("tandem") after `import tandem.torch`.
 _c10d_backend.register()
@@ -136,6 +137,21 @@ class _HookedOptimizer:
 
     def load_state_dict(self, state_dict) -> None:
         self._opt.load_state_dict(state_dict)
+
+    def abandon_step(self) -> None:
+        """Drops the reductions of a step that an error interrupted (a
+        worker left an elastic job: tandem.MembershipChanged): waits for
+        each to end, ignoring its error, so that the next backward() starts
+        afresh. tandem.torch.elastic.TorchState.restore() calls it."""
+        for pending in self._pending.values():
+            for h in pending if isinstance(pending, tuple) else (pending,):
+                if hasattr(h, "wait"):
+                    try:
+                        h.wait()
+                    except _core.Error:
+                        pass  # the step is abandoned: its error is the one raised already
+        self._pending.clear()
+        self._started_in_backward = 0
 
     def _start_missing(self) -> None:
         for i, (name, p) in enumerate(self._named):
@@ -272,6 +288,9 @@ class DistributedOptimizer(_HookedOptimizer):
                 self._residuals[i] = x - self._compression.decompress(send, ctx)
         self._step_bytes += send.numel() * send.element_size()
         if self._engine is not None:
+            # The process's engine: tandem.regroup() makes a new one after a
+            # change of an elastic job's workers.
+            self._engine = _coll.engine()
             h = _coll.Handle(self._engine.allreduce_async(send, send, self._op, name=name), send)
         else:
             h = _coll.allreduce_async(send, self._op, out=send, name=name, group=self._group)

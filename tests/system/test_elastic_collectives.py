@@ -59,3 +59,35 @@ def test_survivors_regroup_and_their_sums_stay_exact(launch, tandem_bin_dir, wor
         assert re.search(rf"\[launcher\] worker {rank} \(pid \d+\) killed by signal 9", out), out
     assert re.search(rf"\[launcher\] job succeeded with {len(survivors)} of {workers} workers",
                      out), out
+
+
+def test_torch_state_and_run_train_through_two_losses_exactly(launch, tandem_bin_dir):
+    """tandem.torch.elastic.TorchState and run() with DistributedOptimizer
+    (SGD with momentum, float64): worker 3 dies during step 10's backward,
+    worker 0 (rank 0 until then) during step 20's. Every survivor ends with
+    the same weights, equal (relative 1e-10) to a NumPy replay of the
+    committed steps over their members (the worker checks it)."""
+    steps, workers = 30, 4
+    job = launch.start(workers, 0, worker("elastic_torch_worker.py") +
+                       ["--steps", str(steps), "--leave", "3:10", "--leave", "0:20"],
+                       extra_args=["--workers", f"2:{workers}"],
+                       launcher_env=python_env(tandem_bin_dir))
+    code = job.wait(timeout=120)
+    job.assert_no_leftovers()
+    out = job.output
+    assert code == 0, job.describe()
+    found = re.findall(r"\[worker (\d)\] elastic-torch: worker \d replay ok max-diff \S+ steps "
+                       r"(\d+) restores (\d+) weights (\w+) history \[([0-9, ]+)\]", out)
+    assert sorted(int(w) for w, *_ in found) == [1, 2], out
+    assert len({digest for _, _, _, digest, _ in found}) == 1, found  # the same weights
+    for _, done, restores, _, history in found:
+        sizes = [int(v) for v in history.split(", ")]
+        assert int(done) == steps and len(sizes) == steps, found
+        assert int(restores) == 2, found  # one restore per change
+        # Steps before a loss ran over every member; the step under way at a
+        # loss counts it only where the lowest survivor completed it.
+        assert sizes[:10] == [4] * 10 and sizes[11:20] == [3] * 9, sizes
+        assert sizes[10] in (3, 4) and sizes[20] in (2, 3) and sizes[21:] == [2] * 9, sizes
+    for w, members in ((0, "[0, 1, 2]"), (1, "[0, 1, 2]"), (1, "[1, 2]"), (2, "[1, 2]")):
+        assert f"[worker {w}] elastic-torch: worker {w} regrouped: members {members}" in out, out
+    assert "job succeeded with 2 of 4 workers" in out, out
