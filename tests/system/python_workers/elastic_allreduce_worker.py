@@ -3,6 +3,7 @@ tandem's collectives in an elastic job (tandem launch --workers MIN:MAX,
 docs/elastic.md "Elastic collectives").
 
     elastic_allreduce_worker.py --rounds N [--leave RANK:ROUND ...] [--elements E]
+                                [--hold RANK:ROUND:PATH]
 
 In round r worker w contributes (w+1)*(i % 97) + r at element i (float32),
 so a round's sum is the closed form of exactly the members it ran over. A
@@ -15,7 +16,12 @@ not on others) and go on in the new world. Each completed round is checked
 and printed as 'elastic: round R rank K size S sum-ok'; each change as
 'elastic: regrouped rank K epoch E workers [..] size S resume R in T ms'
 (T: from the exception to the agreed round, through regroup()); the end as
-'elastic: done worker W rank K size S epoch E'."""
+'elastic: done worker W rank K size S epoch E'.
+
+A worker named by --hold RANK:ROUND:PATH prints 'elastic: worker W holds
+before round R' there and waits (at most 300 s) until PATH exists (a test
+cuts its host's link meanwhile, and the job goes on without it), then tries
+that round's allreduce, which fails: it is not a member any more."""
 
 from __future__ import annotations
 
@@ -34,7 +40,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, required=True)
     parser.add_argument("--leave", action="append", default=[], metavar="RANK:ROUND")
     parser.add_argument("--elements", type=int, default=100000)
+    parser.add_argument("--hold", metavar="RANK:ROUND:PATH")
     args = parser.parse_args()
+    hold = None
+    if args.hold:
+        rank_text, round_text, path = args.hold.split(":", 2)
+        hold = (int(rank_text), int(round_text), path)
     leave = {int(r): int(n) for r, n in (item.split(":") for item in args.leave)}
 
     tandem.init()
@@ -47,6 +58,12 @@ def main() -> None:
         if leave.get(worker) == r:
             print(f"elastic: worker {worker} leaves before round {r}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if hold is not None and hold[0] == worker and hold[1] == r:
+            print(f"elastic: worker {worker} holds before round {r}", flush=True)
+            deadline = time.monotonic() + 300
+            while not os.path.exists(hold[2]) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            hold = None
         x = ((worker + 1) * index + r).astype(np.float32)
         try:
             tandem.allreduce_(x, name="round")
