@@ -11,6 +11,22 @@
 #include "tandem/error.h"
 
 namespace tandem::collective {
+namespace {
+
+// A communicator id every member computes alike without a message: FNV-1a
+// over `values`' bytes (little end first); never 0, the first world's.
+uint32_t CommunicatorId(const std::vector<uint32_t>& values) {
+  uint32_t id = 2166136261u;
+  for (uint32_t v : values) {
+    for (int i = 0; i < 4; ++i) {
+      id ^= (v >> (8 * i)) & 0xFF;
+      id *= 16777619u;
+    }
+  }
+  return id == 0 ? 1 : id;
+}
+
+}  // namespace
 
 CollectiveSettings CollectiveSettings::FromEnvironment(const base::Environment& env,
                                                        const base::Config& config) {
@@ -123,20 +139,10 @@ Members CollectiveService::Regroup() {
   if (members.epoch == world_epoch_) return members;  // no change since the world was made
   CommunicatorSettings settings = SettingsFor(members.workers);
   settings.epoch = members.epoch;
-  // The id must be the same on every member without a message, and apart
-  // from the first world's (0) and the groups' (NewGroup): FNV-1a over a
-  // marker, the epoch and the members.
-  uint32_t id = 2166136261u;
-  auto mix = [&](uint32_t v) {
-    for (int i = 0; i < 4; ++i) {
-      id ^= (v >> (8 * i)) & 0xFF;
-      id *= 16777619u;
-    }
-  };
-  mix(0x57E1A5u);
-  mix(members.epoch);
-  for (int r : members.workers) mix(static_cast<uint32_t>(r));
-  if (id == 0) id = 1;
+  // Apart from the groups' ids (NewGroup) by a marker first.
+  std::vector<uint32_t> key = {0x57E1A5u, members.epoch};
+  for (int r : members.workers) key.push_back(static_cast<uint32_t>(r));
+  const uint32_t id = CommunicatorId(key);
   std::unique_ptr<Communicator> world(new Communicator(std::make_unique<CommunicatorImpl>(
       mesh_, id, members.workers, std::move(settings), log_, ops_, queued_)));
   retired_worlds_.push_back(std::move(world_));
@@ -216,23 +222,14 @@ std::unique_ptr<Communicator> CollectiveService::NewGroup(const std::vector<int>
     throw InvalidArgument(fmt::format("group [{}] does not contain this worker (rank {})",
                                       fmt::join(world_ranks, ", "), mesh_.rank()));
   }
-  // The id must be the same on every member without a message: FNV-1a over
-  // the member list and how many groups of that list this process made.
-  uint32_t nth = 0;
+  // The id: the member list and how many groups of that list this process
+  // made.
+  std::vector<uint32_t> key(world_ranks.begin(), world_ranks.end());
   {
     std::lock_guard lock(groups_mu_);
-    nth = groups_made_[world_ranks]++;
+    key.push_back(groups_made_[world_ranks]++);
   }
-  uint32_t id = 2166136261u;
-  auto mix = [&](uint32_t v) {
-    for (int i = 0; i < 4; ++i) {
-      id ^= (v >> (8 * i)) & 0xFF;
-      id *= 16777619u;
-    }
-  };
-  for (int r : world_ranks) mix(static_cast<uint32_t>(r));
-  mix(nth);
-  if (id == 0) id = 1;  // 0 is the world's
+  const uint32_t id = CommunicatorId(key);
   CommunicatorSettings settings = SettingsFor(world_ranks);
   settings.epoch = mesh_.epoch();
   return std::unique_ptr<Communicator>(new Communicator(std::make_unique<CommunicatorImpl>(

@@ -20,12 +20,12 @@ nothing is left running and the namespaces are removed."""
 from __future__ import annotations
 
 import re
-import time
 
 import netbed
 from bed_job import BedJob
 from python_job import PYTHON, WORKERS_DIR, python_env
-from test_faults_netbed import HB_TIMEOUT, HEARTBEATS, finish
+from test_elastic_netbed import cut_until_done
+from test_faults_netbed import HEARTBEATS, finish
 
 ROUNDS = 20
 AT = 8  # the round worker 3 does not reach
@@ -99,17 +99,7 @@ def test_a_cut_off_worker_is_left_behind_and_the_survivors_regroup(netbed, tande
     try:
         victim = victim_of(job)
         job.wait_for(rf"elastic: worker {VICTIM} holds before round {AT}", timeout=120)
-        bed.cut(victim.host)
-        cut_at = time.monotonic()
-        try:
-            done_at = job.wait_for(r"elastic: done worker", count=3, timeout=120, role="worker")
-            took = done_at - cut_at
-            print(f"\nworker {VICTIM}'s host cut: the others finished {took:.2f} s later "
-                  f"(PS_HEARTBEAT_TIMEOUT={HB_TIMEOUT} s)")
-            assert took >= HB_TIMEOUT - 1, job.describe()
-        finally:
-            bed.restore(victim.host)
-        release.touch()
+        cut_until_done(bed, job, victim, release, r"elastic: done worker")
         assert job.wait_all(timeout=60), job.describe()
         check_survivors(job, victim)
         assert victim.returncode not in (0, None), job.describe()
