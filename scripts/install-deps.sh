@@ -47,6 +47,9 @@ PACKAGES=(
   clang-14            # sanitizer and libFuzzer builds
   libclang-rt-14-dev  # clang's ASan/UBSan/libFuzzer runtimes
   llvm-14             # llvm-symbolizer: source lines in sanitizer and fuzzer reports
+  clang-16            # the ThreadSanitizer build (TSan 14 stalls after its clock reset:
+  libclang-rt-16-dev  #   google/sanitizers#1552, fixed in LLVM 15); its runtime
+  llvm-16             #   and symbolizer
   clang-format        # scripts/lint.sh
   clang-tidy          # scripts/lint.sh
   python3-pytest      # system tests, run by Debian's /usr/bin/python3

@@ -40,7 +40,7 @@
 #             torchrun): their contracts and launchers are unit tests here,
 #             and the rest of each job is the launcher and cluster code of
 #             the files that stay.
-#   tsan-build  ThreadSanitizer build with clang 14   ($TANDEM_TSAN_BUILD_DIR, build-tsan/),
+#   tsan-build  ThreadSanitizer build with clang 16   ($TANDEM_TSAN_BUILD_DIR, build-tsan/),
 #             in the same background job after asan-build (so overlapping
 #             asan-tests the same way):
 #             only the unit binaries of the concurrent layers (tandem_threaded_tests:
@@ -48,7 +48,9 @@
 #             tandem_kv_tests, tandem_collective_tests), no benchmarks, programs
 #             or Python module
 #   tsan-tests  those binaries under TSan, 2 at a time: tandem_kv_tests and
-#             tandem_collective_tests whole, tandem_threaded_tests only its suites
+#             tandem_collective_tests whole (the latter in
+#             $TSAN_COLLECTIVE_SHARDS processes one after the other, GoogleTest's
+#             sharding; see tsan_tests), tandem_threaded_tests only its suites
 #             that run threads ($TSAN_UNIT_FILTER below: transports (TCP,
 #             in-process, reliable, metered), event loop, send-queue bound,
 #             dispatcher, thread pool, cluster formation and membership, the
@@ -96,7 +98,9 @@
 # Environment: TANDEM_BUILD_DIR, TANDEM_ASAN_BUILD_DIR (also the fuzz build), TANDEM_TSAN_BUILD_DIR,
 # TANDEM_FUZZ_SECONDS,
 # TANDEM_FORMAT_ENFORCED (1: an unformatted file fails the run),
-# TANDEM_SANITIZE_CC/TANDEM_SANITIZE_CXX (default clang-14/clang++-14).
+# TANDEM_SANITIZE_CC/TANDEM_SANITIZE_CXX (ASan and fuzz builds; default clang-14/clang++-14),
+# TANDEM_TSAN_CC/TANDEM_TSAN_CXX (the TSan build; default clang-16/clang++-16),
+# TANDEM_TSAN_COLLECTIVE_SHARDS (default 8).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -109,10 +113,19 @@ ASAN_SYSTEM_EXCLUDE='^system\.(test_fashion_mnist|test_checkpoint_restart|test_p
 # The unit binaries built and run under ThreadSanitizer, and the suites of
 # tandem_unit_tests that start threads (the rest of it is single-threaded).
 TSAN_BINARIES=(tandem_threaded_tests tandem_kv_tests tandem_collective_tests)
+TSAN_COLLECTIVE_SHARDS=${TANDEM_TSAN_COLLECTIVE_SHARDS:-8}
 TSAN_UNIT_FILTER='*DoorbellTest.*:*DoorbellWakeTest.*:*TransportTest.*:*TcpMisbehaviourTest.*:*TransportPayloadTest.*:*EventLoopTest.*:*Reliable*:StatsRegistryRefresh.*:*SendQueueBound*:MessageDispatcher.*:*ThreadPool*:*ParallelFor*:Cluster.*:ClusterFormation.*:*ElasticMembership*:*LoggerConcurrencyTest.*:ConcurrentCounting.*:*TimelineTest.*'
 FUZZ_SECONDS=${TANDEM_FUZZ_SECONDS:-10}
 SANITIZE_CC=${TANDEM_SANITIZE_CC:-clang-14}
 SANITIZE_CXX=${TANDEM_SANITIZE_CXX:-clang++-14}
+# ThreadSanitizer from LLVM 16: TSan 14's runtime, once it has run out of
+# thread slots and reset its clocks, takes every shadow word written before
+# the reset for a race it then cannot confirm, and restores a stack for each
+# under its global lock (google/sanitizers#1552, fixed in LLVM 15). Late in
+# the collective binary that stalled 3 MiB allreduces for minutes (twice in
+# CI, once in four runs here).
+TSAN_CC=${TANDEM_TSAN_CC:-clang-16}
+TSAN_CXX=${TANDEM_TSAN_CXX:-clang++-16}
 # Every C++ file is formatted as .clang-format says (scripts/lint.sh --format
 # --fix formats the tree); TANDEM_FORMAT_ENFORCED=0 only reports.
 FORMAT_ENFORCED=${TANDEM_FORMAT_ENFORCED:-1}
@@ -227,8 +240,13 @@ tsan_build() {
   local configure=(cmake -S "$ROOT" -B "$TSAN_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo
                    -DTANDEM_TSAN=ON -DTANDEM_BUILD_BENCH=OFF -DTANDEM_BUILD_PYTHON=OFF
                    -DTANDEM_DEBUG_INFO=lines)
+  # A build directory configured with another compiler starts over.
+  if [[ -f "$TSAN_DIR/CMakeCache.txt" ]] &&
+    ! grep -q "^CMAKE_CXX_COMPILER:FILEPATH=.*/$TSAN_CXX\$" "$TSAN_DIR/CMakeCache.txt"; then
+    rm -rf "$TSAN_DIR/CMakeCache.txt" "$TSAN_DIR/CMakeFiles"
+  fi
   if [[ ! -f "$TSAN_DIR/CMakeCache.txt" ]]; then
-    export CC=$SANITIZE_CC CXX=$SANITIZE_CXX
+    export CC=$TSAN_CC CXX=$TSAN_CXX
     if command -v ninja >/dev/null 2>&1; then configure+=(-G Ninja); fi
   fi
   "${configure[@]}"
@@ -240,15 +258,16 @@ tsan_build() {
 tsan_run() {
   local bin=$1
   shift
-  local log="$LOG_DIR/tsan-$bin.log"
+  local name=$bin${GTEST_SHARD_INDEX:+ (shard $((GTEST_SHARD_INDEX + 1)) of $GTEST_TOTAL_SHARDS)}
+  local log="$LOG_DIR/tsan-$bin${GTEST_SHARD_INDEX:+-shard$GTEST_SHARD_INDEX}.log"
   if "$TSAN_DIR/bin/$bin" --gtest_brief=1 "$@" >"$log" 2>&1; then
-    echo "   $bin: $(grep -E '^\[  PASSED  \]' "$log" || echo passed)"
+    echo "   $name: $(grep -E '^\[  PASSED  \]' "$log" || echo passed)"
   else
-    echo "   $bin: FAILED (log follows)" >&2
+    echo "   $name: FAILED (log follows)" >&2
     cat "$log" >&2
     # The log's end is what a CI page shows: repeat what failed there (the
     # failed tests, each failure's first lines, a sanitizer's report head).
-    echo "   $bin: what failed, from the log above:" >&2
+    echo "   $name: what failed, from the log above:" >&2
     grep -E -A6 '(: Failure$|^\[  FAILED  \]|WARNING: ThreadSanitizer|^SUMMARY: )' "$log" |
       grep -v -E ' [EW]\] ' | head -n 80 >&2 || true
     return 1
@@ -258,14 +277,25 @@ tsan_run() {
 tsan_tests() {
   # halt_on_error: the first report ends the binary with a failure.
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$ROOT/tests/tsan.supp"
-  if [[ -x /usr/lib/llvm-14/bin/llvm-symbolizer ]]; then
-    export TSAN_SYMBOLIZER_PATH=/usr/lib/llvm-14/bin/llvm-symbolizer
+  if [[ -x /usr/lib/llvm-16/bin/llvm-symbolizer ]]; then
+    export TSAN_SYMBOLIZER_PATH=/usr/lib/llvm-16/bin/llvm-symbolizer
   fi
   local pids=() rc=0 p
   tsan_run tandem_threaded_tests --gtest_filter="$TSAN_UNIT_FILTER" & pids+=($!)
   tsan_run tandem_kv_tests & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
-  tsan_run tandem_collective_tests || rc=1
+  # The collective binary in TSAN_COLLECTIVE_SHARDS processes, one after the
+  # other (GoogleTest's sharding): ThreadSanitizer 14's state grows with
+  # every test a process ran (its thread registry and vector clocks), and
+  # late in one process of all 566 tests a 3 MiB allreduce has stalled for
+  # minutes inside TSan's race reporting, writing the test's own fresh
+  # buffers (seen twice in CI, once in four runs here; never in a process
+  # that ran that test alone).
+  local shard
+  for ((shard = 0; shard < TSAN_COLLECTIVE_SHARDS; shard++)); do
+    GTEST_TOTAL_SHARDS=$TSAN_COLLECTIVE_SHARDS GTEST_SHARD_INDEX=$shard \
+      tsan_run tandem_collective_tests || rc=1
+  done
   return "$rc"
 }
 

@@ -178,12 +178,26 @@ TEST_P(AllReduceTest, EveryDTypeOpAndSizeMatchesTheReference) {
   });
 }
 
+// Under ThreadSanitizer the vectors are 384 KiB and the segments 40 KiB
+// (still above the 32 KiB from which pieces go by reference, so both the
+// by-reference and the copied path run, several segments per block). When
+// TSan runs out of thread slots it resets its clocks, and shadow words
+// written before the reset then look like races it cannot confirm; each
+// costs a stack restore under TSan's global lock. TSan 14 paid that for
+// every word (google/sanitizers#1552): at 3 MiB per rank a 16-rank case
+// stalled for minutes in CI, twice. Later runtimes skip repeats of one
+// thread's stale words only, so the vectors stay small there too; the other
+// builds run the full 3 MiB with 64 KiB segments.
+constexpr int64_t kLargeVectorBytes = tandem::testing::kUnderTsan ? (3 << 20) / 8 : 3 << 20;
+constexpr size_t kLargeVectorSegment = tandem::testing::kUnderTsan ? 40 << 10 : 64 << 10;
+
 TEST_P(AllReduceTest, ThreeMebibytesOfFloat32AndInt64) {
   const auto [n, algorithm, per_host] = GetParam();
-  CollectiveJob job(n, testing::TestSettings(), {}, per_host);
+  CollectiveJob job(n, testing::TestSettings(testing::kTestPatience, 1, kLargeVectorSegment), {},
+                    per_host);
   job.RunOk([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
     for (DType dtype : {DType::kF32, DType::kI64}) {
-      const int64_t count = static_cast<int64_t>((3 << 20) / ElementSize(dtype)) + 1;
+      const int64_t count = kLargeVectorBytes / static_cast<int64_t>(ElementSize(dtype)) + 1;
       Buffer b(dtype, count);
       // Integer-valued, so the float sums are exact too.
       for (int64_t i = 0; i < count; ++i) b.Set(i, static_cast<double>((i % 1000) * (rank + 1)));

@@ -32,7 +32,7 @@ TEST_P(PeerDeath, PendingAndLaterOperationsRaisePeerLostNamingTheRank) {
   const int per_host = algorithm == AllReduceAlgorithm::kHierarchical ? 2 : 0;
   CollectiveJob job(n, testing::TestSettings(testing::kTestPatience, 1, 64 << 10, true, spin), {},
                     per_host);
-  auto errors = job.Run([&, n = n, algorithm = algorithm](int rank, CollectiveService& s) {
+  auto errors = job.Run([&, algorithm = algorithm](int rank, CollectiveService& s) {
     Buffer b(DType::kF32, 100000);
     ReduceOptions o;
     o.algorithm = algorithm;
