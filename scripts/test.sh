@@ -285,12 +285,10 @@ tsan_tests() {
   tsan_run tandem_kv_tests & pids+=($!)
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   # The collective binary in TSAN_COLLECTIVE_SHARDS processes, one after the
-  # other (GoogleTest's sharding): ThreadSanitizer 14's state grows with
-  # every test a process ran (its thread registry and vector clocks), and
-  # late in one process of all 566 tests a 3 MiB allreduce has stalled for
-  # minutes inside TSan's race reporting, writing the test's own fresh
-  # buffers (seen twice in CI, once in four runs here; never in a process
-  # that ran that test alone).
+  # other (GoogleTest's sharding): TSan resets its clocks once a process has
+  # used up its thread slots, and the stale shadow words that a reset leaves
+  # cost a stack restore each (see TSAN_CC above); fewer tests per process,
+  # fewer resets.
   local shard
   for ((shard = 0; shard < TSAN_COLLECTIVE_SHARDS; shard++)); do
     GTEST_TOTAL_SHARDS=$TSAN_COLLECTIVE_SHARDS GTEST_SHARD_INDEX=$shard \
