@@ -24,7 +24,7 @@ import re
 import netbed
 from bed_job import BedJob
 from python_job import PYTHON, WORKERS_DIR, python_env
-from test_elastic_netbed import cut_until_done
+from test_elastic_netbed import assert_others_logged_leave, cut_until_done
 from test_faults_netbed import HEARTBEATS, finish
 
 ROUNDS = 20
@@ -82,11 +82,8 @@ def test_a_killed_worker_leaves_and_the_survivors_regroup(netbed, tandem_bin_dir
         assert job.wait_all(timeout=120), job.describe()
         assert victim.returncode == -9, job.describe()
         check_survivors(job, victim)
-        for p in job.procs:
-            if p is not victim:
-                assert re.search(rf"worker {VICTIM} \(node \d+, {re.escape(victim.host.ip)}:\d+\) "
-                                 r"left the job: its connection closed", p.output), \
-                    f"{p.name()}\n{job.describe()}"
+        assert_others_logged_leave(job, victim, rf"{re.escape(victim.host.ip)}:\d+",
+                                   "its connection closed")
     finally:
         finish(bed, job)
 
@@ -103,9 +100,6 @@ def test_a_cut_off_worker_is_left_behind_and_the_survivors_regroup(netbed, tande
         assert job.wait_all(timeout=60), job.describe()
         check_survivors(job, victim)
         assert victim.returncode not in (0, None), job.describe()
-        for p in job.procs:
-            if p is not victim:
-                assert re.search(rf"worker {VICTIM} \(node \d+, [^)]*\) left the job: no heartbeat",
-                                 p.output), f"{p.name()}\n{job.describe()}"
+        assert_others_logged_leave(job, victim, "[^)]*", "no heartbeat")
     finally:
         finish(bed, job)

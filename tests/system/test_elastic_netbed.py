@@ -95,6 +95,16 @@ def cut_until_done(bed: netbed.NetBed, job: BedJob, victim, release, done: str) 
     release.touch()
 
 
+def assert_others_logged_leave(job: BedJob, victim, address: str, reason: str) -> None:
+    """Every process but the victim logged its departure: the victim's
+    worker rank at `address` (a regular expression) left the job for
+    `reason`."""
+    pattern = rf"worker {victim.rank()} \(node \d+, {address}\) left the job: {reason}"
+    for p in job.procs:
+        if p is not victim:
+            assert re.search(pattern, p.output), f"{p.name()}\n{job.describe()}"
+
+
 def test_a_killed_worker_leaves_and_the_rounds_stay_exact(netbed, tandem_bin_dir):
     env = job_env(tandem_bin_dir)
     bed = netbed(6)
@@ -104,11 +114,8 @@ def test_a_killed_worker_leaves_and_the_rounds_stay_exact(netbed, tandem_bin_dir
         assert job.wait_all(timeout=120), job.describe()
         assert victim.returncode == -9, job.describe()
         check_survivors(job, [0, 1, 2])
-        for p in job.procs:
-            if p is not victim:
-                assert re.search(rf"worker {VICTIM} \(node \d+, {re.escape(victim.host.ip)}:\d+\) "
-                                 r"left the job: its connection closed", p.output), \
-                    f"{p.name()}\n{job.describe()}"
+        assert_others_logged_leave(job, victim, rf"{re.escape(victim.host.ip)}:\d+",
+                                   "its connection closed")
     finally:
         finish(bed, job)
 
@@ -128,9 +135,6 @@ def test_a_cut_off_worker_is_left_behind_after_the_heartbeat_timeout(netbed, tan
         assert victim.returncode not in (0, None), job.describe()
         assert "lost the scheduler" in victim.output, job.describe()
         assert "the push of a worker the job went on without was taken" not in victim.output
-        for p in job.procs:
-            if p is not victim:
-                assert re.search(rf"worker {VICTIM} \(node \d+, [^)]*\) left the job: no heartbeat",
-                                 p.output), f"{p.name()}\n{job.describe()}"
+        assert_others_logged_leave(job, victim, "[^)]*", "no heartbeat")
     finally:
         finish(bed, job)
