@@ -435,14 +435,16 @@ void DistKVStore::FirstWorkerThenBarrier(const std::string& what,
       error = std::current_exception();  // the others must not wait in vain
     }
   }
-  membership.Barrier(group::kWorkers);
+  // The members at the barrier's release, not now: a worker that left after
+  // the release had done its part (it arrived only once its step was done).
+  const Members released = membership.Barrier(group::kWorkers);
   if (error) std::rethrow_exception(error);
-  const std::vector<int> now = membership.workers();
-  if (std::find(now.begin(), now.end(), first) == now.end()) {
+  const std::vector<int>& at = released.workers;
+  if (std::find(at.begin(), at.end(), first) == at.end()) {
     throw PeerLost(fmt::format(
         "{}: worker {}, which was to do it for every worker, left the job during the call "
         "(membership epoch {}); whether the servers have it is unknown (docs/elastic.md)",
-        what, first, membership.epoch()));
+        what, first, released.epoch));
   }
 }
 
