@@ -1,0 +1,47 @@
+#include "collective/elastic_run.h"
+
+#include "tandem/error.h"
+
+namespace tandem::collective {
+namespace {
+
+// Regroups, runs the reset callbacks and syncs; a change meanwhile (another
+// worker left while these regrouped) starts it again from the last commit.
+void Reset(elastic::State& state, const std::function<Communicator&()>& world,
+           const std::function<Members()>& regroup) {
+  for (;;) {
+    try {
+      regroup();
+      state.OnReset();
+      state.Sync(world());
+      return;
+    } catch (const MembershipChanged&) {
+      state.Restore();
+    }
+  }
+}
+
+}  // namespace
+
+void RunElastic(elastic::State& state, const std::function<Communicator&()>& world,
+                const std::function<Members()>& regroup, const std::function<void()>& train) {
+  try {
+    state.Sync(world());
+  } catch (const MembershipChanged&) {
+    // A worker left before they all started: go on from rank 0's state as
+    // after any change.
+    state.Restore();
+    Reset(state, world, regroup);
+  }
+  for (;;) {
+    try {
+      train();
+      return;
+    } catch (const MembershipChanged&) {
+      state.Restore();
+      Reset(state, world, regroup);
+    }
+  }
+}
+
+}  // namespace tandem::collective
