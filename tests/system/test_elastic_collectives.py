@@ -96,3 +96,60 @@ def test_torch_state_and_run_train_through_two_losses_exactly(launch, tandem_bin
     for w, members in ((0, "[0, 1, 2]"), (1, "[0, 1, 2]"), (1, "[1, 2]"), (2, "[1, 2]")):
         assert f"[worker {w}] elastic-torch: worker {w} regrouped: members {members}" in out, out
     assert "job succeeded with 2 of 4 workers" in out, out
+
+
+def _replay(workers: int, steps: int, dim: int, leave: dict[int, int]) -> list[float]:
+    """elastic_train's training over each step's members: worker 0's
+    starting weights, the mean of the members' gradients, momentum SGD at
+    0.01 x the members' count."""
+    w = [float(i % 7) - 3.0 for i in range(dim)]
+    v = [0.0] * dim
+    for step in range(steps):
+        members = [m for m in range(workers) if leave.get(m, steps + 1) > step]
+        lr = 0.01 * len(members)
+        for i in range(dim):
+            total = sum(0.5 * w[i] + float((m + 1) * ((i + step) % 5)) - 2.0 for m in members)
+            v[i] = 0.9 * v[i] + total / len(members)
+            w[i] -= lr * v[i]
+    return w
+
+
+@pytest.mark.parametrize("workers,minimum,leave", [
+    (4, 3, {3: 4}),           # the last rank
+    (4, 2, {3: 4, 0: 8}),     # then rank 0: the lowest remaining worker leads
+])
+def test_cpp_elastic_run_trains_through_losses_exactly(launch, tandem_bin_dir, workers, minimum,
+                                                       leave):
+    """The C++ API (tandem/elastic.h) end to end: tests/programs/elastic_train
+    runs tandem::elastic::Run with a TensorState; workers SIGKILL themselves at
+    the start of a step. The survivors finish every step, saw one reset per
+    change with the new world, and print weights equal to the replay of the
+    steps over each step's members (relative 1e-12)."""
+    steps, dim = 12, 24
+    argv = [tandem_bin_dir / "elastic_train", "--steps", str(steps), "--dim", str(dim)]
+    for w, step in leave.items():
+        argv += ["--leave", f"{w}:{step}"]
+    job = launch.start(workers, 0, argv, extra_args=["--workers", f"{minimum}:{workers}"])
+    code = job.wait(timeout=120)
+    job.assert_no_leftovers()
+    out = job.output
+    assert code == 0, job.describe()
+    expected = _replay(workers, steps, dim, leave)
+    survivors = [w for w in range(workers) if w not in leave]
+    for position, w in enumerate(survivors):
+        found = re.search(rf"\[worker {w}\] elastic_train: worker {w} done rank {position} size "
+                          rf"{len(survivors)} step {steps} resets {len(leave)} weights ([-0-9.e ]+)",
+                          out)
+        assert found, (w, out)
+        got = [float(x) for x in found.group(1).split()]
+        assert len(got) == dim, got
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert abs(g - e) <= 1e-12 * max(1.0, abs(e)), (w, i, g, e)
+        for reset, (gone, step) in enumerate(sorted(leave.items(), key=lambda kv: kv[1]), 1):
+            remaining = [m for m in range(workers) if leave.get(m, steps + 1) > step]
+            assert (f"[worker {w}] elastic_train: worker {w} reset {reset} rank "
+                    f"{remaining.index(w)} size {len(remaining)} members "
+                    f"[{','.join(map(str, remaining))}]") in out, (w, reset, out)
+    for w in leave:
+        assert re.search(rf"\[launcher\] worker {w} \(pid \d+\) killed by signal 9", out), out
+    assert f"job succeeded with {len(survivors)} of {workers} workers" in out, out
