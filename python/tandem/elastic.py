@@ -129,7 +129,12 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
-        state.sync()
+        try:
+            state.sync()
+        except _core.MembershipChanged:
+            # A worker left before they all started: as after any change.
+            state.restore()
+            _reset(state)
         while True:
             try:
                 return func(state, *args, **kwargs)
