@@ -129,14 +129,14 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:
-        try:
-            state.sync()
-        except _core.MembershipChanged:
-            # A worker left before they all started: as after any change.
-            state.restore()
-            _reset(state)
+        # A change during the first sync (a worker left before they all
+        # started) is handled as any other: _reset syncs again.
+        synced = False
         while True:
             try:
+                if not synced:
+                    synced = True
+                    state.sync()
                 return func(state, *args, **kwargs)
             except _core.MembershipChanged:
                 state.restore()

@@ -25,16 +25,15 @@ void Reset(elastic::State& state, const std::function<Communicator&()>& world,
 
 void RunElastic(elastic::State& state, const std::function<Communicator&()>& world,
                 const std::function<Members()>& regroup, const std::function<void()>& train) {
-  try {
-    state.Sync(world());
-  } catch (const MembershipChanged&) {
-    // A worker left before they all started: go on from rank 0's state as
-    // after any change.
-    state.Restore();
-    Reset(state, world, regroup);
-  }
+  // A change during the first Sync (a worker left before they all started)
+  // is handled as any other: Reset syncs again.
+  bool synced = false;
   for (;;) {
     try {
+      if (!synced) {
+        synced = true;
+        state.Sync(world());
+      }
       train();
       return;
     } catch (const MembershipChanged&) {
