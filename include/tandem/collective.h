@@ -270,6 +270,15 @@ class Collectives {
   /// barrier. Returns the barrier's answer. Throws what Barrier throws.
   Members Regroup();
 
+  /// Elastic jobs (docs/elastic.md, "Workers that join"): whether workers
+  /// wait to join the running job, as rank 0 of the world knows it,
+  /// broadcast to every member (one 8-byte broadcast). Throws
+  /// MembershipChanged when they do: the members then Regroup, and the
+  /// scheduler admits the waiting workers at that barrier. Every member of
+  /// the world calls it at the same point (tandem::elastic::State::Commit
+  /// does inside Run). Does nothing in a job that is not elastic.
+  void CheckJoins();
+
   /// Waits for the world's queued operations, ends the world, then
   /// Cluster::Finalize() of its handle (the final barrier when nothing else
   /// holds the node).

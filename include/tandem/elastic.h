@@ -43,8 +43,15 @@ class State {
   virtual ~State() = default;
 
   /// Records the state as the one to go back to: call it after each step
-  /// (or every few). A copy in memory, no communication.
-  void Commit() { Save(); }
+  /// (or every few). A copy in memory; inside Run, also the check for
+  /// workers waiting to join (Collectives::CheckJoins, one small
+  /// broadcast), which raises MembershipChanged so that Run admits them.
+  /// Every member commits at the same points.
+  void Commit();
+
+  /// What Commit runs after Save (Run sets Collectives::CheckJoins for its
+  /// duration; empty: nothing).
+  void SetCommitCheck(std::function<void()> check) { commit_check_ = std::move(check); }
 
   /// Adds a function called after each regroup, before Sync: e.g. one that
   /// scales the learning rate by the new world().size() (the linear scaling
@@ -66,6 +73,7 @@ class State {
 
  private:
   std::vector<std::function<void()>> reset_callbacks_;
+  std::function<void()> commit_check_;
 };
 
 /// A State over tensors the program owns (weights, optimizer slots) and
@@ -108,13 +116,16 @@ class TensorState : public State {
 
 /// Horovod's hvd.elastic.run: Sync(world) so that every worker starts from
 /// rank 0's state, then `train()`. When it raises MembershipChanged (a
-/// worker left; docs/elastic.md): Restore() to the last commit,
+/// worker left, or workers wait to join and a Commit saw it;
+/// docs/elastic.md): Restore() to the last commit,
 /// collectives.Regroup(), the reset callbacks, Sync(world) again (every
 /// worker takes the lowest remaining one's last commit), then `train()`
 /// again. A change while they regroup starts that again. Other exceptions
 /// pass through, PeerLost too (fewer than the minimum of workers remain).
 /// Every remaining worker must be inside Run. Each worker loses what it did
-/// since its last commit.
+/// since its last commit. A worker admitted into the running job runs the
+/// same program: its Run's first Sync takes the state of the workers that
+/// admitted it.
 void Run(Collectives& collectives, State& state, const std::function<void()>& train);
 
 }  // namespace tandem::elastic

@@ -329,6 +329,14 @@ void RegisterCollectives(py::module_& m) {
           },
           "Collectives::Regroup: after MembershipChanged, a barrier of the remaining workers, "
           "then the world over them; returns (epoch, workers).")
+      .def(
+          "check_joins",
+          [](Collectives& c) {
+            py::gil_scoped_release release;
+            c.CheckJoins();
+          },
+          "Collectives::CheckJoins: raises MembershipChanged when workers wait to join (rank "
+          "0's view, broadcast); every member calls it at the same point.")
       .def("finalize", [](Collectives& c) {
         py::gil_scoped_release release;
         c.Finalize();

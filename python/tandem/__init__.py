@@ -21,7 +21,8 @@ from tandem import elastic
 from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgather,
                                allgather_async, allreduce, allreduce_, allreduce_async,
                                allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
-                               broadcast_, broadcast_async_, engine, init, is_initialized,
+                               broadcast_, broadcast_async_, check_joins, engine, init,
+                               is_initialized,
                                local_rank, local_size, new_group, rank, reduce_scatter, regroup,
                                reduce_scatter_async, shutdown, size)
 from tandem import _exit
@@ -39,7 +40,8 @@ __all__ = [
     "PeerLost",
     "ProtocolError", "Timeout", "elastic", "kvstore", "Handle", "allgather", "allgather_async",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
-    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "engine",
+    "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "check_joins",
+    "engine",
     "exit_code_for", "init",
     "is_initialized", "new_group", "rank", "record_span", "reduce_scatter", "reduce_scatter_async", "regroup",
     "shutdown",

@@ -177,6 +177,16 @@ def regroup() -> tuple[int, list[int]]:
     return int(epoch), [int(w) for w in workers]
 
 
+def check_joins() -> None:
+    """Elastic jobs (docs/elastic.md, "Workers that join"): raises
+    tandem.MembershipChanged when workers wait to join the running job (as
+    rank 0 of the world knows it; one 8-byte broadcast), so that the workers
+    regroup and the scheduler admits them. Every member calls it at the same
+    point; tandem.elastic's commit() does inside run(). Does nothing in a job
+    that is not elastic."""
+    _collectives().check_joins()
+
+
 def new_group(world_ranks: Sequence[int]) -> Communicator:
     """A communicator over the workers `world_ranks` (group rank i is
     world_ranks[i]). Only members call it, in the same order everywhere."""

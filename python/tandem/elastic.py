@@ -14,7 +14,7 @@
 
 When a worker leaves an elastic job (tandem launch --workers MIN:MAX) the
 operation under way raises tandem.MembershipChanged on every remaining
-worker. run() then puts the state back to its last commit (restore()),
+worker; when workers wait to join, the next commit() raises it. run() then puts the state back to its last commit (restore()),
 regroups the workers (tandem.regroup()), calls the reset callbacks and makes
 every worker's state the lowest remaining worker's (sync()), and calls the
 function again. Each worker loses at most what it did since its last
@@ -77,8 +77,13 @@ class State(abc.ABC):
 
     def commit(self) -> None:
         """Records the state as the one to go back to: call it after each
-        step (or every few). A copy in memory, no communication."""
+        step (or every few). A copy in memory; inside run(), also the check
+        for workers waiting to join (tandem.check_joins(), one small
+        broadcast), which raises tandem.MembershipChanged so that run()
+        admits them. Every worker commits at the same points."""
         self.save()
+        if getattr(self, "_in_run", False):
+            _coll.check_joins()
 
     @abc.abstractmethod
     def save(self) -> None:
@@ -132,15 +137,19 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
         # A change during the first sync (a worker left before they all
         # started) is handled as any other: _reset syncs again.
         synced = False
-        while True:
-            try:
-                if not synced:
-                    synced = True
-                    state.sync()
-                return func(state, *args, **kwargs)
-            except _core.MembershipChanged:
-                state.restore()
-                _reset(state)
+        state._in_run = True  # commit() checks for joining workers
+        try:
+            while True:
+                try:
+                    if not synced:
+                        synced = True
+                        state.sync()
+                    return func(state, *args, **kwargs)
+                except _core.MembershipChanged:
+                    state.restore()
+                    _reset(state)
+        finally:
+            state._in_run = False
 
     return wrapper
 

@@ -56,6 +56,8 @@ std::unique_ptr<Communicator> Collectives::NewGroup(const std::vector<int>& worl
 
 Members Collectives::Regroup() { return impl_->service->Regroup(); }
 
+void Collectives::CheckJoins() { impl_->service->CheckJoins(); }
+
 void Collectives::Finalize() {
   impl_->service->World().Barrier({"finalize", {}});
   impl_->worker->CloseCollectives();

@@ -17,6 +17,11 @@ void State::RegisterResetCallback(std::function<void()> callback) {
   reset_callbacks_.push_back(std::move(callback));
 }
 
+void State::Commit() {
+  Save();
+  if (commit_check_) commit_check_();
+}
+
 void State::OnReset() {
   for (const auto& callback : reset_callbacks_) callback();
 }
@@ -90,7 +95,7 @@ void TensorState::Sync(Communicator& world) {
 void Run(Collectives& collectives, State& state, const std::function<void()>& train) {
   collective::RunElastic(
       state, [&]() -> Communicator& { return collectives.world(); },
-      [&] { return collectives.Regroup(); }, train);
+      [&] { return collectives.Regroup(); }, train, [&] { collectives.CheckJoins(); });
 }
 
 }  // namespace tandem::elastic

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "base/byte_io.h"
 #include "tandem/error.h"
 
@@ -156,7 +158,7 @@ BarrierRequest BarrierRequest::Decode(const std::string& meta) {
   if (b.groups == 0 || (b.groups & ~group::kAll) != 0) {
     throw ProtocolError(fmt::format("barrier request: invalid group mask {}", b.groups));
   }
-  if ((b.flags & ~kFinal) != 0) {
+  if ((b.flags & ~(kFinal | kAdmit)) != 0) {
     throw ProtocolError(fmt::format("barrier request: unknown flags {:#x}", b.flags));
   }
   return b;
@@ -233,6 +235,117 @@ WorkerLeftNotice WorkerLeftNotice::Decode(const std::string& meta) {
     }
     n.remaining.push_back(rank);
   }
+  r.ExpectEnd();
+  return n;
+}
+
+namespace {
+
+void PutRanks(base::ByteWriter& w, const std::vector<int32_t>& ranks) {
+  w.Put(static_cast<uint32_t>(ranks.size()));
+  for (int32_t rank : ranks) w.Put(rank);
+}
+
+// Ascending, non-negative, 1..kMaxNodes of them.
+std::vector<int32_t> GetRanks(base::ByteReader& r, const char* what) {
+  auto count = r.Get<uint32_t>("worker count");
+  if (count == 0 || count > static_cast<uint32_t>(kMaxNodes)) {
+    throw ProtocolError(fmt::format("{}: {} workers (must be 1..{})", what, count, kMaxNodes));
+  }
+  std::vector<int32_t> ranks;
+  ranks.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    auto rank = r.Get<int32_t>("worker rank");
+    if (rank < 0 || (!ranks.empty() && rank <= ranks.back())) {
+      throw ProtocolError(fmt::format(
+          "{}: worker rank {} at position {} is negative or out of order", what, rank, i));
+    }
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+}  // namespace
+
+std::string WorkerJoinedNotice::Encode() const {
+  base::ByteWriter w;
+  w.Put(epoch);
+  PutNode(w, node);
+  PutRanks(w, workers);
+  return w.Take();
+}
+
+WorkerJoinedNotice WorkerJoinedNotice::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "worker-joined notice");
+  WorkerJoinedNotice n;
+  n.epoch = r.Get<uint32_t>("epoch");
+  if (n.epoch == 0) throw ProtocolError("worker-joined notice: epoch 0 (the first change is 1)");
+  n.node = GetNode(r, "worker-joined notice");
+  if (n.node.role != Role::kWorker) {
+    throw ProtocolError(
+        fmt::format("worker-joined notice names {}, which is not a worker", n.node.ToString()));
+  }
+  n.workers = GetRanks(r, "worker-joined notice");
+  r.ExpectEnd();
+  if (!std::binary_search(n.workers.begin(), n.workers.end(), n.node.rank)) {
+    throw ProtocolError(
+        fmt::format("worker-joined notice: the members do not include {}", n.node.ToString()));
+  }
+  return n;
+}
+
+std::string Admission::Encode() const {
+  base::ByteWriter w;
+  w.PutString(table.Encode());
+  w.Put(epoch);
+  PutRanks(w, workers);
+  w.Put(static_cast<uint32_t>(barriers.size()));
+  for (const auto& [groups, passed] : barriers) {
+    w.Put(groups);
+    w.Put(passed);
+  }
+  return w.Take();
+}
+
+Admission Admission::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "admission");
+  Admission a;
+  a.table = NodeTable::Decode(r.GetString("node table", static_cast<uint32_t>(meta.size())));
+  a.epoch = r.Get<uint32_t>("epoch");
+  a.workers = GetRanks(r, "admission");
+  auto count = r.Get<uint32_t>("barrier count");
+  if (count > static_cast<uint32_t>(group::kAll)) {
+    throw ProtocolError(fmt::format("admission: {} barrier groups (at most {})", count,
+                                    static_cast<int>(group::kAll)));
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    auto groups = r.Get<uint8_t>("group mask");
+    auto passed = r.Get<uint64_t>("barriers passed");
+    if (groups == 0 || (groups & ~group::kAll) != 0) {
+      throw ProtocolError(fmt::format("admission: invalid group mask {}", groups));
+    }
+    a.barriers.emplace_back(groups, passed);
+  }
+  r.ExpectEnd();
+  for (int32_t rank : a.workers) {
+    if (rank >= a.table.num_workers) {
+      throw ProtocolError(fmt::format("admission: worker rank {} of a job of {} workers", rank,
+                                      a.table.num_workers));
+    }
+  }
+  return a;
+}
+
+std::string JoinPendingNotice::Encode() const {
+  base::ByteWriter w;
+  w.Put(waiting);
+  return w.Take();
+}
+
+JoinPendingNotice JoinPendingNotice::Decode(const std::string& meta) {
+  base::ByteReader r(meta, "join-pending notice");
+  JoinPendingNotice n;
+  n.waiting = r.Get<uint32_t>("waiting");
   r.ExpectEnd();
   return n;
 }

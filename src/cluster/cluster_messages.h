@@ -32,8 +32,12 @@ inline constexpr uint16_t kNodeLost = net::msgtype::kClusterFirst + 21;
 inline constexpr uint16_t kStartTimedOut = net::msgtype::kClusterFirst + 22;
 inline constexpr uint16_t kJobStopped = net::msgtype::kClusterFirst + 23;
 inline constexpr uint16_t kWorkerLeft = net::msgtype::kClusterFirst + 24;
+inline constexpr uint16_t kWorkerJoined = net::msgtype::kClusterFirst + 25;
+inline constexpr uint16_t kAdmitted = net::msgtype::kClusterFirst + 26;
+inline constexpr uint16_t kJoinPending = net::msgtype::kClusterFirst + 27;
+inline constexpr uint16_t kJoinQueued = net::msgtype::kClusterFirst + 28;
 inline constexpr uint16_t kNodeBoundFirst = kNodeTable;
-inline constexpr uint16_t kNodeBoundLast = kWorkerLeft;
+inline constexpr uint16_t kNodeBoundLast = kJoinQueued;
 }  // namespace msg
 
 /// Sent by a node when it first connects to the scheduler.
@@ -68,6 +72,11 @@ struct BarrierRequest {
   /// work, so the scheduler applies no barrier timeout to it (heartbeats
   /// still watch every node).
   static constexpr uint8_t kFinal = 1;
+  /// A regroup of the workers (Collectives::Regroup): workers waiting to
+  /// join an elastic job are admitted when such a barrier over the workers
+  /// completes, and every member that arrived set it (docs/elastic.md,
+  /// "Workers that join").
+  static constexpr uint8_t kAdmit = 2;
   uint8_t groups = 0;
   uint8_t flags = 0;
   uint64_t sequence = 0;
@@ -108,6 +117,44 @@ struct WorkerLeftNotice {
   /// Also validates: epoch >= 1, the remaining ranks ascending, non-empty,
   /// and without the worker that left.
   static WorkerLeftNotice Decode(const std::string& meta);
+};
+
+/// Tells every node of an elastic job that a worker took a departed
+/// worker's place (kWorkerJoined; docs/elastic.md, "Workers that join"):
+/// the membership's new epoch, the new worker (the departed one's node id
+/// and rank, its own address) and the members now.
+struct WorkerJoinedNotice {
+  uint32_t epoch = 0;            ///< the change's epoch (>= 2: a worker left first)
+  NodeInfo node;                 ///< the worker that joined
+  std::vector<int32_t> workers;  ///< every member's rank, ascending, the new one's too
+
+  std::string Encode() const;
+  /// Also validates: epoch >= 1, a worker, ranks ascending and containing
+  /// the new one.
+  static WorkerJoinedNotice Decode(const std::string& meta);
+};
+
+/// The scheduler's answer to a worker admitted into a running elastic job
+/// (kAdmitted), in place of kNodeTable: the job's table with this worker's
+/// entry, the membership as of its admission, and how many barriers each
+/// group mask has passed, so that its next barrier matches the others'.
+struct Admission {
+  NodeTable table;
+  uint32_t epoch = 0;
+  std::vector<int32_t> workers;  ///< the members' ranks, ascending, this worker's too
+  std::vector<std::pair<uint8_t, uint64_t>> barriers;  ///< (group mask, barriers passed)
+
+  std::string Encode() const;
+  static Admission Decode(const std::string& meta);
+};
+
+/// Tells the members of an elastic job how many workers wait to be
+/// admitted at the next regroup (kJoinPending; 0 once none do).
+struct JoinPendingNotice {
+  uint32_t waiting = 0;
+
+  std::string Encode() const;
+  static JoinPendingNotice Decode(const std::string& meta);
 };
 
 /// Which of tandem's errors stopped a job (JobStopRequest): every node

@@ -81,10 +81,14 @@ void Membership::Join() {
                           arrived) &&
          report.Waited() < limit) {
     if (report.TakeDue()) {
-      log_.Warn(
-          "still waiting for the node table from the scheduler at {} {}: it comes once every "
-          "node of the job registered (gives up after {:.0f} s, TANDEM_START_TIMEOUT)",
-          options_.scheduler.ToString(), report.Lasted(), Seconds(limit));
+      if (queued_) {
+        log_.Warn("still {} {}", *queued_, report.Lasted());
+      } else {
+        log_.Warn(
+            "still waiting for the node table from the scheduler at {} {}: it comes once every "
+            "node of the job registered (gives up after {:.0f} s, TANDEM_START_TIMEOUT)",
+            options_.scheduler.ToString(), report.Lasted(), Seconds(limit));
+      }
     }
   }
   if (failure_) ThrowFailure();
@@ -94,12 +98,24 @@ void Membership::Join() {
         "PS_HEARTBEAT_TIMEOUT)",
         options_.scheduler.ToString(), Seconds(limit)));
   }
+  const auto admitted = std::move(admitted_barriers_);
   lock.unlock();
+  if (joined_running_job_) {
+    std::lock_guard serial(barrier_mu_);
+    for (const auto& [groups, passed] : admitted) barrier_sequence_[groups] = passed;
+  }
   log_.SetTag(self().role == Role::kScheduler
                   ? std::string("scheduler")
                   : fmt::format("{} {}", RoleName(self().role), self().rank));
-  log_.V1("joined: {} of a job with {} servers and {} workers", self().ToString(),
-          table_->num_servers, table_->num_workers);
+  if (joined_running_job_) {
+    log_.Info(
+        "joined the running job: {}, in a departed worker's place; {} workers (membership "
+        "epoch {})",
+        self().ToString(), num_workers(), epoch());
+  } else {
+    log_.V1("joined: {} of a job with {} servers and {} workers", self().ToString(),
+            table_->num_servers, table_->num_workers);
+  }
   // The first beat's time is taken here, not on the new thread, so that it
   // is fixed once Join returns (a test on a manual clock relies on that).
   heartbeat_ = std::thread(
@@ -131,6 +147,72 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         for (const auto& node : table_->nodes) {
           if (node.role == Role::kWorker) workers_.push_back(node.rank);
         }
+        break;
+      }
+      case msg::kAdmitted: {
+        if (table_) throw ProtocolError("an admission after the node table");
+        Admission a = Admission::Decode(msg.meta);
+        int me = msg.header.recipient;
+        if (me < 0 || me >= static_cast<int>(a.table.nodes.size())) {
+          throw ProtocolError(
+              fmt::format("admission addressed to node {} of {}", me, a.table.nodes.size()));
+        }
+        const NodeInfo& n = a.table.nodes[static_cast<size_t>(me)];
+        if (n.role != Role::kWorker || options_.role != Role::kWorker || n.host != options_.host ||
+            n.port != options_.port ||
+            !std::binary_search(a.workers.begin(), a.workers.end(), n.rank)) {
+          throw ProtocolError(fmt::format(
+              "admission as {} (members {}), but this node is {} at {}:{}", n.ToString(),
+              fmt::join(a.workers, ","), RoleName(options_.role), options_.host, options_.port));
+        }
+        self_id_ = me;
+        epoch_ = a.epoch;
+        workers_.assign(a.workers.begin(), a.workers.end());
+        admitted_barriers_ = std::move(a.barriers);
+        joined_running_job_ = true;
+        admission_epoch_ = a.epoch;
+        table_ = std::move(a.table);
+        break;
+      }
+      case msg::kJoinQueued:
+        queued_ = DecodeText(msg.meta, "join queue notice");
+        log_.Info("{}", *queued_);
+        break;
+      case msg::kJoinPending:
+        joiners_waiting_ = JoinPendingNotice::Decode(msg.meta).waiting;
+        log_.V1("{} worker(s) wait to join at the next regroup", joiners_waiting_);
+        break;
+      case msg::kWorkerJoined: {
+        WorkerJoinedNotice notice = WorkerJoinedNotice::Decode(msg.meta);
+        if (!table_) throw ProtocolError("a worker-joined notice before the node table");
+        if (notice.epoch != epoch_ + 1) {
+          throw ProtocolError(fmt::format(
+              "worker-joined notice of membership epoch {}, but this node is at epoch {}",
+              notice.epoch, epoch_));
+        }
+        std::vector<int> expected = workers_;
+        expected.insert(std::lower_bound(expected.begin(), expected.end(), notice.node.rank),
+                        notice.node.rank);
+        const bool known_slot =
+            notice.node.id >= 0 && notice.node.id < static_cast<int>(table_->nodes.size()) &&
+            table_->nodes[static_cast<size_t>(notice.node.id)].role == Role::kWorker &&
+            table_->nodes[static_cast<size_t>(notice.node.id)].rank == notice.node.rank;
+        if (!known_slot || std::binary_search(workers_.begin(), workers_.end(), notice.node.rank) ||
+            !std::equal(expected.begin(), expected.end(), notice.workers.begin(),
+                        notice.workers.end())) {
+          throw ProtocolError(fmt::format(
+              "worker-joined notice of epoch {} names {} joining and workers {} as members, but "
+              "the members were workers {}",
+              notice.epoch, notice.node.ToString(), fmt::join(notice.workers, ","),
+              fmt::join(workers_, ",")));
+        }
+        epoch_ = notice.epoch;
+        workers_ = std::move(expected);
+        joined_[notice.node.rank] = notice.node;
+        log_.Warn(
+            "{} joined the job in a departed worker's place; {} workers (membership epoch {})",
+            notice.node.ToString(), workers_.size(), epoch_);
+        for (const auto& listener : worker_joined_listeners_) listener(notice);
         break;
       }
       case msg::kRejected:
@@ -261,6 +343,26 @@ void Membership::AddWorkerLeftListener(WorkerLeftListener listener) {
   worker_left_listeners_.push_back(std::move(listener));
 }
 
+void Membership::AddWorkerJoinedListener(WorkerJoinedListener listener) {
+  std::lock_guard lock(mu_);
+  worker_joined_listeners_.push_back(std::move(listener));
+}
+
+uint32_t Membership::joiners_waiting() const {
+  std::lock_guard lock(mu_);
+  return joiners_waiting_;
+}
+
+NodeInfo Membership::worker(int rank) const {
+  std::lock_guard lock(mu_);
+  if (auto it = joined_.find(rank); it != joined_.end()) return it->second;
+  for (const auto& n : table_->nodes) {
+    if (n.role == Role::kWorker && n.rank == rank) return n;
+  }
+  throw InvalidArgument(
+      fmt::format("no worker rank {} in a job of {} workers", rank, table_->num_workers));
+}
+
 uint32_t Membership::epoch() const {
   std::lock_guard lock(mu_);
   return epoch_;
@@ -328,7 +430,7 @@ void Membership::CheckHealth() const {
   if (failure_) ThrowFailure();
 }
 
-Members Membership::Barrier(int groups, bool final) {
+Members Membership::Barrier(int groups, bool final, bool admit) {
   if (groups <= 0 || (groups & ~group::kAll) != 0) {
     throw InvalidArgument(
         fmt::format("barrier group mask {} is not a combination of "
@@ -343,7 +445,8 @@ Members Membership::Barrier(int groups, bool final) {
   std::lock_guard serial(barrier_mu_);
   BarrierRequest req;
   req.groups = static_cast<uint8_t>(groups);
-  req.flags = final ? BarrierRequest::kFinal : 0;
+  req.flags = static_cast<uint8_t>((final ? BarrierRequest::kFinal : 0) |
+                                   (admit ? BarrierRequest::kAdmit : 0));
   req.sequence = ++barrier_sequence_[groups];
   uint64_t request_id;
   {

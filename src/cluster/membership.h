@@ -66,8 +66,11 @@ class Membership final : public net::TransportHandler {
   const NodeTable& table() const { return *table_; }
   const NodeInfo& self() const { return table_->nodes[static_cast<size_t>(self_id_)]; }
 
-  /// See tandem::Cluster::Barrier. `final` marks Finalize()'s barrier.
-  Members Barrier(int groups, bool final = false);
+  /// See tandem::Cluster::Barrier. `final` marks Finalize()'s barrier;
+  /// `admit` a regroup of the workers, at whose release the scheduler
+  /// admits workers waiting to join an elastic job (docs/elastic.md,
+  /// "Workers that join").
+  Members Barrier(int groups, bool final = false, bool admit = false);
 
   /// Throws the job's failure (PeerLost, ...) if there is one.
   void CheckHealth() const;
@@ -89,6 +92,26 @@ class Membership final : public net::TransportHandler {
   /// read workers()).
   using WorkerLeftListener = std::function<void(const WorkerLeftNotice& notice)>;
   void AddWorkerLeftListener(WorkerLeftListener listener);
+
+  /// Called with each worker admitted into the running elastic job (it
+  /// takes a departed worker's place: the same node id and rank, its own
+  /// address), in epoch order, as the WorkerLeftListener is.
+  using WorkerJoinedListener = std::function<void(const WorkerJoinedNotice& notice)>;
+  void AddWorkerJoinedListener(WorkerJoinedListener listener);
+
+  /// How many workers wait to be admitted at the workers' next regroup, as
+  /// the scheduler last said (0 when none, or on a node that is not a
+  /// worker). Any thread.
+  uint32_t joiners_waiting() const;
+  /// Whether this node was admitted into a job already running (it took a
+  /// departed worker's place) rather than forming it. Valid after Join().
+  bool joined_running_job() const { return joined_running_job_; }
+  /// The membership epoch at which this node was admitted (0 when it
+  /// formed the job with the others). Valid after Join().
+  uint32_t admission_epoch() const { return admission_epoch_; }
+  /// Worker `rank`'s entry: the table's, or the address of the worker that
+  /// took its place since. Valid after Join(); any thread.
+  NodeInfo worker(int rank) const;
 
   /// The job's failure once known, waiting up to `within` for it; null when
   /// none came. A service whose peer closed its connection asks this before
@@ -172,6 +195,14 @@ class Membership final : public net::TransportHandler {
   uint32_t epoch_ = 0;
   std::vector<int> workers_;  // members now; set with the table
   std::vector<WorkerLeftListener> worker_left_listeners_;
+  std::vector<WorkerJoinedListener> worker_joined_listeners_;
+  std::map<int, NodeInfo> joined_;  // by rank: workers that took a place since the table
+  uint32_t joiners_waiting_ = 0;
+  std::optional<std::string> queued_;  // why the scheduler holds this joiner back
+  // The admission's barrier counts (kAdmitted), applied by Join().
+  std::vector<std::pair<uint8_t, uint64_t>> admitted_barriers_;
+  bool joined_running_job_ = false;  // written before Join() returns
+  uint32_t admission_epoch_ = 0;     // written before Join() returns
 
   std::mutex barrier_mu_;
   std::map<int, uint64_t> barrier_sequence_;  // by mask; guarded by barrier_mu_

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 #include "tandem/error.h"
@@ -86,7 +87,9 @@ void Scheduler::OnMessage(net::ConnectionId id, net::Message&& msg) {
         HandleRegister(id, msg, out);
       } else if (it == node_of_conn_.end()) {
         bool pending = std::any_of(pending_.begin(), pending_.end(),
-                                   [&](const Pending& p) { return p.conn == id; });
+                                   [&](const Pending& p) { return p.conn == id; }) ||
+                       std::any_of(joiners_.begin(), joiners_.end(),
+                                   [&](const Joiner& j) { return j.conn == id; });
         if (!pending) {
           throw ProtocolError(fmt::format("message type {} before registering", msg.header.type));
         }
@@ -121,6 +124,12 @@ void Scheduler::OnMessage(net::ConnectionId id, net::Message&& msg) {
               ++left_count_;
               log_.V1("scheduler: {} left ({} of {} nodes)", table_->nodes[node].ToString(),
                       left_count_, table_->nodes.size());
+              if (left_count_ + departed_count_ == static_cast<int>(table_->nodes.size())) {
+                for (const Joiner& j : joiners_) {
+                  Reject(j.conn, "the job finished before a worker's place was free", out);
+                }
+                joiners_.clear();
+              }
               cv_.notify_all();
             }
             break;
@@ -146,11 +155,7 @@ void Scheduler::HandleRegister(net::ConnectionId conn, const net::Message& msg, 
     return;
   }
   if (table_) {
-    Reject(conn,
-           fmt::format("{} tried to join, but the job has already formed with {} servers "
-                       "and {} workers",
-                       who, options_.num_servers, options_.num_workers),
-           out);
+    QueueJoiner(conn, std::move(req), who, out);
     return;
   }
   int expected = ExpectedOf(req.role, options_.num_servers, options_.num_workers);
@@ -269,9 +274,11 @@ void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
                                     who.ToString(), GroupsName(req.groups)));
   }
   BarrierState& b = barriers_[req.groups];
+  const bool admit = (req.flags & BarrierRequest::kAdmit) != 0;
   if (b.arrived.empty()) {
     b.sequence = req.sequence;
     b.final = (req.flags & BarrierRequest::kFinal) != 0;
+    b.admit = admit;
     b.started = clock_.Now();
   } else if (b.sequence != req.sequence || b.final != ((req.flags & BarrierRequest::kFinal) != 0)) {
     // Nodes disagree on how many barriers they have passed over this group,
@@ -292,13 +299,185 @@ void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
     barriers_.erase(req.groups);
     return;
   }
+  b.admit = b.admit && admit;
   b.arrived.emplace(node, msg.header.request_id);
   log_.V2("scheduler: barrier #{} over {}: {} arrived ({} of {})", b.sequence,
           GroupsName(req.groups), who.ToString(), b.arrived.size(), MembersOf(req.groups).size());
   if (b.arrived.size() == MembersOf(req.groups).size()) {
     log_.V1("scheduler: barrier #{} over {} complete", b.sequence, GroupsName(req.groups));
-    FinishBarrier(b, msg::kBarrierDone, false, {}, out);
-    barriers_.erase(req.groups);
+    CompleteBarrier(req.groups, out);
+  }
+}
+
+void Scheduler::CompleteBarrier(int groups, Outbox& out) {
+  BarrierState b = std::move(barriers_.at(groups));
+  barriers_.erase(groups);
+  passed_[groups] = b.sequence;
+  // The notices of admissions go out before the release, on the same
+  // connections: every member's barrier answer counts the new workers.
+  if (groups == group::kWorkers && b.admit && !b.final) AdmitJoiners(out);
+  FinishBarrier(b, msg::kBarrierDone, false, {}, out);
+}
+
+int Scheduler::WorkerNode(int rank) const {
+  for (const auto& n : table_->nodes) {
+    if (n.role == Role::kWorker && n.rank == rank) return n.id;
+  }
+  return -1;
+}
+
+void Scheduler::QueueJoiner(net::ConnectionId conn, RegisterRequest req, const std::string& who,
+                            Outbox& out) {
+  if (req.role != Role::kWorker || !Elastic()) {
+    Reject(conn,
+           fmt::format("{} tried to join, but the job has already formed with {} servers and {} "
+                       "workers{}",
+                       who, options_.num_servers, options_.num_workers,
+                       req.role == Role::kWorker
+                           ? " and is not elastic (TANDEM_MIN_WORKERS, tandem launch --workers "
+                             "MIN:MAX)"
+                           : ""),
+           out);
+    return;
+  }
+  if (options_.num_servers > 0) {
+    Reject(conn,
+           fmt::format("{} tried to join a running job with {} server(s); workers join only "
+                       "jobs without servers so far (docs/elastic.md, \"Workers that join\")",
+                       who, options_.num_servers),
+           out);
+    return;
+  }
+  if (req.requested_rank >= options_.num_workers) {
+    Reject(conn,
+           fmt::format("{} asked for rank {}, but the job has only {} worker places", who,
+                       req.requested_rank, options_.num_workers),
+           out);
+    return;
+  }
+  for (const Joiner& j : joiners_) {
+    if (req.requested_rank >= 0 && j.request.requested_rank == req.requested_rank) {
+      Reject(
+          conn,
+          fmt::format("{} asked for rank {}, which {} at {}:{} waits for already", who,
+                      req.requested_rank, RoleName(j.request.role), j.request.host, j.request.port),
+          out);
+      return;
+    }
+  }
+  joiners_.push_back({conn, std::move(req), clock_.Now()});
+  const int place = PlaceJoiners().back();
+  std::string text =
+      place >= 0
+          ? fmt::format(
+                "waiting to join the running job as worker {}: the workers admit it at their "
+                "next regroup (the elastic loop's next commit)",
+                place)
+          : fmt::format(
+                "waiting to join the running job: all {} worker places are taken; it takes the "
+                "place of the next worker to leave (gives up after {:.0f} s, "
+                "TANDEM_START_TIMEOUT)",
+                options_.num_workers, Seconds(options_.start_timeout));
+  log_.Info("scheduler: {} {}", who, text);
+  out.sends.emplace_back(conn, MakeMessage(msg::kJoinQueued, -1, EncodeText(text)));
+  AnnounceJoiners(out);
+}
+
+std::vector<int> Scheduler::PlaceJoiners() const {
+  std::set<int> free;
+  for (const auto& n : table_->nodes) {
+    if (n.role == Role::kWorker && states_[static_cast<size_t>(n.id)].departed) {
+      free.insert(n.rank);
+    }
+  }
+  std::vector<int> places(joiners_.size(), -1);
+  for (size_t i = 0; i < joiners_.size(); ++i) {
+    const int asked = joiners_[i].request.requested_rank;
+    if (asked >= 0 && free.erase(asked) > 0) places[i] = asked;
+  }
+  for (size_t i = 0; i < joiners_.size(); ++i) {
+    if (joiners_[i].request.requested_rank >= 0 || free.empty()) continue;
+    places[i] = *free.begin();
+    free.erase(free.begin());
+  }
+  return places;
+}
+
+void Scheduler::AdmitJoiners(Outbox& out) {
+  const std::vector<int> places = PlaceJoiners();
+  std::vector<Joiner> waiting;
+  const auto now = clock_.Now();
+  bool admitted = false;
+  for (size_t i = 0; i < joiners_.size(); ++i) {
+    // One per regroup: a joiner forms its links with members that knew of
+    // its admission, so two joiners never meet half-formed. The others are
+    // still announced, and the next commit regroups again.
+    if (places[i] < 0 || admitted) {
+      waiting.push_back(std::move(joiners_[i]));
+      continue;
+    }
+    admitted = true;
+    const Joiner& j = joiners_[i];
+    const int id = WorkerNode(places[i]);
+    NodeState& s = states_[static_cast<size_t>(id)];
+    // The departed worker's connection no longer names this node.
+    node_of_conn_.erase(s.conn);
+    s = NodeState{};
+    s.conn = j.conn;
+    s.last_seen = now;
+    node_of_conn_[j.conn] = id;
+    --departed_count_;
+    ++epoch_;
+    NodeInfo& n = table_->nodes[static_cast<size_t>(id)];
+    n.host = j.request.host;
+    n.port = j.request.port;
+    WorkerJoinedNotice notice;
+    notice.epoch = epoch_;
+    notice.node = n;
+    for (const auto& m : table_->nodes) {
+      if (m.role == Role::kWorker && !states_[static_cast<size_t>(m.id)].departed) {
+        notice.workers.push_back(m.rank);
+      }
+    }
+    log_.Warn(
+        "scheduler: {} (pid {} on {}) joined the job in the place of a departed worker; {} of "
+        "{} workers (membership epoch {})",
+        n.ToString(), j.request.pid, j.request.hostname, notice.workers.size(), table_->num_workers,
+        epoch_);
+    const std::string meta = notice.Encode();
+    for (size_t other = 0; other < states_.size(); ++other) {
+      if (states_[other].left || static_cast<int>(other) == id) continue;
+      out.sends.emplace_back(states_[other].conn,
+                             MakeMessage(msg::kWorkerJoined, static_cast<int>(other), meta));
+    }
+    Admission admission;
+    admission.table = *table_;
+    admission.epoch = epoch_;
+    admission.workers = notice.workers;
+    for (const auto& [groups, passed] : passed_) {
+      if (!barriers_.contains(groups)) admission.barriers.emplace_back(groups, passed);
+    }
+    // A barrier open now (the others' final one) counts the new worker
+    // from now on: its next barrier over that mask is that one.
+    for (const auto& [groups, b] : barriers_)
+      admission.barriers.emplace_back(groups, b.sequence - 1);
+    out.sends.emplace_back(j.conn, MakeMessage(msg::kAdmitted, id, admission.Encode()));
+  }
+  joiners_ = std::move(waiting);
+  AnnounceJoiners(out);
+}
+
+void Scheduler::AnnounceJoiners(Outbox& out) {
+  if (!table_) return;
+  uint32_t admissible = 0;
+  for (int place : PlaceJoiners()) admissible += place >= 0 ? 1 : 0;
+  if (admissible == announced_joiners_) return;
+  announced_joiners_ = admissible;
+  const std::string meta = JoinPendingNotice{admissible}.Encode();
+  for (const auto& n : table_->nodes) {
+    const NodeState& s = states_[static_cast<size_t>(n.id)];
+    if (n.role != Role::kWorker || s.left) continue;
+    out.sends.emplace_back(s.conn, MakeMessage(msg::kJoinPending, n.id, meta));
   }
 }
 
@@ -391,18 +570,17 @@ void Scheduler::DepartWorker(int node, const std::string& reason, Outbox& out) {
   }
   // A barrier that waited only for the departed worker completes now; one it
   // had already arrived at no longer counts it.
-  for (auto it = barriers_.begin(); it != barriers_.end();) {
-    BarrierState& b = it->second;
+  std::vector<int> complete;
+  for (auto& [groups, b] : barriers_) {
     b.arrived.erase(node);
-    if (!b.arrived.empty() && b.arrived.size() == MembersOf(it->first).size()) {
-      log_.V1("scheduler: barrier #{} over {} complete without {}", b.sequence,
-              GroupsName(it->first), gone.ToString());
-      FinishBarrier(b, msg::kBarrierDone, false, {}, out);
-      it = barriers_.erase(it);
-    } else {
-      ++it;
+    if (!b.arrived.empty() && b.arrived.size() == MembersOf(groups).size()) {
+      log_.V1("scheduler: barrier #{} over {} complete without {}", b.sequence, GroupsName(groups),
+              gone.ToString());
+      complete.push_back(groups);
     }
   }
+  for (int groups : complete) CompleteBarrier(groups, out);
+  AnnounceJoiners(out);
   cv_.notify_all();
 }
 
@@ -444,6 +622,14 @@ void Scheduler::OnDisconnected(net::ConnectionId id, const std::string& reason) 
             "a replacement",
             RoleName(p->request.role), p->request.host, p->request.port, reason);
         pending_.erase(p);
+      }
+      auto j = std::find_if(joiners_.begin(), joiners_.end(),
+                            [&](const Joiner& q) { return q.conn == id; });
+      if (j != joiners_.end()) {
+        log_.Warn("scheduler: worker at {}:{} left before it was admitted ({})", j->request.host,
+                  j->request.port, reason);
+        joiners_.erase(j);
+        AnnounceJoiners(out);
       }
     }
   }
@@ -497,6 +683,25 @@ void Scheduler::WatchdogLoop() {
           start_report_.Lasted(), MissingFromStart(), Seconds(options_.start_timeout));
     }
     if (table_ && !failure_) {
+      for (auto it = joiners_.begin(); it != joiners_.end();) {
+        if (now - it->since <= options_.start_timeout) {
+          ++it;
+          continue;
+        }
+        std::string text = fmt::format(
+            "worker at {}:{} was not admitted into the running job within "
+            "TANDEM_START_TIMEOUT={:.0f} s: {}",
+            it->request.host, it->request.port, Seconds(options_.start_timeout),
+            PlaceJoiners()[static_cast<size_t>(it - joiners_.begin())] >= 0
+                ? "a place was free, but the workers did not regroup (the elastic loop's "
+                  "commits admit new workers)"
+                : "no worker left the job to free a place");
+        log_.Warn("scheduler: {}", text);
+        out.sends.emplace_back(it->conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0,
+                                                     net::flags::kError));
+        it = joiners_.erase(it);
+      }
+      AnnounceJoiners(out);
       for (size_t id = 0; id < states_.size(); ++id) {
         auto silent = duration_cast<milliseconds>(now - states_[id].last_seen);
         if (!states_[id].left && silent > options_.heartbeat_timeout) {
@@ -551,6 +756,11 @@ uint32_t Scheduler::epoch() const {
 size_t Scheduler::Registered() const {
   std::lock_guard lock(mu_);
   return table_ ? table_->nodes.size() : pending_.size();
+}
+
+size_t Scheduler::Joiners() const {
+  std::lock_guard lock(mu_);
+  return joiners_.size();
 }
 
 size_t Scheduler::AtBarrier(int groups) const {

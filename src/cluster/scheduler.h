@@ -77,7 +77,8 @@ class Scheduler final : public net::TransportHandler {
   /// formed. Any thread.
   std::vector<std::pair<int, std::chrono::milliseconds>> Silences() const;
 
-  /// The membership's epoch: how many workers have left the elastic job.
+  /// The membership's epoch: how many workers have left or joined the
+  /// elastic job.
   /// Any thread.
   uint32_t epoch() const;
 
@@ -87,6 +88,8 @@ class Scheduler final : public net::TransportHandler {
   /// How many nodes wait now at the barrier over the group mask `groups`
   /// (0 when none is open). Any thread; for tests and monitoring.
   size_t AtBarrier(int groups) const;
+  /// How many workers wait for a place in the running job. Any thread.
+  size_t Joiners() const;
 
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
@@ -107,9 +110,17 @@ class Scheduler final : public net::TransportHandler {
     bool left = false;      // finished, or gone (lost, or left an elastic job)
     bool departed = false;  // a worker that left an elastic job: no longer a member
   };
+  // A worker that registered after the job formed, waiting for a place
+  // (docs/elastic.md, "Workers that join").
+  struct Joiner {
+    net::ConnectionId conn;
+    RegisterRequest request;
+    base::SteadyTime since;
+  };
   struct BarrierState {
     uint64_t sequence = 0;
     bool final = false;
+    bool admit = true;  // every arrival asked for admissions (BarrierRequest::kAdmit)
     base::SteadyTime started;
     std::map<int, uint64_t> arrived;  // node id -> request id
   };
@@ -128,6 +139,25 @@ class Scheduler final : public net::TransportHandler {
   void Reject(net::ConnectionId conn, const std::string& reason, Outbox& out);
   void FinishBarrier(BarrierState& b, uint16_t type, bool timed_out, const std::string& text,
                      Outbox& out);
+  // Releases the open barrier over `groups` (every member arrived): records
+  // how many barriers the mask passed, admits the waiting workers when it
+  // is a regroup of the workers, then answers every arrival.
+  void CompleteBarrier(int groups, Outbox& out);  // requires mu_
+  // A worker registering after the job formed: queued for a place in an
+  // elastic job, refused otherwise.
+  void QueueJoiner(net::ConnectionId conn, RegisterRequest request, const std::string& who,
+                   Outbox& out);  // requires mu_
+  // The worker rank each admissible joiner would take now, by index into
+  // joiners_ (-1: none free for it). Requested ranks first, then the
+  // lowest free ranks in the order the joiners came.
+  std::vector<int> PlaceJoiners() const;  // requires mu_ and the table
+  // Gives the admissible joiners their places: a new epoch each, a
+  // kWorkerJoined notice to every other node, kAdmitted to the joiner.
+  void AdmitJoiners(Outbox& out);  // requires mu_
+  // Tells the member workers how many joiners wait for a place, when that
+  // count changed.
+  void AnnounceJoiners(Outbox& out);  // requires mu_
+  int WorkerNode(int rank) const;     // node id of worker `rank`; requires the table
   // The ids of the nodes of `groups` that are members (not departed).
   std::vector<int> MembersOf(int groups) const;
   int RemainingWorkers() const;  // requires mu_ and the table
@@ -153,6 +183,9 @@ class Scheduler final : public net::TransportHandler {
   std::vector<NodeState> states_;   // by node id, once formed
   std::map<net::ConnectionId, int> node_of_conn_;
   std::map<int, BarrierState> barriers_;  // by group mask
+  std::map<int, uint64_t> passed_;        // by group mask: the last barrier released
+  std::vector<Joiner> joiners_;           // waiting for a place, in arrival order
+  uint32_t announced_joiners_ = 0;        // the count the workers were last told
   std::optional<std::string> failure_;
   int left_count_ = 0;
   int departed_count_ = 0;

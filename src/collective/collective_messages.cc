@@ -44,6 +44,7 @@ std::string Hello::Encode() const {
   w.Put(connection);
   w.Put(connections);
   PutProbe(w, probe);
+  w.Put(joined_epoch);
   return w.Take();
 }
 
@@ -54,6 +55,7 @@ Hello Hello::Decode(const std::string& meta) {
   h.connection = r.Get<uint32_t>("connection");
   h.connections = r.Get<uint32_t>("connections");
   h.probe = GetProbe(r);
+  h.joined_epoch = r.Get<uint32_t>("joined epoch");
   r.ExpectEnd();
   return h;
 }

@@ -57,6 +57,10 @@ struct Hello {
   uint32_t connection = 0;
   uint32_t connections = 1;
   CopyProbe probe;
+  /// A worker admitted into a running elastic job (it connects to every
+  /// member, lower or higher): the membership epoch of its admission; 0 in
+  /// a mesh that forms with the job.
+  uint32_t joined_epoch = 0;
 
   std::string Encode() const;
   static Hello Decode(const std::string& meta);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
 #include <future>
 #include <set>
@@ -91,7 +92,25 @@ CollectiveService::CollectiveService(const cluster::NodeServices& services,
                            fmt::format("{} left the job: {} (membership epoch {})",
                                        notice.node.ToString(), notice.reason, notice.epoch));
   });
+  // So does one that joins; the mesh takes its links from then on.
+  membership_.AddWorkerJoinedListener([mesh](const cluster::WorkerJoinedNotice& notice) {
+    mesh->ExpectJoin(notice.epoch, notice.node,
+                     fmt::format("{} joined the job (membership epoch {})", notice.node.ToString(),
+                                 notice.epoch));
+  });
 }
+
+namespace {
+
+// The world's id after a change: every member computes it alike from the
+// epoch and the members, apart from the groups' ids (NewGroup) by a marker.
+uint32_t WorldId(uint32_t epoch, const std::vector<int>& workers) {
+  std::vector<uint32_t> key = {0x57E1A5u, epoch};
+  for (int r : workers) key.push_back(static_cast<uint32_t>(r));
+  return CommunicatorId(key);
+}
+
+}  // namespace
 
 CollectiveService::~CollectiveService() { StopWorld(); }
 
@@ -100,6 +119,31 @@ void CollectiveService::Start() {
   if (self.role != Role::kWorker) {
     throw ConfigError(
         fmt::format("collectives run among workers; this process is {}", self.ToString()));
+  }
+  if (membership_.joined_running_job()) {
+    // Admitted into a running elastic job: links to the members, and the
+    // world the members made when they admitted this worker (Regroup).
+    const Members members{membership_.epoch(), membership_.workers()};
+    mesh_.ConnectJoining(membership_.table(), self.rank, self.id, membership_.admission_epoch(),
+                         members.workers);
+    // The members that admitted this worker first, this one last (as
+    // their Regroup orders it): rank 0 holds the job's state.
+    std::vector<int> order;
+    for (int r : members.workers) {
+      if (r != self.rank) order.push_back(r);
+    }
+    order.push_back(self.rank);
+    CommunicatorSettings settings = SettingsFor(order);
+    settings.epoch = members.epoch;
+    std::lock_guard lock(world_mu_);
+    world_epoch_ = members.epoch;
+    world_.reset(new Communicator(std::make_unique<CommunicatorImpl>(
+        mesh_, WorldId(members.epoch, order), order, std::move(settings), log_, ops_, queued_)));
+    log_.Info(
+        "collectives joined the running job over workers [{}] (membership epoch {}): this "
+        "worker is rank {} of {}",
+        fmt::join(order, ", "), members.epoch, world_->rank(), world_->size());
+    return;
   }
   mesh_.Connect(membership_.table(), self.rank, self.id);
   std::vector<int> all;
@@ -128,7 +172,7 @@ Members CollectiveService::Regroup() {
         mesh.Wake();
       }
     } signal{passed, mesh_};
-    return membership_.Barrier(group::kWorkers);
+    return membership_.Barrier(group::kWorkers, /*final=*/false, /*admit=*/true);
   });
   while (!mesh_.WaitUntil([&] { return passed.load(); },
                           std::chrono::steady_clock::now() + std::chrono::seconds(1))) {
@@ -137,22 +181,45 @@ Members CollectiveService::Regroup() {
   std::lock_guard lock(world_mu_);
   if (!world_) throw InvalidArgument("the collectives have not started (Start not called)");
   if (members.epoch == world_epoch_) return members;  // no change since the world was made
-  CommunicatorSettings settings = SettingsFor(members.workers);
+  // A worker admitted at this barrier connects now; the new world's first
+  // operation waits for nothing but its pieces.
+  mesh_.WaitJoined(std::chrono::steady_clock::now() + settings_.mesh.connect_timeout);
+  // Workers that joined since the last world come last, so that rank 0,
+  // whose state Sync hands out, is one that trained with the others.
+  const std::vector<int> joined = mesh_.JoinedSince(world_epoch_);
+  std::vector<int> order;
+  for (bool newcomers : {false, true}) {
+    for (int r : members.workers) {
+      const bool joined_now = std::binary_search(joined.begin(), joined.end(), r);
+      if (joined_now == newcomers) order.push_back(r);
+    }
+  }
+  CommunicatorSettings settings = SettingsFor(order);
   settings.epoch = members.epoch;
-  // Apart from the groups' ids (NewGroup) by a marker first.
-  std::vector<uint32_t> key = {0x57E1A5u, members.epoch};
-  for (int r : members.workers) key.push_back(static_cast<uint32_t>(r));
-  const uint32_t id = CommunicatorId(key);
+  const uint32_t id = WorldId(members.epoch, order);
   std::unique_ptr<Communicator> world(new Communicator(std::make_unique<CommunicatorImpl>(
-      mesh_, id, members.workers, std::move(settings), log_, ops_, queued_)));
+      mesh_, id, order, std::move(settings), log_, ops_, queued_)));
   retired_worlds_.push_back(std::move(world_));
   world_ = std::move(world);
   world_epoch_ = members.epoch;
   log_.Info(
       "collectives regrouped over workers [{}] (membership epoch {}): this worker is rank {} "
       "of {}",
-      fmt::join(members.workers, ", "), members.epoch, world_->rank(), world_->size());
+      fmt::join(order, ", "), members.epoch, world_->rank(), world_->size());
   return members;
+}
+
+void CollectiveService::CheckJoins() {
+  if (!mesh_.elastic()) return;
+  Communicator& world = World();
+  int64_t waiting = world.rank() == 0 ? membership_.joiners_waiting() : 0;
+  world.Broadcast(TensorView{&waiting, DType::kI64, {1}}, 0, {"elastic join check"});
+  if (waiting > 0) {
+    throw MembershipChanged(fmt::format(
+        "{} worker(s) wait to join the job (membership epoch {}): the workers regroup to admit "
+        "them",
+        waiting, mesh_.epoch()));
+  }
 }
 
 CommunicatorSettings CollectiveService::SettingsFor(const std::vector<int>& world_ranks) const {

@@ -61,6 +61,11 @@ class CollectiveService {
   /// then, if its answer's epoch is not the world's, a new world over them.
   Members Regroup();
 
+  /// See Collectives::CheckJoins: rank 0's count of workers waiting to
+  /// join, broadcast over the world; throws MembershipChanged when it is
+  /// not 0. Nothing in a job that is not elastic.
+  void CheckJoins();
+
   /// Destroys the world communicators (waiting for their queued operations).
   void StopWorld();
 

@@ -24,7 +24,15 @@ void Reset(elastic::State& state, const std::function<Communicator&()>& world,
 }  // namespace
 
 void RunElastic(elastic::State& state, const std::function<Communicator&()>& world,
-                const std::function<Members()>& regroup, const std::function<void()>& train) {
+                const std::function<Members()>& regroup, const std::function<void()>& train,
+                const std::function<void()>& check_joins) {
+  // The commits inside `train` check for workers waiting to join, for as
+  // long as the loop runs.
+  struct CommitCheck {
+    elastic::State& state;
+    ~CommitCheck() { state.SetCommitCheck({}); }
+  } commit_check{state};
+  state.SetCommitCheck(check_joins);
   // A change during the first Sync (a worker left before they all started)
   // is handled as any other: Reset syncs again.
   bool synced = false;

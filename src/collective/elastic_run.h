@@ -13,9 +13,11 @@ namespace tandem::collective {
 
 /// Syncs `state` over `world()`, then calls `train`; on MembershipChanged
 /// restores the state, calls `regroup`, the reset callbacks and Sync again
-/// (again while changes keep interrupting that), then `train` again. See
-/// tandem::elastic::Run.
+/// (again while changes keep interrupting that), then `train` again.
+/// `check_joins` (may be empty) runs after each of the state's commits
+/// meanwhile. See tandem::elastic::Run.
 void RunElastic(elastic::State& state, const std::function<Communicator&()>& world,
-                const std::function<Members()>& regroup, const std::function<void()>& train);
+                const std::function<Members()>& regroup, const std::function<void()>& train,
+                const std::function<void()>& check_joins = {});
 
 }  // namespace tandem::collective

@@ -38,8 +38,15 @@ PeerMesh::~PeerMesh() = default;
 
 std::string PeerMesh::Describe(int rank) const {
   if (rank < 0 || rank >= size()) return fmt::format("worker rank {}", rank);
-  const NodeInfo& n = workers_[static_cast<size_t>(rank)];
+  const NodeInfo& n = Info(rank);
   return fmt::format("worker rank {} ({}:{})", rank, n.host, n.port);
+}
+
+const std::string& PeerMesh::Host(int rank) const {
+  if (rank < 0 || rank >= size()) {
+    throw InvalidArgument(fmt::format("worker rank {} is outside 0..{}", rank, size() - 1));
+  }
+  return Info(rank).host;
 }
 
 void PeerMesh::Wake() {

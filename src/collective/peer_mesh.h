@@ -24,6 +24,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <exception>
 #include <functional>
 #include <map>
@@ -52,7 +53,10 @@ namespace tandem::collective {
 /// other method may be called from any thread. All state is guarded by
 /// `mu_`; nothing is sent and no payload is copied while it is held. The
 /// connection tables and the mailbox links are written only while the mesh
-/// forms (Connect() and the formation callbacks) and read-only after. One
+/// forms (Connect() and the formation callbacks) and read-only after, but
+/// for a departed worker's rank when a worker takes its place (ExpectJoin
+/// and its hellos): no communicator then in use has that rank, and the
+/// regroup that makes one waits for its links (WaitJoined). One
 /// thread at a time drains the mailbox (`draining_`).
 class PeerMesh final : public net::TransportHandler {
  public:
@@ -127,13 +131,41 @@ class PeerMesh final : public net::TransportHandler {
   /// Call once, from one thread.
   void Connect(const cluster::NodeTable& table, int self_rank, int self_id);
 
+  /// Elastic jobs (docs/elastic.md, "Workers that join"): forms the links
+  /// of a worker admitted into the running job at membership epoch
+  /// `epoch`, in a departed worker's place. It connects to every worker of
+  /// `members` (worker ranks; this one's too), lower and higher, with a
+  /// join hello, and the others take it once they heard of the admission
+  /// (ExpectJoin). Workers not in `members` count as departed. These links
+  /// carry pieces over TCP only: this worker offers no same-host copy and
+  /// shares no mailbox. Blocks until every link is acknowledged; throws as
+  /// Connect() does. Call once, instead of Connect().
+  void ConnectJoining(const cluster::NodeTable& table, int self_rank, int self_id, uint32_t epoch,
+                      const std::vector<int>& members);
+  /// Elastic jobs: `node` was admitted at membership epoch `epoch` in the
+  /// place of departed worker node.rank (`text` says so). Retires every
+  /// communicator of an older epoch (as ChangeMembership does), forgets the
+  /// departed worker's links, mailbox and same-host copy, and takes the
+  /// new worker's join hellos from now on (those that came first too). Any
+  /// thread, also the membership's callback.
+  void ExpectJoin(uint32_t epoch, const NodeInfo& node, const std::string& text);
+  /// Waits until every worker admitted through ExpectJoin has all its
+  /// links (or left again), the mesh failed, or `deadline`. Throws Timeout
+  /// naming the workers not heard from, or the mesh's failure.
+  void WaitJoined(std::chrono::steady_clock::time_point deadline);
+  /// The workers admitted through ExpectJoin at an epoch after `epoch`,
+  /// ascending. Any thread.
+  std::vector<int> JoinedSince(uint32_t epoch) const;
+
   /// Worker count and this node's worker rank; valid after Connect().
   int size() const { return static_cast<int>(workers_.size()); }
   int rank() const { return self_rank_; }
   /// "rank 3 (127.0.0.5:41234)", for messages.
   std::string Describe(int rank) const;
-  /// The host (address) worker `rank` announced; valid after Connect().
-  const std::string& Host(int rank) const { return workers_.at(static_cast<size_t>(rank)).host; }
+  /// The host (address) worker `rank` announced (the one that took its
+  /// place, after ExpectJoin); valid after Connect(). Throws
+  /// InvalidArgument outside 0..size()-1.
+  const std::string& Host(int rank) const;
 
   /// Pieces up to this size are copied into the message and written from
   /// the calling thread; larger ones are sent zero-copy from the caller's
@@ -262,6 +294,9 @@ class PeerMesh final : public net::TransportHandler {
   /// (per communicator, operation and sender) are a broken peer's: the
   /// mesh fails rather than keep them.
   static constexpr size_t kMaxEarlyOperations = 1 << 16;
+  /// Join hellos kept while their admission's notice is on its way; more
+  /// are refused (a broken or hostile peer's).
+  static constexpr size_t kMaxParkedJoinHellos = 1024;
 
   /// Turns the call checks off or on again, for a benchmark that measures
   /// their cost only: every member must switch alike, between operations
@@ -405,7 +440,19 @@ class PeerMesh final : public net::TransportHandler {
   // links are not complete yet (requires mu_); the wait until none is,
   // which throws as Connect() does; the line saying what formed.
   void SetUpTables(const cluster::NodeTable& table, int self_rank, int self_id);
-  void SendHellos(std::chrono::steady_clock::time_point deadline);
+  // Opens the connections to each of `peers` and sends the hellos
+  // (`joined_epoch` as in Hello).
+  void SendHellos(const std::vector<int>& peers, uint32_t joined_epoch,
+                  std::chrono::steady_clock::time_point deadline);
+  // A join hello (Hello::joined_epoch > 0) from a worker ExpectJoin
+  // admitted: records the link and returns true; false when it is not
+  // (yet) admitted, or the hello is malformed (then `refuse` says why).
+  bool AcceptJoinHelloLocked(net::ConnectionId id, const Hello& hello,
+                             std::string& refuse);  // requires mu_
+  // The entry of worker `rank` (ExpectJoin replaces a departed one's).
+  const NodeInfo& Info(int rank) const {
+    return *info_[static_cast<size_t>(rank)].load(std::memory_order_acquire);
+  }
   std::vector<int> MissingLocked();
   void WaitFormedLocked(std::unique_lock<std::mutex>& lock,
                         std::chrono::steady_clock::time_point deadline);
@@ -515,7 +562,20 @@ class PeerMesh final : public net::TransportHandler {
   net::TrafficMeter* const traffic_;
 
   // Written in Connect() before any operation; read-only afterwards.
-  std::vector<NodeInfo> workers_;                         // by rank
+  std::vector<NodeInfo> workers_;  // by rank
+  // Each rank's current entry: workers_'s, or one in joined_infos_ once a
+  // worker took a departed one's place (a deque, so entries never move).
+  std::unique_ptr<std::atomic<const NodeInfo*>[]> info_;
+  std::deque<NodeInfo> joined_infos_;  // guarded by mu_
+  // This process joined a running job (ConnectJoining): no same-host copy
+  // or mailbox on its links.
+  std::atomic<bool> joining_{false};
+  // Elastic: the workers admitted into departed ones' places, by rank,
+  // with the epoch of their admission (guarded by mu_), and join hellos
+  // that came before the admission's notice.
+  std::map<int, uint32_t> joiners_;
+  std::map<int, uint32_t> joined_at_;  // by rank: the epoch of its latest admission
+  std::vector<std::pair<net::ConnectionId, Hello>> join_hellos_;
   std::vector<std::vector<net::ConnectionId>> outgoing_;  // [peer][k]
   int self_rank_ = -1;
   int self_id_ = -1;

@@ -12,6 +12,7 @@
 // the path before the first piece. A hello that arrives before Connect()
 // knew the node table waits in `early_hellos_`.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -32,13 +33,158 @@ void PeerMesh::Connect(const cluster::NodeTable& table, int self_rank, int self_
   }
   for (const auto& [id, reads] : to_ack) SendAck(id, reads);
   const auto deadline = Clock::now() + options_.connect_timeout;
-  SendHellos(deadline);
+  std::vector<int> lower;
+  for (int peer = 0; peer < self_rank_; ++peer) lower.push_back(peer);
+  SendHellos(lower, 0, deadline);
   std::unique_lock lock(mu_);
   WaitFormedLocked(lock, deadline);
   LogFormedLocked();
   // Elastic from here on: a link lost while the mesh formed fails it as
   // in any job.
   elastic_ = options_.min_workers >= 1 && options_.min_workers < size();
+}
+
+void PeerMesh::ConnectJoining(const cluster::NodeTable& table, int self_rank, int self_id,
+                              uint32_t epoch, const std::vector<int>& members) {
+  joining_.store(true);
+  SetUpTables(table, self_rank, self_id);
+  std::vector<int> peers;
+  {
+    std::lock_guard lock(mu_);
+    epoch_seen_.store(epoch, std::memory_order_release);
+    for (int peer = 0; peer < size(); ++peer) {
+      const bool member = std::find(members.begin(), members.end(), peer) != members.end();
+      if (!member) departed_[static_cast<size_t>(peer)] = 1;
+      if (member && peer != self_rank_) peers.push_back(peer);
+    }
+    early_hellos_.clear();  // nobody connects to a joining worker
+  }
+  const auto deadline = Clock::now() + options_.connect_timeout;
+  SendHellos(peers, epoch, deadline);
+  std::unique_lock lock(mu_);
+  WaitFormedLocked(lock, deadline);
+  log_.Info(
+      "collective links formed with workers [{}] as worker rank {}, admitted at membership epoch "
+      "{} (TCP only: a joining worker shares no memory with the others)",
+      fmt::join(peers, ", "), self_rank_, epoch);
+  elastic_ = options_.min_workers >= 1 && options_.min_workers < size();
+}
+
+void PeerMesh::ExpectJoin(uint32_t epoch, const NodeInfo& node, const std::string& text) {
+  ChangeMembership(epoch, -1, text);
+  std::unique_ptr<MailboxLink> old_mailbox;
+  std::vector<net::ConnectionId> acks;
+  std::vector<std::pair<net::ConnectionId, std::string>> refused;
+  {
+    std::lock_guard lock(mu_);
+    const int r = node.rank;
+    if (r < 0 || r >= size() || r == self_rank_ || epoch < epoch_seen_.load()) return;
+    const auto p = static_cast<size_t>(r);
+    // The departed worker's links are closed already; their late news is
+    // no longer this rank's.
+    std::erase_if(links_, [&](const auto& entry) { return entry.second.rank == r; });
+    outgoing_[p].clear();
+    peer_reads_me_[p] = 0;
+    peer_pids_[p] = 0;
+    peer_offers_[p] = 0;
+    status_heard_[p] = 1;
+    departed_[p] = 0;
+    lost_links_.erase(r);
+    old_mailbox = std::move(mailbox_to_[p]);
+    joined_infos_.push_back(node);
+    info_[p].store(&joined_infos_.back(), std::memory_order_release);
+    joiners_[r] = epoch;
+    joined_at_[r] = epoch;
+    std::vector<std::pair<net::ConnectionId, Hello>> parked;
+    parked.swap(join_hellos_);
+    for (auto& [id, hello] : parked) {
+      std::string why;
+      if (AcceptJoinHelloLocked(id, hello, why)) {
+        acks.push_back(id);
+      } else if (!why.empty()) {
+        refused.emplace_back(id, why);
+      } else {
+        join_hellos_.emplace_back(id, hello);
+      }
+    }
+  }
+  for (net::ConnectionId id : acks) SendAck(id, false);
+  for (const auto& [id, why] : refused) {
+    log_.Warn("{}", why);
+    transport_.Close(id);
+  }
+  Wake();
+}
+
+bool PeerMesh::AcceptJoinHelloLocked(net::ConnectionId id, const Hello& hello,
+                                     std::string& refuse) {
+  auto admitted = joiners_.find(hello.rank);
+  if (admitted == joiners_.end() || admitted->second != hello.joined_epoch) {
+    if (hello.joined_epoch > epoch_seen_.load(std::memory_order_relaxed)) return false;  // early
+    refuse = fmt::format(
+        "collective join hello from {} as worker rank {} of membership epoch {}: no worker was "
+        "admitted so (this worker is at epoch {}); connection closed",
+        transport_.Peer(id).address.ToString(), hello.rank, hello.joined_epoch,
+        epoch_seen_.load(std::memory_order_relaxed));
+    return false;
+  }
+  auto& conns = outgoing_[static_cast<size_t>(hello.rank)];
+  if (hello.connections != static_cast<uint32_t>(options_.connections_per_peer) ||
+      hello.connection >= hello.connections ||
+      conns.size() >= static_cast<size_t>(options_.connections_per_peer)) {
+    refuse = fmt::format(
+        "collective join hello from {} as worker rank {}: connection {} of {}, {} open already; "
+        "this worker has {} connection(s) per pair (TANDEM_COLLECTIVE_CONNECTIONS must match)",
+        transport_.Peer(id).address.ToString(), hello.rank, hello.connection, hello.connections,
+        conns.size(), options_.connections_per_peer);
+    return false;
+  }
+  links_[id] = Link{hello.rank, true, true};
+  conns.push_back(id);
+  return true;
+}
+
+void PeerMesh::WaitJoined(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  const auto k_count = static_cast<size_t>(options_.connections_per_peer);
+  auto missing = [&] {
+    std::vector<int> out;
+    for (const auto& [r, epoch] : joiners_) {
+      const auto p = static_cast<size_t>(r);
+      if (!departed_[p] && outgoing_[p].size() < k_count) out.push_back(r);
+    }
+    return out;
+  };
+  while (!failure_ && !missing().empty()) {
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && Clock::now() >= deadline) {
+      break;
+    }
+  }
+  const auto absent = missing();
+  if (!absent.empty() && failure_) {
+    failure_->Throw("waiting for the links of the workers that joined: ");
+  }
+  if (!absent.empty()) {
+    std::string names;
+    for (int r : absent) names += (names.empty() ? "" : ", ") + Describe(r);
+    throw Timeout(
+        fmt::format("worker rank {} did not hear from {}, admitted into the job, within {} ms "
+                    "(TANDEM_CONNECT_TIMEOUT)",
+                    self_rank_, names, options_.connect_timeout.count()));
+  }
+  for (auto it = joiners_.begin(); it != joiners_.end();) {
+    it = outgoing_[static_cast<size_t>(it->first)].size() >= k_count ? joiners_.erase(it)
+                                                                     : std::next(it);
+  }
+}
+
+std::vector<int> PeerMesh::JoinedSince(uint32_t epoch) const {
+  std::lock_guard lock(mu_);
+  std::vector<int> out;
+  for (const auto& [r, at] : joined_at_) {
+    if (at > epoch) out.push_back(r);
+  }
+  return out;
 }
 
 void PeerMesh::SetUpTables(const cluster::NodeTable& table, int self_rank, int self_id) {
@@ -48,6 +194,8 @@ void PeerMesh::SetUpTables(const cluster::NodeTable& table, int self_rank, int s
   }
   std::lock_guard lock(mu_);
   workers_ = std::move(workers);
+  info_ = std::make_unique<std::atomic<const NodeInfo*>[]>(workers_.size());
+  for (size_t r = 0; r < workers_.size(); ++r) info_[r].store(&workers_[r]);
   self_rank_ = self_rank;
   self_id_ = self_id;
   outgoing_.assign(workers_.size(), {});
@@ -58,7 +206,7 @@ void PeerMesh::SetUpTables(const cluster::NodeTable& table, int self_rank, int s
   mailbox_to_.resize(workers_.size());
   ring_broken_.assign(workers_.size(), 0);
   departed_.assign(workers_.size(), 0);
-  if (options_.same_host_copy && options_.mailbox && workers_.size() > 1 &&
+  if (options_.same_host_copy && options_.mailbox && !joining_.load() && workers_.size() > 1 &&
       workers_.size() <= kMaxMailboxRings) {
     try {
       mailbox_ = std::make_unique<MailboxRegion>(static_cast<int>(workers_.size()),
@@ -73,10 +221,10 @@ void PeerMesh::SetUpTables(const cluster::NodeTable& table, int self_rank, int s
   }
 }
 
-void PeerMesh::SendHellos(std::chrono::steady_clock::time_point deadline) {
+void PeerMesh::SendHellos(const std::vector<int>& peers, uint32_t joined_epoch,
+                          std::chrono::steady_clock::time_point deadline) {
   const int k_count = options_.connections_per_peer;
-  // Lower ranks: we connect. Higher ranks connect to us.
-  for (int peer = 0; peer < self_rank_; ++peer) {
+  for (int peer : peers) {
     const NodeInfo& n = workers_[static_cast<size_t>(peer)];
     for (int k = 0; k < k_count; ++k) {
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -91,7 +239,8 @@ void PeerMesh::SendHellos(std::chrono::steady_clock::time_point deadline) {
       m.header.type = msg::kHello;
       m.header.sender = self_id_;
       m.header.recipient = n.id;
-      Hello hello{self_rank_, static_cast<uint32_t>(k), static_cast<uint32_t>(k_count), {}};
+      Hello hello{
+          self_rank_, static_cast<uint32_t>(k), static_cast<uint32_t>(k_count), {}, joined_epoch};
       if (k == 0) hello.probe = OwnProbe();
       m.meta = hello.Encode();
       transport_.Send(id, std::move(m));
@@ -102,11 +251,12 @@ void PeerMesh::SendHellos(std::chrono::steady_clock::time_point deadline) {
 std::vector<int> PeerMesh::MissingLocked() {
   const int k_count = options_.connections_per_peer;
   std::vector<int> out;
+  const bool joining = joining_.load();
   for (int peer = 0; peer < size(); ++peer) {
-    if (peer == self_rank_) continue;
+    if (peer == self_rank_ || departed_[static_cast<size_t>(peer)]) continue;
     const auto& conns = outgoing_[static_cast<size_t>(peer)];
     bool complete = static_cast<int>(conns.size()) == k_count;
-    if (peer < self_rank_) {
+    if (peer < self_rank_ || joining) {
       for (net::ConnectionId id : conns) complete = complete && links_[id].acked;
     } else {
       // Its verdict on our probe, so that both ends know the path first.
@@ -168,6 +318,34 @@ void PeerMesh::LogFormedLocked() {
 
 void PeerMesh::OnHello(net::ConnectionId id, const net::Message& m) {
   Hello hello = Hello::Decode(m.meta);
+  if (hello.joined_epoch > 0) {
+    bool accepted = false;
+    std::string refuse;
+    {
+      std::lock_guard lock(mu_);
+      if (self_rank_ < 0 || joining_.load()) {
+        refuse = fmt::format("collective join hello from {} before this worker's links formed",
+                             transport_.Peer(id).address.ToString());
+      } else {
+        accepted = AcceptJoinHelloLocked(id, hello, refuse);
+        if (!accepted && refuse.empty()) {
+          if (join_hellos_.size() >= kMaxParkedJoinHellos) {
+            refuse = fmt::format("{} join hellos wait for their admission; refusing more",
+                                 join_hellos_.size());
+          } else {
+            join_hellos_.emplace_back(id, hello);  // its admission's notice is on its way
+          }
+        }
+      }
+    }
+    if (accepted) SendAck(id, false);
+    if (!refuse.empty()) {
+      log_.Warn("{}", refuse);
+      transport_.Close(id);
+    }
+    Wake();
+    return;
+  }
   std::optional<bool> ack;
   {
     std::lock_guard lock(mu_);
@@ -258,7 +436,7 @@ void PeerMesh::OnCopyStatus(net::ConnectionId id, const net::Message& m) {
 }
 
 bool PeerMesh::OffersCopy(int rank) const {
-  if (rank == self_rank_) return options_.same_host_copy;
+  if (rank == self_rank_) return options_.same_host_copy && !joining_.load();
   std::lock_guard lock(mu_);
   return peer_offers_.at(static_cast<size_t>(rank)) != 0;
 }

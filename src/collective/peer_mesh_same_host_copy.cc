@@ -26,13 +26,15 @@
 namespace tandem::collective {
 
 CopyProbe PeerMesh::OwnProbe() const {
-  if (!options_.same_host_copy) return {};
+  if (!options_.same_host_copy || joining_.load()) return {};
   return CopyProbe{static_cast<int32_t>(::getpid()), reinterpret_cast<uintptr_t>(&cookie_), cookie_,
                    mailbox_ ? mailbox_->fd() : -1};
 }
 
 bool PeerMesh::CanRead(const CopyProbe& probe, int peer) const {
-  if (!options_.same_host_copy || probe.pid <= 0 || probe.address == 0) return false;
+  if (!options_.same_host_copy || joining_.load() || probe.pid <= 0 || probe.address == 0) {
+    return false;
+  }
   if (options_.copy_same_address_only && Host(peer) != Host(self_rank_)) return false;
   uint64_t value = 0;
   iovec local{&value, sizeof value};

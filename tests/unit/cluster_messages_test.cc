@@ -117,7 +117,10 @@ TEST(BarrierRequest, ValidatesMaskAndFlags) {
   EXPECT_EQ(back.sequence, 12u);
   EXPECT_THROW(BarrierRequest::Decode(BarrierRequest{0, 0, 1}.Encode()), ProtocolError);
   EXPECT_THROW(BarrierRequest::Decode(BarrierRequest{8, 0, 1}.Encode()), ProtocolError);
-  EXPECT_THROW(BarrierRequest::Decode(BarrierRequest{1, 2, 1}.Encode()), ProtocolError);
+  EXPECT_THROW(BarrierRequest::Decode(BarrierRequest{1, 4, 1}.Encode()), ProtocolError);
+  // A regroup's barrier asks for admissions.
+  BarrierRequest regroup{group::kWorkers, BarrierRequest::kAdmit, 3};
+  EXPECT_EQ(BarrierRequest::Decode(regroup.Encode()).flags, BarrierRequest::kAdmit);
 }
 
 TEST(BarrierFailure, RoundTripsAndRejectsBadKind) {

@@ -15,6 +15,7 @@
 #include "cluster/cluster_messages.h"
 #include "cluster/membership.h"
 #include "cluster/scheduler.h"
+#include "support/decode_refusals.h"
 #include "support/inproc_job.h"
 #include "support/manual_time.h"
 #include "tandem/error.h"
@@ -251,37 +252,22 @@ TEST(WorkerLeftNoticeCodec, RoundTripsAndRefusesInconsistentNotices) {
   EXPECT_EQ(back.reason, n.reason);
   EXPECT_EQ(back.remaining, n.remaining);
 
-  struct Bad {
-    const char* what;
-    std::function<void(WorkerLeftNotice&)> change;
-    const char* error;
-  };
-  const std::vector<Bad> bad = {
-      {"epoch 0", [](WorkerLeftNotice& x) { x.epoch = 0; }, "epoch 0"},
-      {"a server", [](WorkerLeftNotice& x) { x.node.role = Role::kServer; }, "not a worker"},
-      {"nobody remains", [](WorkerLeftNotice& x) { x.remaining.clear(); }, "0 remaining"},
-      {"out of order",
-       [](WorkerLeftNotice& x) {
-         x.remaining = {1, 0};
-       },
-       "out of order"},
-      {"the leaver remains",
-       [](WorkerLeftNotice& x) {
-         x.remaining = {0, 3};
-       },
-       "out of order"},
-  };
-  for (const auto& b : bad) {
-    WorkerLeftNotice x = n;
-    b.change(x);
-    try {
-      WorkerLeftNotice::Decode(x.Encode());
-      ADD_FAILURE() << b.what << ": decoded";
-    } catch (const ProtocolError& e) {
-      EXPECT_NE(std::string(e.what()).find(b.error), std::string::npos)
-          << b.what << ": " << e.what();
-    }
-  }
+  testing::ExpectDecodeRefuses<WorkerLeftNotice>(
+      n, {
+             {"epoch 0", [](WorkerLeftNotice& x) { x.epoch = 0; }, "epoch 0"},
+             {"a server", [](WorkerLeftNotice& x) { x.node.role = Role::kServer; }, "not a worker"},
+             {"nobody remains", [](WorkerLeftNotice& x) { x.remaining.clear(); }, "0 remaining"},
+             {"out of order",
+              [](WorkerLeftNotice& x) {
+                x.remaining = {1, 0};
+              },
+              "out of order"},
+             {"the leaver remains",
+              [](WorkerLeftNotice& x) {
+                x.remaining = {0, 3};
+              },
+              "out of order"},
+         });
   std::string truncated = n.Encode();
   truncated.pop_back();
   EXPECT_THROW(WorkerLeftNotice::Decode(truncated), ProtocolError);

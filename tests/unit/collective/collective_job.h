@@ -57,8 +57,11 @@ class CollectiveJob {
  public:
   /// `env`: further variables for every node (TANDEM_MIN_WORKERS, which
   /// the scheduler reads, for an elastic job).
+  /// `joiners`: further workers that RunAll leaves alone, each to join the
+  /// running elastic job through RunJoiner (hosts of their own).
   explicit CollectiveJob(int n, CollectiveSettings settings = TestSettings(), Timings t = {},
-                         int per_host = 0, std::map<std::string, std::string> env = {})
+                         int per_host = 0, std::map<std::string, std::string> env = {},
+                         int joiners = 0)
       : n_(n) {
     job_ = std::make_unique<TestJob>(0, n, t, nullptr, std::move(env));
     for (int i = 0; i < n; ++i) {
@@ -66,12 +69,38 @@ class CollectiveJob {
                                  per_host > 0 ? "host-" + std::to_string(i / per_host) : "");
       services_.push_back(std::make_unique<CollectiveService>(node->services(), settings));
     }
+    for (int j = 0; j < joiners; ++j) {
+      TestNode* node = job_->AddLate(Role::kWorker, "joiner-" + std::to_string(j));
+      joiner_nodes_.push_back(node);
+      joiner_services_.push_back(std::make_unique<CollectiveService>(node->services(), settings));
+    }
   }
   ~CollectiveJob() {
     for (auto& s : services_) s->StopWorld();
+    for (auto& s : joiner_services_) s->StopWorld();
     job_.reset();
     services_.clear();
+    joiner_services_.clear();
   }
+
+  /// Joiner `j` registers with the running job (it waits until the workers
+  /// admit it at a regroup), starts its service, then runs body(its worker
+  /// rank, service). Returns its exception, if any. Any thread; once per
+  /// joiner.
+  std::exception_ptr RunJoiner(int j, const std::function<void(int, CollectiveService&)>& body) {
+    try {
+      TestNode* node = joiner_nodes_[static_cast<size_t>(j)];
+      node->node->Join();
+      CollectiveService& s = *joiner_services_[static_cast<size_t>(j)];
+      s.Start();
+      body(node->membership->self().rank, s);
+      return nullptr;
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  TestNode& joiner(int j) { return *joiner_nodes_[static_cast<size_t>(j)]; }
+  TestNode& scheduler() { return job_->scheduler(); }
 
   /// Joins every node, starts every service, then runs body(rank, service)
   /// on each worker's thread. Returns each worker's exception (by rank).
@@ -121,6 +150,8 @@ class CollectiveJob {
   std::vector<std::chrono::steady_clock::time_point>
       failed_at_;  // by rank: when each worker threw (Run)
   std::vector<std::unique_ptr<CollectiveService>> services_;  // outlive job_'s transports
+  std::vector<TestNode*> joiner_nodes_;                       // owned by job_
+  std::vector<std::unique_ptr<CollectiveService>> joiner_services_;
   std::unique_ptr<TestJob> job_;
 };
 

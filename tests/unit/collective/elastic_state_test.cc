@@ -4,6 +4,7 @@
 // gradient that is linear in the weights, so that the test can replay it:
 // the survivors' final weights must equal a replay of the committed steps,
 // each over the workers that were members when it ran.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <future>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -19,6 +21,7 @@
 #include "collective/collective_service.h"
 #include "collective/elastic_run.h"
 #include "collective_job.h"
+#include "support/manual_time.h"
 #include "tandem/elastic.h"
 #include "tandem/error.h"
 
@@ -117,6 +120,9 @@ struct Leaving {
 struct ElasticRunCase {
   int workers;
   std::vector<Leaving> leaving;  // by step
+  // A worker joins once the first has left, admitted at the commit that
+  // ends step join_at - 1 (it trains from step join_at); 0: none joins.
+  int64_t join_at = 0;
 };
 
 std::string RunCaseName(const ::testing::TestParamInfo<ElasticRunCase>& info) {
@@ -125,39 +131,34 @@ std::string RunCaseName(const ::testing::TestParamInfo<ElasticRunCase>& info) {
     name += "_worker_" + std::to_string(l.worker) + "_at_" +
             (l.before_step < 0 ? std::string("start") : std::to_string(l.before_step));
   }
+  if (info.param.join_at > 0) name += "_joiner_at_" + std::to_string(info.param.join_at);
   return name;
 }
 
-class ElasticRun : public ::testing::TestWithParam<ElasticRunCase> {};
+// The members of each step: every worker, less those that left before it,
+// and the departed place filled again from join_at on.
+std::vector<std::vector<int>> MembersByStep(const ElasticRunCase& c) {
+  std::vector<std::vector<int>> out;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    std::vector<int> members;
+    for (int r = 0; r < c.workers; ++r) {
+      bool gone = false;
+      for (const Leaving& l : c.leaving) gone = gone || (l.worker == r && l.before_step <= step);
+      if (c.join_at > 0 && step >= c.join_at && r == c.leaving.front().worker) gone = false;
+      if (!gone) members.push_back(r);
+    }
+    out.push_back(members);
+  }
+  return out;
+}
 
-// Every worker starts from weights of its own; Run's first Sync makes them
-// worker 0's. Each step averages the members' gradients (allreduce), then
-// momentum SGD at the learning rate a reset callback sets from the world's
-// size; the state (weights, momentum, step) is committed after each step. A
-// worker that leaves before a step's allreduce makes that step raise
-// MembershipChanged on every other; Run restores the commit, regroups, calls
-// the callback and syncs from the lowest remaining worker, and the step runs
-// again over the survivors.
-TEST_P(ElasticRun, SurvivorsEndWithTheReplayOfTheCommittedSteps) {
-  const ElasticRunCase c = GetParam();
-  CollectiveSettings settings = testing::TestSettings();
-  settings.mesh.min_workers = c.workers - static_cast<int>(c.leaving.size());
-  settings.mesh.verdict_wait = std::chrono::seconds(20);
-  CollectiveJob job(c.workers, settings, {}, 0,
-                    {{"TANDEM_MIN_WORKERS", std::to_string(settings.mesh.min_workers)}});
-
-  // The replay: the members of each step, from the starting weights of
-  // worker 0.
+// The replay of the steps over `members_at`, from the starting weights of
+// worker 0.
+std::vector<double> Replay(const std::vector<std::vector<int>>& members_at) {
   std::vector<double> expected(kDim), velocity(kDim, 0.0);
   for (size_t i = 0; i < kDim; ++i) expected[i] = static_cast<double>(i % 7) - 3.0;
-  std::vector<int> members;
-  for (int r = 0; r < c.workers; ++r) members.push_back(r);
-  std::vector<std::vector<int>> members_at;  // by step
   for (int64_t step = 0; step < kSteps; ++step) {
-    for (const Leaving& l : c.leaving) {
-      if (l.before_step <= step) std::erase(members, l.worker);
-    }
-    members_at.push_back(members);
+    const auto& members = members_at[static_cast<size_t>(step)];
     const double lr = LearningRate(static_cast<int>(members.size()));
     for (size_t i = 0; i < kDim; ++i) {
       double sum = 0;
@@ -166,42 +167,63 @@ TEST_P(ElasticRun, SurvivorsEndWithTheReplayOfTheCommittedSteps) {
       expected[i] -= lr * velocity[i];
     }
   }
+  return expected;
+}
 
-  // The last step each worker committed: a worker leaves once every member
-  // committed the step before, so that no survivor's step that it took part
-  // in is left under way (its last pieces are sent, not just queued).
-  std::vector<std::atomic<int64_t>> committed(static_cast<size_t>(c.workers));
-  for (auto& k : committed) k = -1;
-  std::mutex mu;
-  std::vector<std::vector<double>> finals;
-  std::atomic<int> survivors{0};
-  job.RunOk([&](int rank, CollectiveService& s) {
+// One case's workers, joiner included, and what the test checks after.
+class ElasticTraining {
+ public:
+  explicit ElasticTraining(const ElasticRunCase& c)
+      : c_(c),
+        members_at_(MembersByStep(c)),
+        settings_(Settings(c)),
+        job_(c.workers, settings_, {}, 0,
+             {{"TANDEM_MIN_WORKERS", std::to_string(settings_.mesh.min_workers)}},
+             c.join_at > 0 ? 1 : 0),
+        committed_(static_cast<size_t>(c.workers)) {
+    for (auto& k : committed_) k = -1;
+  }
+
+  // Every worker starts from weights of its own; Run's first Sync makes
+  // them worker 0's. Each step averages the members' gradients
+  // (allreduce), then momentum SGD at the learning rate a reset callback
+  // sets from the world's size; the state (weights, momentum, step) is
+  // committed after each step. A worker that leaves before a step's
+  // allreduce makes that step raise MembershipChanged on every other; Run
+  // restores the commit, regroups, calls the callback and syncs from rank 0
+  // of the new world, and the step runs again over the survivors. A joiner
+  // runs the same loop: the commit that ends step join_at - 1 sees it
+  // waiting (the survivors hold that commit until rank 0 knows), raises
+  // MembershipChanged, and the regroup admits it.
+  void Worker(int rank, CollectiveService& s, bool joiner) {
     std::vector<double> w(kDim), v(kDim, 0.0);
     for (size_t i = 0; i < kDim; ++i) {
       // Worker 0's are the replay's; the others' are overwritten by Sync.
-      w[i] = rank == 0 ? static_cast<double>(i % 7) - 3.0 : 100.0 * (rank + 1);
+      w[i] = rank == 0 && !joiner ? static_cast<double>(i % 7) - 3.0 : 100.0 * (rank + 1) + 7;
     }
     elastic::TensorState state;
     state.AddTensor("weights", View(w));
     state.AddTensor("momentum", View(v));
     int64_t& step = state.AddCounter("step");
-    double lr = LearningRate(c.workers);
+    double lr = LearningRate(s.World().size());
     std::vector<int> reset_sizes;
     state.RegisterResetCallback([&] {
       reset_sizes.push_back(s.World().size());
       lr = LearningRate(s.World().size());
     });
     int64_t leave_at = kSteps + 1;  // never
-    for (const Leaving& l : c.leaving) {
-      if (l.worker == rank) leave_at = l.before_step;
+    for (const Leaving& l : c_.leaving) {
+      if (l.worker == rank && !joiner) leave_at = l.before_step;
     }
-    // Every worker's mesh is formed once all passed this barrier (a loss
-    // while a mesh forms fails the job, elastic or not).
-    EXPECT_EQ(s.Regroup().epoch, 0u);
+    if (!joiner) {
+      // Every worker's mesh is formed once all passed this barrier (a loss
+      // while a mesh forms fails the job, elastic or not).
+      EXPECT_EQ(s.Regroup().epoch, 0u);
+    }
     if (leave_at == -1) {
       // Gone before the first Sync, which may then raise MembershipChanged
       // on some survivors and not on others: Run handles both.
-      job.node(rank).transport->Shutdown();
+      job_.node(rank).transport->Shutdown();
       return;
     }
     bool left = false;
@@ -212,16 +234,8 @@ TEST_P(ElasticRun, SurvivorsEndWithTheReplayOfTheCommittedSteps) {
             std::vector<double> g(kDim);
             for (size_t i = 0; i < kDim; ++i) g[i] = Gradient(rank, step, i, w[i]);
             if (step == leave_at) {
-              const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-              for (int r : members_at[static_cast<size_t>(step - 1)]) {
-                while (committed[static_cast<size_t>(r)] < step - 1) {
-                  ASSERT_LT(std::chrono::steady_clock::now(), limit)
-                      << "worker " << rank << " waited for worker " << r << " to commit step "
-                      << step - 1;
-                  std::this_thread::sleep_for(std::chrono::milliseconds(1));
-                }
-              }
-              job.node(rank).transport->Shutdown();  // as if the process died
+              WaitForCommits(rank, step - 1);
+              job_.node(rank).transport->Shutdown();  // as if the process died
               left = true;
               return;
             }
@@ -234,31 +248,118 @@ TEST_P(ElasticRun, SurvivorsEndWithTheReplayOfTheCommittedSteps) {
               w[i] -= lr * v[i];
             }
             ++step;
+            if (step == c_.join_at && s.World().size() < c_.workers) WaitForJoinerNews();
             state.Commit();  // the next step is the one to go back to
-            committed[static_cast<size_t>(rank)] = step - 1;
+            if (!joiner) committed_[static_cast<size_t>(rank)] = step - 1;
           }
-        });
+        },
+        [&] { s.CheckJoins(); });
     if (left) return;
-    ++survivors;
+    ++finished_;
     EXPECT_EQ(step, kSteps) << "worker " << rank;
-    // One reset per regroup: one per leaving worker, or fewer when two leave
-    // before the same step and one regroup sees both.
-    ASSERT_EQ(reset_sizes.empty(), c.leaving.empty()) << "worker " << rank;
-    if (!c.leaving.empty()) {
-      EXPECT_EQ(reset_sizes.back(), c.workers - static_cast<int>(c.leaving.size()));
-      EXPECT_LE(reset_sizes.size(), c.leaving.size());
-      EXPECT_TRUE(std::is_sorted(reset_sizes.rbegin(), reset_sizes.rend()));
+    EXPECT_EQ(s.World().size(), static_cast<int>(members_at_.back().size()));
+    if (!joiner) {
+      // One reset per regroup: one per change, or fewer when two leave
+      // before the same step and one regroup sees both; the last one's
+      // size is the final world's.
+      const size_t changes = c_.leaving.size() + (c_.join_at > 0 ? 1 : 0);
+      ASSERT_EQ(reset_sizes.empty(), changes == 0) << "worker " << rank;
+      if (changes > 0) {
+        EXPECT_EQ(reset_sizes.back(), static_cast<int>(members_at_.back().size()));
+        EXPECT_LE(reset_sizes.size(), changes);
+      }
+      if (c_.join_at == 0) EXPECT_TRUE(std::is_sorted(reset_sizes.rbegin(), reset_sizes.rend()));
     }
-    std::lock_guard lock(mu);
-    finals.push_back(w);
-  });
-  EXPECT_EQ(survivors.load(), c.workers - static_cast<int>(c.leaving.size()));
-  for (const auto& w : finals) {
-    for (size_t i = 0; i < kDim; ++i) {
-      EXPECT_NEAR(w[i], expected[i], 1e-12 * std::max(1.0, std::abs(expected[i])))
-          << "element " << i;
+    std::lock_guard lock(mu_);
+    finals_.push_back(w);
+  }
+
+  void Run() {
+    std::future<std::exception_ptr> joined;
+    if (c_.join_at > 0) {
+      joined = std::async(std::launch::async, [this]() -> std::exception_ptr {
+        // Once the survivors committed the step the first departure
+        // interrupted: the job formed, a place is free, and the regroup of
+        // the departure is over (a joiner waiting then would be admitted
+        // by it).
+        const Leaving& first = c_.leaving.front();
+        const int lowest = members_at_[static_cast<size_t>(first.before_step)].front();
+        if (!tandem::testing::WaitFor(
+                [&] { return committed_[static_cast<size_t>(lowest)] >= first.before_step; },
+                std::chrono::seconds(60))) {
+          return std::make_exception_ptr(Timeout(fmt::format(
+              "worker {} did not commit step {} within 60 s", lowest, first.before_step)));
+        }
+        return job_.RunJoiner(
+            0, [this](int rank, CollectiveService& s) { Worker(rank, s, /*joiner=*/true); });
+      });
+    }
+    job_.RunOk([this](int rank, CollectiveService& s) { Worker(rank, s, false); });
+    if (joined.valid()) {
+      std::exception_ptr e = joined.get();
+      EXPECT_EQ(e, nullptr) << "the joiner: " << testing::What(e);
+      EXPECT_EQ(job_.joiner(0).membership->self().rank, c_.leaving.front().worker);
+    }
+    EXPECT_EQ(finished_.load(), static_cast<int>(members_at_.back().size()));
+    const std::vector<double> expected = Replay(members_at_);
+    for (const auto& w : finals_) {
+      for (size_t i = 0; i < kDim; ++i) {
+        EXPECT_NEAR(w[i], expected[i], 1e-12 * std::max(1.0, std::abs(expected[i])))
+            << "element " << i;
+      }
     }
   }
+
+ private:
+  static CollectiveSettings Settings(const ElasticRunCase& c) {
+    CollectiveSettings settings = testing::TestSettings();
+    settings.mesh.min_workers = c.workers - static_cast<int>(c.leaving.size());
+    settings.mesh.verdict_wait = std::chrono::seconds(20);
+    return settings;
+  }
+
+  // A worker leaves once every member committed the step before, so that
+  // no survivor's step that it took part in is left under way (its last
+  // pieces are sent, not just queued).
+  void WaitForCommits(int rank, int64_t step) {
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    for (int r : members_at_[static_cast<size_t>(step)]) {
+      while (committed_[static_cast<size_t>(r)] < step) {
+        ASSERT_LT(std::chrono::steady_clock::now(), limit)
+            << "worker " << rank << " waited for worker " << r << " to commit step " << step;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+
+  // Holds the commit that admits the joiner until rank 0 of the world (the
+  // lowest member) heard that it waits.
+  void WaitForJoinerNews() {
+    const int lowest = members_at_[static_cast<size_t>(c_.join_at - 1)].front();
+    ASSERT_TRUE(tandem::testing::WaitFor(
+        [&] { return job_.node(lowest).membership->joiners_waiting() > 0; },
+        std::chrono::seconds(60)))
+        << "worker " << lowest << " never heard of the joiner";
+  }
+
+  const ElasticRunCase c_;
+  const std::vector<std::vector<int>> members_at_;
+  const CollectiveSettings settings_;
+  CollectiveJob job_;
+  std::vector<std::atomic<int64_t>> committed_;  // by rank: the last step committed
+  std::mutex mu_;
+  std::vector<std::vector<double>> finals_;  // guarded by mu_
+  std::atomic<int> finished_{0};
+};
+
+class ElasticRun : public ::testing::TestWithParam<ElasticRunCase> {};
+
+// The survivors (and a worker that joined) end at step kSteps with weights
+// equal to a replay of the steps, each over the workers that were members
+// when it ran, within a relative 1e-12.
+TEST_P(ElasticRun, SurvivorsEndWithTheReplayOfTheCommittedSteps) {
+  ElasticTraining training(GetParam());
+  training.Run();
 }
 
 INSTANTIATE_TEST_SUITE_P(Changes, ElasticRun,
@@ -266,6 +367,15 @@ INSTANTIATE_TEST_SUITE_P(Changes, ElasticRun,
                                            ElasticRunCase{4, {{2, -1}}},
                                            ElasticRunCase{4, {{3, 4}, {0, 8}}},
                                            ElasticRunCase{5, {{2, 1}, {1, 1}}}),
+                         RunCaseName);
+
+// A worker that joins takes the departed worker's place and rank; when that
+// was worker 0, the world puts it last, so that Sync hands out a
+// survivor's state, not the joiner's.
+INSTANTIATE_TEST_SUITE_P(Joins, ElasticRun,
+                         ::testing::Values(ElasticRunCase{4, {{3, 4}}, 7},
+                                           ElasticRunCase{4, {{0, 3}}, 6},
+                                           ElasticRunCase{3, {{1, 2}}, 9}),
                          RunCaseName);
 
 }  // namespace

@@ -93,6 +93,7 @@ class TestJob {
   // Services made on the nodes' NodeServices must be stopped before and
   // destroyed after.
   void Clear() {
+    late_.clear();
     nodes_.clear();
     scheduler_node_.reset();
   }
@@ -105,6 +106,14 @@ class TestJob {
                               host.empty() ? "host-" + std::to_string(nodes_.size()) : host,
                               own ? *own : t_));
     return nodes_.back().get();
+  }
+
+  // Adds a node that RunAll leaves alone: one that joins the running job
+  // later (docs/elastic.md, "Workers that join"), whose node->Join() the
+  // test calls on a thread of its own.
+  TestNode* AddLate(Role role, const std::string& host, int requested_rank = -1) {
+    late_.push_back(Assemble(role, requested_rank, host, t_));
+    return late_.back().get();
   }
 
   // Adds every server and worker, with ranks left to the scheduler.
@@ -193,6 +202,7 @@ class TestJob {
   uint16_t scheduler_port_ = 9091;
   std::unique_ptr<TestNode> scheduler_node_;
   std::vector<std::unique_ptr<TestNode>> nodes_;
+  std::vector<std::unique_ptr<TestNode>> late_;  // AddLate's
 };
 
 inline std::string What(const std::exception_ptr& e) {
