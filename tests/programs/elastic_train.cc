@@ -4,7 +4,13 @@
 // workers that SIGKILL themselves at a chosen step. The test replays the
 // steps over each step's members and compares the weights printed here.
 //
-//   elastic_train [--steps N] [--dim D] [--leave WORKER:STEP]...
+//   elastic_train [--steps N] [--dim D] [--leave WORKER:STEP]... [--wait-join-at STEP]
+//
+// --wait-join-at STEP: once step STEP is committed while the world has
+// fewer workers than the job's places, every member checks for a joining
+// worker (tandem::Collectives::CheckJoins) every 20 ms until one is
+// admitted (at most 1500 checks, agreed through the checks' broadcasts),
+// so that a worker started by the test joins at that step.
 //
 // Every worker starts from weights of its own; tandem::elastic::Run's first
 // Sync makes them worker 0's. Each step begins with a collective barrier:
@@ -33,6 +39,7 @@ struct Args {
   int64_t steps = 12;
   int dim = 24;
   std::map<int, int64_t> leave;  // worker -> step
+  int64_t wait_join_at = -1;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -43,6 +50,8 @@ Args ParseArgs(int argc, char** argv) {
       a.steps = std::atoll(argv[++i]);
     } else if (arg == "--dim" && i + 1 < argc) {
       a.dim = std::atoi(argv[++i]);
+    } else if (arg == "--wait-join-at" && i + 1 < argc) {
+      a.wait_join_at = std::atoll(argv[++i]);
     } else if (arg == "--leave" && i + 1 < argc) {
       const std::string spec = argv[++i];
       const size_t colon = spec.find(':');
@@ -98,7 +107,15 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     });
     const auto leaving = args.leave.find(worker);
+    int places = 0;  // the job's worker places
+    for (const auto& node : collectives->cluster().nodes()) {
+      places += node.role == tandem::Role::kWorker ? 1 : 0;
+    }
     tandem::elastic::Run(*collectives, state, [&] {
+      std::printf("elastic_train: worker %d trains from step %lld rank %d size %d\n", worker,
+                  static_cast<long long>(step), collectives->world().rank(),
+                  collectives->world().size());
+      std::fflush(stdout);
       while (step < args.steps) {
         tandem::Communicator& world = collectives->world();
         world.Barrier({"step start", {}});
@@ -119,6 +136,13 @@ int main(int argc, char** argv) {
         }
         ++step;
         state.Commit();
+        if (step == args.wait_join_at && collectives->world().size() < places) {
+          for (int check = 0; check < 1500; ++check) {
+            collectives->CheckJoins();  // raises MembershipChanged once one waits
+            usleep(20000);
+          }
+          throw tandem::Timeout("no worker joined within 1500 checks (30 s)");
+        }
       }
     });
     std::string weights;

@@ -98,14 +98,18 @@ def test_torch_state_and_run_train_through_two_losses_exactly(launch, tandem_bin
     assert "job succeeded with 2 of 4 workers" in out, out
 
 
-def _replay(workers: int, steps: int, dim: int, leave: dict[int, int]) -> list[float]:
+def _replay(workers: int, steps: int, dim: int, leave: dict[int, int],
+            joins: dict[int, int] | None = None) -> list[float]:
     """elastic_train's training over each step's members: worker 0's
     starting weights, the mean of the members' gradients, momentum SGD at
-    0.01 x the members' count."""
+    0.01 x the members' count. `joins`: worker -> the step from which a
+    worker that took its place trains."""
+    joins = joins or {}
     w = [float(i % 7) - 3.0 for i in range(dim)]
     v = [0.0] * dim
     for step in range(steps):
-        members = [m for m in range(workers) if leave.get(m, steps + 1) > step]
+        members = [m for m in range(workers)
+                   if leave.get(m, steps + 1) > step or joins.get(m, steps + 1) <= step]
         lr = 0.01 * len(members)
         for i in range(dim):
             total = sum(0.5 * w[i] + float((m + 1) * ((i + step) % 5)) - 2.0 for m in members)
@@ -153,3 +157,59 @@ def test_cpp_elastic_run_trains_through_losses_exactly(launch, tandem_bin_dir, w
     for w in leave:
         assert re.search(rf"\[launcher\] worker {w} \(pid \d+\) killed by signal 9", out), out
     assert f"job succeeded with {len(survivors)} of {workers} workers" in out, out
+
+
+def _weights(out: str, worker: int, rank: int, size: int, steps: int, resets: int) -> list[float]:
+    found = re.search(rf"elastic_train: worker {worker} done rank {rank} size {size} step "
+                      rf"{steps} resets {resets} weights ([-0-9.e ]+)", out)
+    assert found, (worker, out)
+    return [float(x) for x in found.group(1).split()]
+
+
+def test_cpp_elastic_run_admits_a_worker_that_joins(launch, tandem_bin_dir):
+    """A worker that joins the running job: worker 2 of 3 (tandem launch -s 0
+    --workers 2:3) SIGKILLs itself at step 4; the test then starts a new
+    elastic_train with a survivor's environment and DMLC_WORKER_ID=2, as a
+    cluster manager restarting the pod would. The survivors check for it at
+    each commit and hold at step 7 until it is admitted (--wait-join-at 7).
+    It takes worker 2's place, syncs worker 0's state and trains from step
+    7; all three end with the replay of steps 0-3 over 3 workers, 4-6 over
+    2 and 7-11 over 3 (relative 1e-12), and the job ends with nothing left
+    running."""
+    steps, dim = 12, 24
+    argv = [tandem_bin_dir / "elastic_train", "--steps", str(steps), "--dim", str(dim),
+            "--leave", "2:4", "--wait-join-at", "7"]
+    job = launch.start(3, 0, argv, extra_args=["--workers", "2:3"])
+    survivor = job.wait_for_line(r"\[worker 0\] elastic_train: worker 0 trains from step 0")
+    assert survivor
+    env = dict(next(p for p in job.role_processes("worker")
+                    if p.env.get("DMLC_WORKER_ID") == "0").env)
+    job.wait_for_line(r"elastic_train: worker 2 leaves at step 4")
+    env["DMLC_WORKER_ID"] = "2"
+    joiner = launch.start_command([str(tandem_bin_dir / "elastic_train"), "--steps", str(steps),
+                                   "--dim", str(dim)], env=env)
+    code = job.wait(timeout=120)
+    assert code == 0, job.describe()
+    assert joiner.wait(timeout=30) == 0, joiner.describe()
+    job.assert_no_leftovers()
+    joiner.assert_no_leftovers()
+    out, joined = job.output, joiner.output
+    expected = _replay(3, steps, dim, {2: 4}, {2: 7})
+    for w in (0, 1):
+        # One reset for the departure (2 remain), one for the admission.
+        assert (f"[worker {w}] elastic_train: worker {w} reset 1 rank {w} size 2 "
+                f"members [0,1]") in out, out
+        assert (f"[worker {w}] elastic_train: worker {w} reset 2 rank {w} size 3 "
+                f"members [0,1,2]") in out, out
+        assert f"[worker {w}] elastic_train: worker {w} trains from step 7 rank {w} size 3" in out
+    assert "elastic_train: worker 2 trains from step 7 rank 2 size 3" in joined, joined
+    assert "joined the running job: worker 2" in joined, joined
+    finals = {w: _weights(out, w, w, 3, steps, 2) for w in (0, 1)}
+    finals[2] = _weights(joined, 2, 2, 3, steps, 0)
+    for w, got in finals.items():
+        assert len(got) == dim, got
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert abs(g - e) <= 1e-12 * max(1.0, abs(e)), (w, i, g, e)
+    assert re.search(r"\[launcher\] worker 2 \(pid \d+\) killed by signal 9", out), out
+    assert re.search(r"joined the job in the place of a departed worker; 3 of 3 workers "
+                     r"\(membership epoch 2\)", out), out
