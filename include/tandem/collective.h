@@ -263,8 +263,9 @@ class Collectives {
   /// that are members (Cluster::Barrier(group::kWorkers)), and when the barrier's
   /// answer is a newer epoch than the world's, world() becomes a
   /// communicator over those workers, over the connections already open:
-  /// group rank i is the i-th of them in world-rank order, so ranks and the
-  /// size change. Groups made before the change are retired (make them
+  /// group rank i is the i-th of them in world-rank order (a worker admitted
+  /// at this barrier comes last: docs/elastic.md, "Workers that join"), so
+  /// ranks and the size change. Groups made before the change are retired (make them
   /// again). A reference to the earlier world stays valid (its operations
   /// raise MembershipChanged) until Finalize. Without a change it is a
   /// barrier. Returns the barrier's answer. Throws what Barrier throws.

@@ -16,8 +16,10 @@
 //  - A failure that would leave fewer than MIN fails the job, as every
 //    failure does without --workers; so do the failures of the scheduler
 //    and the servers.
-//  - Joining a running job is not supported yet: all MAX workers start
-//    together.
+//  - The launcher starts all MAX workers together and starts no
+//    replacement for one that left; a worker started otherwise (by hand, or
+//    by a cluster manager) can join a job without servers
+//    (docs/elastic.md, "Workers that join").
 #pragma once
 
 #include <string>

@@ -213,3 +213,42 @@ def test_cpp_elastic_run_admits_a_worker_that_joins(launch, tandem_bin_dir):
     assert re.search(r"\[launcher\] worker 2 \(pid \d+\) killed by signal 9", out), out
     assert re.search(r"joined the job in the place of a departed worker; 3 of 3 workers "
                      r"\(membership epoch 2\)", out), out
+
+
+def test_torch_elastic_run_admits_a_worker_that_joins(launch, tandem_bin_dir):
+    """tandem.torch.elastic with a worker that joins: worker 2 of 3 dies
+    during step 4's backward; the test starts a new elastic_torch_worker.py
+    with a survivor's environment and DMLC_WORKER_ID=2; the survivors' commit
+    of step 7 admits it (tandem.check_joins()). It takes worker 2's place,
+    gets the model, the optimizer's momentum, the step and the history by
+    sync(), and every worker ends with the same weights, equal to the NumPy
+    replay of the committed steps (relative 1e-10)."""
+    steps = 12
+    args = ["--steps", str(steps), "--wait-join-at", "7", "--places", "3"]
+    job = launch.start(3, 0, worker("elastic_torch_worker.py") + args + ["--leave", "2:4"],
+                       extra_args=["--workers", "2:3"],
+                       launcher_env=python_env(tandem_bin_dir))
+    job.wait_for_line(r"\[worker 0\] elastic-torch: worker 0 trains from step 0")
+    env = dict(next(p for p in job.role_processes("worker")
+                    if p.env.get("DMLC_WORKER_ID") == "0").env)
+    job.wait_for_line(r"elastic-torch: worker 2 leaves during step 4")
+    env["DMLC_WORKER_ID"] = "2"
+    joiner = launch.start_command(worker("elastic_torch_worker.py") + args, env=env)
+    code = job.wait(timeout=120)
+    assert code == 0, job.describe()
+    assert joiner.wait(timeout=60) == 0, joiner.describe()
+    job.assert_no_leftovers()
+    joiner.assert_no_leftovers()
+    pattern = (r"elastic-torch: worker (\d) replay ok max-diff \S+ steps (\d+) restores (\d+) "
+               r"weights (\w+) history \[([0-9, ]+)\]")
+    found = re.findall(pattern, job.output) + re.findall(pattern, joiner.output)
+    assert sorted(int(w) for w, *_ in found) == [0, 1, 2], (job.output, joiner.output)
+    assert len({digest for _, _, _, digest, _ in found}) == 1, found  # the same weights
+    for w, done, restores, _, history in found:
+        sizes = [int(v) for v in history.split(", ")]
+        assert int(done) == steps and len(sizes) == steps, found
+        # The survivors restore for the departure and for the admission.
+        assert int(restores) == (0 if w == "2" else 2), found
+        assert sizes[:4] == [3] * 4 and sizes[4] in (2, 3) and sizes[5:7] == [2, 2], sizes
+        assert sizes[7:] == [3] * (steps - 7), sizes
+    assert "elastic-torch: worker 2 trains from step 7 rank 2 size 3" in joiner.output

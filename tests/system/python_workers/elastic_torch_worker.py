@@ -3,7 +3,7 @@ training (tandem.torch.elastic.TorchState, tandem.torch.elastic.run) of a
 float64 linear model with tandem.torch.DistributedOptimizer (SGD with
 momentum) in an elastic job (docs/elastic.md, "The elastic API").
 
-    elastic_torch_worker.py --steps N [--leave RANK:STEP ...]
+    elastic_torch_worker.py --steps N [--leave RANK:STEP ...] [--wait-join-at STEP --places N]
 
 Worker w's batch at step s is drawn from a generator seeded by (s, w). A
 worker named by --leave RANK:STEP runs that step's backward() (its
@@ -14,7 +14,12 @@ step; after a change every worker goes back to the lowest remaining one's
 commit. At the end each survivor replays the committed steps in NumPy
 (float64: the mean gradient over each step's members, SGD with momentum)
 and prints 'elastic-torch: worker W replay ok max-diff D steps N restores R
-weights H', H a hash of the final weights (the same on every survivor)."""
+weights H', H a hash of the final weights (the same on every survivor).
+
+With --wait-join-at STEP, once STEP is committed while the world has fewer
+than --places workers, every member checks for a joining worker
+(tandem.check_joins()) every 20 ms until one is admitted (at most 1500
+checks): a worker the test starts then joins at that step."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import argparse
 import hashlib
 import os
 import signal
+import time
 
 import numpy as np
 import torch
@@ -59,6 +65,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--leave", action="append", default=[], metavar="RANK:STEP")
+    parser.add_argument("--wait-join-at", type=int, default=-1, metavar="STEP")
+    parser.add_argument("--places", type=int, default=0)
     args = parser.parse_args()
     leave = {int(r): int(s) for r, s in (item.split(":") for item in args.leave)}
 
@@ -70,12 +78,16 @@ def main() -> None:
         torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
         named_parameters=model.named_parameters())
     state = tandem.torch.elastic.TorchState(model, optimizer, step=0, history=[], w0=None)
-    members = list(range(tandem.size()))
+    def world_members() -> list[int]:
+        # The worker ranks of the world, whatever their order in it (a
+        # worker that joined comes last).
+        return sorted(int(w) for w in tandem.collective._comm(None).members)
+
+    members = world_members()
 
     def learn_members() -> None:
         nonlocal members
-        everyone = tandem.allgather(np.array([worker], dtype=np.int64))
-        members = [int(w) for w in everyone]
+        members = world_members()
         print(f"elastic-torch: worker {worker} regrouped: members {members} rank "
               f"{tandem.rank()} size {tandem.size()}", flush=True)
 
@@ -83,6 +95,10 @@ def main() -> None:
 
     @tandem.torch.elastic.run
     def train(state) -> None:
+        nonlocal members
+        members = world_members()
+        print(f"elastic-torch: worker {worker} trains from step {state.step} rank "
+              f"{tandem.rank()} size {tandem.size()}", flush=True)
         if state.w0 is None:
             state.w0 = model.weight.detach().numpy().ravel().copy()
         while state.step < args.steps:
@@ -99,6 +115,11 @@ def main() -> None:
             state.history.append(list(members))
             state.step += 1
             state.commit()
+            if state.step == args.wait_join_at and tandem.size() < args.places:
+                for _ in range(1500):
+                    tandem.check_joins()  # raises MembershipChanged once one waits
+                    time.sleep(0.02)
+                raise SystemExit(f"worker {worker}: no worker joined within 1500 checks")
 
     restores = 0
     original_restore = state.restore
