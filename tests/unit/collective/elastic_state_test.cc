@@ -136,8 +136,11 @@ std::string RunCaseName(const ::testing::TestParamInfo<ElasticRunCase>& info) {
 }
 
 // The members of each step: every worker, less those that left before it,
-// and the departed place filled again from join_at on.
-std::vector<std::vector<int>> MembersByStep(const ElasticRunCase& c) {
+// and the departed place filled again from join_at on (the step a joiner
+// trained from, which can be earlier than the case's: it is admitted at the
+// first commit after it registered).
+std::vector<std::vector<int>> MembersByStep(ElasticRunCase c, int64_t joined_from = 0) {
+  if (joined_from > 0) c.join_at = joined_from;
   std::vector<std::vector<int>> out;
   for (int64_t step = 0; step < kSteps; ++step) {
     std::vector<int> members;
@@ -230,6 +233,7 @@ class ElasticTraining {
     RunElastic(
         state, [&]() -> Communicator& { return s.World(); }, [&] { return s.Regroup(); },
         [&] {
+          if (joiner && joined_from_ < 0) joined_from_ = step;  // after its first Sync
           while (step < kSteps) {
             std::vector<double> g(kDim);
             for (size_t i = 0; i < kDim; ++i) g[i] = Gradient(rank, step, i, w[i]);
@@ -301,7 +305,13 @@ class ElasticTraining {
       EXPECT_EQ(job_.joiner(0).membership->self().rank, c_.leaving.front().worker);
     }
     EXPECT_EQ(finished_.load(), static_cast<int>(members_at_.back().size()));
-    const std::vector<double> expected = Replay(members_at_);
+    if (c_.join_at > 0) {
+      // Admitted at the first commit after it registered, at the latest the
+      // one of step join_at - 1, where the survivors wait for it.
+      EXPECT_GE(joined_from_.load(), c_.leaving.front().before_step);
+      EXPECT_LE(joined_from_.load(), c_.join_at);
+    }
+    const std::vector<double> expected = Replay(MembersByStep(c_, joined_from_.load()));
     for (const auto& w : finals_) {
       for (size_t i = 0; i < kDim; ++i) {
         EXPECT_NEAR(w[i], expected[i], 1e-12 * std::max(1.0, std::abs(expected[i])))
@@ -350,6 +360,7 @@ class ElasticTraining {
   std::mutex mu_;
   std::vector<std::vector<double>> finals_;  // guarded by mu_
   std::atomic<int> finished_{0};
+  std::atomic<int64_t> joined_from_{-1};  // the step the joiner trained from
 };
 
 class ElasticRun : public ::testing::TestWithParam<ElasticRunCase> {};
