@@ -100,14 +100,14 @@ void Membership::Join() {
   }
   const auto admitted = std::move(admitted_barriers_);
   lock.unlock();
-  if (joined_running_job_) {
+  if (joined_running_job()) {
     std::lock_guard serial(barrier_mu_);
     for (const auto& [groups, passed] : admitted) barrier_sequence_[groups] = passed;
   }
   log_.SetTag(self().role == Role::kScheduler
                   ? std::string("scheduler")
                   : fmt::format("{} {}", RoleName(self().role), self().rank));
-  if (joined_running_job_) {
+  if (joined_running_job()) {
     log_.Info(
         "joined the running job: {}, in a departed worker's place; {} workers (membership "
         "epoch {})",
@@ -169,7 +169,6 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         epoch_ = a.epoch;
         workers_.assign(a.workers.begin(), a.workers.end());
         admitted_barriers_ = std::move(a.barriers);
-        joined_running_job_ = true;
         admission_epoch_ = a.epoch;
         table_ = std::move(a.table);
         break;

@@ -105,7 +105,7 @@ class Membership final : public net::TransportHandler {
   uint32_t joiners_waiting() const;
   /// Whether this node was admitted into a job already running (it took a
   /// departed worker's place) rather than forming it. Valid after Join().
-  bool joined_running_job() const { return joined_running_job_; }
+  bool joined_running_job() const { return admission_epoch_ > 0; }
   /// The membership epoch at which this node was admitted (0 when it
   /// formed the job with the others). Valid after Join().
   uint32_t admission_epoch() const { return admission_epoch_; }
@@ -201,8 +201,7 @@ class Membership final : public net::TransportHandler {
   std::optional<std::string> queued_;  // why the scheduler holds this joiner back
   // The admission's barrier counts (kAdmitted), applied by Join().
   std::vector<std::pair<uint8_t, uint64_t>> admitted_barriers_;
-  bool joined_running_job_ = false;  // written before Join() returns
-  uint32_t admission_epoch_ = 0;     // written before Join() returns
+  uint32_t admission_epoch_ = 0;  // written before Join() returns; 0: formed the job
 
   std::mutex barrier_mu_;
   std::map<int, uint64_t> barrier_sequence_;  // by mask; guarded by barrier_mu_

@@ -683,6 +683,7 @@ void Scheduler::WatchdogLoop() {
           start_report_.Lasted(), MissingFromStart(), Seconds(options_.start_timeout));
     }
     if (table_ && !failure_) {
+      bool dropped = false;
       for (auto it = joiners_.begin(); it != joiners_.end();) {
         if (now - it->since <= options_.start_timeout) {
           ++it;
@@ -700,8 +701,9 @@ void Scheduler::WatchdogLoop() {
         out.sends.emplace_back(it->conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0,
                                                      net::flags::kError));
         it = joiners_.erase(it);
+        dropped = true;
       }
-      AnnounceJoiners(out);
+      if (dropped) AnnounceJoiners(out);
       for (size_t id = 0; id < states_.size(); ++id) {
         auto silent = duration_cast<milliseconds>(now - states_[id].last_seen);
         if (!states_[id].left && silent > options_.heartbeat_timeout) {

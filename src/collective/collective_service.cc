@@ -126,23 +126,14 @@ void CollectiveService::Start() {
     const Members members{membership_.epoch(), membership_.workers()};
     mesh_.ConnectJoining(membership_.table(), self.rank, self.id, membership_.admission_epoch(),
                          members.workers);
-    // The members that admitted this worker first, this one last (as
-    // their Regroup orders it): rank 0 holds the job's state.
-    std::vector<int> order;
-    for (int r : members.workers) {
-      if (r != self.rank) order.push_back(r);
-    }
-    order.push_back(self.rank);
-    CommunicatorSettings settings = SettingsFor(order);
-    settings.epoch = members.epoch;
+    // This worker last, as the members' Regroup orders it.
     std::lock_guard lock(world_mu_);
+    world_ = MakeWorld(members, {self.rank});
     world_epoch_ = members.epoch;
-    world_.reset(new Communicator(std::make_unique<CommunicatorImpl>(
-        mesh_, WorldId(members.epoch, order), order, std::move(settings), log_, ops_, queued_)));
     log_.Info(
         "collectives joined the running job over workers [{}] (membership epoch {}): this "
         "worker is rank {} of {}",
-        fmt::join(order, ", "), members.epoch, world_->rank(), world_->size());
+        fmt::join(world_->members(), ", "), members.epoch, world_->rank(), world_->size());
     return;
   }
   mesh_.Connect(membership_.table(), self.rank, self.id);
@@ -184,29 +175,33 @@ Members CollectiveService::Regroup() {
   // A worker admitted at this barrier connects now; the new world's first
   // operation waits for nothing but its pieces.
   mesh_.WaitJoined(std::chrono::steady_clock::now() + settings_.mesh.connect_timeout);
-  // Workers that joined since the last world come last, so that rank 0,
-  // whose state Sync hands out, is one that trained with the others.
-  const std::vector<int> joined = mesh_.JoinedSince(world_epoch_);
-  std::vector<int> order;
-  for (bool newcomers : {false, true}) {
-    for (int r : members.workers) {
-      const bool joined_now = std::binary_search(joined.begin(), joined.end(), r);
-      if (joined_now == newcomers) order.push_back(r);
-    }
-  }
-  CommunicatorSettings settings = SettingsFor(order);
-  settings.epoch = members.epoch;
-  const uint32_t id = WorldId(members.epoch, order);
-  std::unique_ptr<Communicator> world(new Communicator(std::make_unique<CommunicatorImpl>(
-      mesh_, id, order, std::move(settings), log_, ops_, queued_)));
+  std::unique_ptr<Communicator> world = MakeWorld(members, mesh_.JoinedSince(world_epoch_));
   retired_worlds_.push_back(std::move(world_));
   world_ = std::move(world);
   world_epoch_ = members.epoch;
   log_.Info(
       "collectives regrouped over workers [{}] (membership epoch {}): this worker is rank {} "
       "of {}",
-      fmt::join(order, ", "), members.epoch, world_->rank(), world_->size());
+      fmt::join(world_->members(), ", "), members.epoch, world_->rank(), world_->size());
   return members;
+}
+
+std::unique_ptr<Communicator> CollectiveService::MakeWorld(const Members& members,
+                                                           const std::vector<int>& joined) {
+  // Workers that joined since the last world come last, so that rank 0,
+  // whose state Sync hands out, is one that trained with the others.
+  std::vector<int> order;
+  for (bool newcomers : {false, true}) {
+    for (int r : members.workers) {
+      const bool joined_now = std::find(joined.begin(), joined.end(), r) != joined.end();
+      if (joined_now == newcomers) order.push_back(r);
+    }
+  }
+  CommunicatorSettings settings = SettingsFor(order);
+  settings.epoch = members.epoch;
+  const uint32_t id = WorldId(members.epoch, order);
+  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<CommunicatorImpl>(
+      mesh_, id, order, std::move(settings), log_, ops_, queued_)));
 }
 
 void CollectiveService::CheckJoins() {

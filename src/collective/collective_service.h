@@ -75,6 +75,10 @@ class CollectiveService {
   // The communicator settings of a group: the segment by placement
   // (CommunicatorSettings::segment_by_placement).
   CommunicatorSettings SettingsFor(const std::vector<int>& world_ranks) const;
+  // The world after a change to `members` (or the one a joining worker
+  // starts with): the members in worker-rank order, those in `joined` (that
+  // joined since the last world) last.
+  std::unique_ptr<Communicator> MakeWorld(const Members& members, const std::vector<int>& joined);
   cluster::Membership& membership_;
   base::Logger& log_;
   CollectiveSettings settings_;

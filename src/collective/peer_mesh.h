@@ -571,10 +571,9 @@ class PeerMesh final : public net::TransportHandler {
   // or mailbox on its links.
   std::atomic<bool> joining_{false};
   // Elastic: the workers admitted into departed ones' places, by rank,
-  // with the epoch of their admission (guarded by mu_), and join hellos
-  // that came before the admission's notice.
-  std::map<int, uint32_t> joiners_;
-  std::map<int, uint32_t> joined_at_;  // by rank: the epoch of its latest admission
+  // with the epoch of their latest admission (guarded by mu_), and join
+  // hellos that came before the admission's notice.
+  std::map<int, uint32_t> joined_at_;
   std::vector<std::pair<net::ConnectionId, Hello>> join_hellos_;
   std::vector<std::vector<net::ConnectionId>> outgoing_;  // [peer][k]
   int self_rank_ = -1;

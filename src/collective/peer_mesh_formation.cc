@@ -90,10 +90,9 @@ void PeerMesh::ExpectJoin(uint32_t epoch, const NodeInfo& node, const std::strin
     status_heard_[p] = 1;
     departed_[p] = 0;
     lost_links_.erase(r);
-    old_mailbox = std::move(mailbox_to_[p]);
+    old_mailbox = std::move(mailbox_to_[p]);  // unmapped outside the lock
     joined_infos_.push_back(node);
     info_[p].store(&joined_infos_.back(), std::memory_order_release);
-    joiners_[r] = epoch;
     joined_at_[r] = epoch;
     std::vector<std::pair<net::ConnectionId, Hello>> parked;
     parked.swap(join_hellos_);
@@ -118,8 +117,8 @@ void PeerMesh::ExpectJoin(uint32_t epoch, const NodeInfo& node, const std::strin
 
 bool PeerMesh::AcceptJoinHelloLocked(net::ConnectionId id, const Hello& hello,
                                      std::string& refuse) {
-  auto admitted = joiners_.find(hello.rank);
-  if (admitted == joiners_.end() || admitted->second != hello.joined_epoch) {
+  auto admitted = joined_at_.find(hello.rank);
+  if (admitted == joined_at_.end() || admitted->second != hello.joined_epoch) {
     if (hello.joined_epoch > epoch_seen_.load(std::memory_order_relaxed)) return false;  // early
     refuse = fmt::format(
         "collective join hello from {} as worker rank {} of membership epoch {}: no worker was "
@@ -149,7 +148,7 @@ void PeerMesh::WaitJoined(std::chrono::steady_clock::time_point deadline) {
   const auto k_count = static_cast<size_t>(options_.connections_per_peer);
   auto missing = [&] {
     std::vector<int> out;
-    for (const auto& [r, epoch] : joiners_) {
+    for (const auto& [r, epoch] : joined_at_) {
       const auto p = static_cast<size_t>(r);
       if (!departed_[p] && outgoing_[p].size() < k_count) out.push_back(r);
     }
@@ -171,10 +170,6 @@ void PeerMesh::WaitJoined(std::chrono::steady_clock::time_point deadline) {
         fmt::format("worker rank {} did not hear from {}, admitted into the job, within {} ms "
                     "(TANDEM_CONNECT_TIMEOUT)",
                     self_rank_, names, options_.connect_timeout.count()));
-  }
-  for (auto it = joiners_.begin(); it != joiners_.end();) {
-    it = outgoing_[static_cast<size_t>(it->first)].size() >= k_count ? joiners_.erase(it)
-                                                                     : std::next(it);
   }
 }
 

@@ -203,7 +203,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(WorkerJoinedCodecs, RoundTripAndRefuseInconsistentMessages) {
   WorkerJoinedNotice n;
   n.epoch = 3;
-  n.node = NodeInfo{4, Role::kWorker, 2, "10.0.0.9", 4000};
+  n.node = NodeInfo{4, Role::kWorker, 2, "127.0.0.9", 4000};
   n.workers = {0, 2, 3};
   WorkerJoinedNotice back = WorkerJoinedNotice::Decode(n.Encode());
   EXPECT_EQ(back.epoch, 3U);
