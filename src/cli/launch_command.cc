@@ -132,6 +132,16 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   // Elastic (--workers MIN:MAX): a worker's failure leaves the job while MIN remain.
   if (launch::IsElastic(plan.min_workers, plan.num_workers)) {
     supervisor.min_workers = plan.min_workers;
+    // Without servers a running job admits new workers (docs/elastic.md,
+    // "Workers that join"): --max-restarts replaces a worker that left
+    // instead of restarting the whole job; with servers it restarts the job.
+    if (options.num_servers == 0 && args.max_restarts > 0) {
+      supervisor.replace_departed_workers = true;
+      supervisor.max_replacements = args.max_restarts;
+      supervisor.replacement_delay = options.restarts.delay;
+      supervisor.replace_after_any_failure =
+          options.restarts.policy == launch::RestartPolicy::kOnFailure;
+    }
   }
   supervisor.teardown_grace = std::chrono::milliseconds(
       static_cast<int64_t>(std::llround(args.teardown_grace_seconds * 1000.0)));
@@ -374,7 +384,9 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "Restart the whole job up to N times when a process fails (every process torn "
                   "down and started again with a fresh secret and scheduler port; each gets "
                   "TANDEM_RESTART_COUNT); never after Ctrl-C or a set-up error (docs/launch.md, "
-                  "\"Restarts\")")
+                  "\"Restarts\"). In an elastic job without servers (--workers MIN:MAX -s 0) a "
+                  "worker that left is replaced instead, by a new process that joins the running "
+                  "job; replacements count against N")
       ->capture_default_str()
       ->check(Count(0, 1 << 20, "the number of restarts"));
   cmd->add_option("--restart-delay", args->restart_delay_seconds,

@@ -85,11 +85,14 @@ std::string DescribeDepartures(const std::vector<std::string>& departures) {
   return fmt::format("{}", fmt::join(departures, ", "));
 }
 
-std::string ElasticSuccessLine(const WorkerRange& range,
-                               const std::vector<std::string>& departures) {
-  return fmt::format("job succeeded with {} of {} ({}); left the job: {}",
-                     range.max - static_cast<int>(departures.size()), Workers(range.max),
-                     range.Flag(), DescribeDepartures(departures));
+std::string ElasticSuccessLine(const WorkerRange& range, const std::vector<std::string>& departures,
+                               int replacements) {
+  const std::string after = replacements == 0 ? std::string()
+                                              : fmt::format(" after {} replacement{}", replacements,
+                                                            replacements == 1 ? "" : "s");
+  return fmt::format("job succeeded with {} of {} ({}){}; left the job: {}",
+                     range.max - static_cast<int>(departures.size()) + replacements,
+                     Workers(range.max), range.Flag(), after, DescribeDepartures(departures));
 }
 
 std::string DescribeWorkerCount(int num_workers, int min_workers) {

@@ -16,10 +16,13 @@
 //  - A failure that would leave fewer than MIN fails the job, as every
 //    failure does without --workers; so do the failures of the scheduler
 //    and the servers.
-//  - The launcher starts all MAX workers together and starts no
-//    replacement for one that left; a worker started otherwise (by hand, or
-//    by a cluster manager) can join a job without servers
-//    (docs/elastic.md, "Workers that join").
+//  - The launcher starts all MAX workers together. In a job without
+//    servers, with --max-restarts, it starts a replacement for a worker
+//    that left (the same rank's environment), which joins the running job
+//    (docs/elastic.md, "Workers that join"); a worker started otherwise (by
+//    hand, or by a cluster manager) joins the same way. A replacement's
+//    place is the departed worker's: the workers that have not left are
+//    MAX less the departures plus the replacements started.
 #pragma once
 
 #include <string>
@@ -88,9 +91,12 @@ std::string DescribeDepartures(const std::vector<std::string>& departures);
 /// The launcher's final line for a job that succeeded after workers left
 /// (without "[launcher] "): "job succeeded with 3 of 4 workers (--workers
 /// 3:4); left the job: worker 3 (pid 12) killed by signal 9 (SIGKILL)".
-/// Requires: departures not empty. Pure.
-std::string ElasticSuccessLine(const WorkerRange& range,
-                               const std::vector<std::string>& departures);
+/// With `replacements` started for departed workers (--max-restarts):
+/// "job succeeded with 4 of 4 workers (--workers 3:4) after 1 replacement;
+/// left the job: ...". Requires: departures not empty, 0 <= replacements
+/// <= departures.size(). Pure.
+std::string ElasticSuccessLine(const WorkerRange& range, const std::vector<std::string>& departures,
+                               int replacements = 0);
 
 /// The workers of the launcher's first line ("job ...: scheduler at ...,
 /// 2 servers, 4 workers"): "4 workers", "1 worker", or for an elastic job

@@ -2,12 +2,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace tandem::launch {
 namespace {
 
 std::string Restarts(int n) { return n == 1 ? "1 restart" : fmt::format("{} restarts", n); }
+
+// " and 2 replacements of workers" when workers were replaced, else "".
+std::string Replacements(int n) {
+  if (n == 0) return {};
+  return fmt::format(" and {} replacement{} of workers", n, n == 1 ? "" : "s");
+}
 
 }  // namespace
 
@@ -25,16 +32,22 @@ int RunWithRestarts(const RestartOptions& restarts, const SupervisorOptions& sup
   OutputSink sink(supervisor_options.stderr_fd);
   auto log = [&sink](const std::string& text) { sink.WriteLine("[launcher] " + text + "\n"); };
   std::vector<std::optional<ProcessExit>> causes;  // of every attempt
+  int replaced = 0;                                // workers replaced in the attempts so far
   for (int restart = 0;; ++restart) {
     // One supervisor per attempt, alive through the delay that follows it:
     // its signalfd is what notices an interrupt during the delay.
     SupervisorOptions options = supervisor_options;
     options.append_logs = options.append_logs || restart > 0;  // keep the failed attempts' logs
+    // Replacements of single workers and restarts of the job share the budget.
+    options.max_replacements =
+        std::max(0, std::min(options.max_replacements, restarts.max_restarts - restart - replaced));
     ProcessSupervisor supervisor(options);
-    const JobOutcome outcome = attempt(
-        supervisor, AttemptEnvironment(launcher_env.vars(), restart, restarts.max_restarts));
+    const JobOutcome outcome =
+        attempt(supervisor,
+                AttemptEnvironment(launcher_env.vars(), restart + replaced, restarts.max_restarts));
     if (restarts.max_restarts == 0) return outcome.exit_code;
-    const RestartDecision decision = DecideRestart(restarts, outcome, restart);
+    replaced += outcome.replacements;
+    const RestartDecision decision = DecideRestart(restarts, outcome, restart + replaced);
     causes.push_back(decision.cause);
     const std::string attempts =
         restart > 0 ? fmt::format(" ({})", DescribeAttempts(causes)) : std::string();
@@ -54,14 +67,15 @@ int RunWithRestarts(const RestartOptions& restarts, const SupervisorOptions& sup
         log(fmt::format("not restarting the job: {}{}", decision.reason, attempts));
         return code;
       case RestartVerdict::kExhausted:
-        log(fmt::format("job failed after {} attempts, no restart left (--max-restarts {}): {}",
-                        restart + 1, restarts.max_restarts, DescribeAttempts(causes)));
+        log(fmt::format("job failed after {} attempts{}, no restart left (--max-restarts {}): {}",
+                        restart + 1, Replacements(replaced), restarts.max_restarts,
+                        DescribeAttempts(causes)));
         return code;
       case RestartVerdict::kRestart:
         break;
     }
     log(fmt::format("restarting the job (restart {} of {}) after {}; starting it again in {:g} s",
-                    restart + 1, restarts.max_restarts, decision.reason,
+                    restart + replaced + 1, restarts.max_restarts, decision.reason,
                     restarts.delay.count() / 1000.0));
     if (const int signal = supervisor.WaitForInterrupt(restarts.delay); signal != 0) {
       log(fmt::format("received {} during the restart delay; not restarting the job ({})",

@@ -54,6 +54,14 @@ using JobAttempt = std::function<JobOutcome(ProcessSupervisor& supervisor,
 /// A SIGINT, SIGTERM or SIGHUP during the delay stops at once, with the
 /// last attempt's code and the attempts line.
 ///
+/// With SupervisorOptions::replace_departed_workers, the replacements of
+/// single workers that left an elastic job come out of the same budget:
+/// each attempt's supervisor may start max_restarts less the restarts and
+/// replacements made before it, and the attempts' restarts count the
+/// replacements too. TANDEM_RESTART_COUNT then counts both: the restarts
+/// of the job and the replacements made before the process started (a
+/// replacement's is its attempt's plus its number in the attempt).
+///
 /// Throws InvalidArgument for invalid `restarts`, and what `attempt` and
 /// ProcessSupervisor throw. Thread: as ProcessSupervisor's (the thread
 /// that lives as long as the job, with the signals it handles not handled

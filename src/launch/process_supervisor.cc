@@ -90,10 +90,15 @@ struct ProcessSupervisor::Child {
   std::string last_words;    // ProcessExit::last_words
   pid_t pid;                 // also the process group id
   bool exited = false;       // reaped (or given up on)
+  bool finished_ok = false;  // reaped with status 0
   bool group_gone = false;   // kill(-pid, 0) failed with ESRCH (or given up on)
   bool service = false;      // ProcessSpec::service
   std::string host;          // ProcessSpec::host
   bool two_sigints = false;  // ProcessSpec::stop_with_two_sigints
+  // A departed worker's replacement (not one of the places counted).
+  bool replacement = false;
+  // A worker's spec, kept for its replacement.
+  std::optional<ProcessSpec> spec;
   // The second of two SIGINTs is due then.
   std::optional<std::chrono::steady_clock::time_point> second_sigint_at;
   // A worker that left an elastic job: when what is left of its group gets
@@ -206,11 +211,15 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
     throw InvalidArgument(
         fmt::format("cannot start {}: the supervisor's Run() has already been called", spec.label));
   }
+  return StartChild(spec, /*replacement=*/false).pid;
+}
+
+ProcessSupervisor::Child& ProcessSupervisor::StartChild(const ProcessSpec& spec, bool replacement) {
   base::UniqueFd log_fd;
   std::string log_path;
   if (!options_.log_dir.empty()) {
     log_path = (std::filesystem::path(options_.log_dir) / LogFileName(spec.label)).string();
-    const int mode = options_.append_logs ? O_APPEND : O_TRUNC;
+    const int mode = options_.append_logs || replacement ? O_APPEND : O_TRUNC;
     log_fd.Reset(::open(log_path.c_str(), O_WRONLY | O_CREAT | mode | O_CLOEXEC, 0644));
     if (!log_fd) {
       throw IoError(fmt::format("cannot create the log file of {}: {}: {}", spec.label, log_path,
@@ -230,6 +239,8 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
   child->service = spec.service;
   child->host = spec.host;
   child->two_sigints = spec.stop_with_two_sigints;
+  child->replacement = replacement;
+  if (!spec.service && options_.replace_departed_workers) child->spec = spec;
   Child* c = child.get();
   // A rank launcher's output is its ranks' (their failure comes as a report).
   if (!spec.relays_rank_exec) {
@@ -260,7 +271,7 @@ pid_t ProcessSupervisor::Start(const ProcessSpec& spec) {
     child->stderr_lines.SetObserver(observe);
   }
   children_.push_back(std::move(child));
-  return children_.back()->pid;
+  return *children_.back();
 }
 
 void ProcessSupervisor::RememberLastWords(Child& child, std::string_view line) {
@@ -288,6 +299,7 @@ JobOutcome ProcessSupervisor::Run() {
     AdvanceTearDown(now);
     SendDueSigints(now);
     KillDepartedGroups(now);
+    StartDueReplacements(now);
     if (Finished()) break;
 
     fds.clear();
@@ -332,6 +344,7 @@ JobOutcome ProcessSupervisor::Run() {
   outcome.exits = exits_;
   outcome.first_failure = first_failure_;
   outcome.interrupt_signal = interrupt_signal_;
+  outcome.replacements = replacements_started_;
   if (first_failure_) {
     // The cause rather than the first end seen: a survivor's PeerLost (200)
     // can be reaped before the exit of the process whose failure it
@@ -366,7 +379,7 @@ JobOutcome ProcessSupervisor::Run() {
     Log(fmt::format("job failed: {} of {} processes could not be reaped",
                     children_.size() - exits_.size(), children_.size()));
   } else if (!departures_.empty()) {
-    Log(ElasticSuccessLine(*ElasticRange(), departures_));
+    Log(ElasticSuccessLine(*ElasticRange(), departures_, replacements_started_));
   }
   return outcome;
 }
@@ -471,6 +484,7 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   Drain(child, false, kReadsAtExit);
   Drain(child, true, kReadsAtExit);
   child.exited = true;
+  child.finished_ok = status.success();
   child.stdin_pipe.Reset();
   ProcessExit exit{child.label, child.pid, status, child.host,
                    phase_ == Phase::kTerminating || phase_ == Phase::kKilling};
@@ -489,14 +503,15 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   if (job_failure && phase_ == Phase::kRunning && !child.service) {
     // A worker of an elastic job may leave it (elastic_workers.h).
     if (const std::optional<WorkerRange> range = ElasticRange()) {
-      const WorkerLoss loss =
-          DecideWorkerLoss(*range, static_cast<int>(departures_.size()), description);
+      const WorkerLoss loss = DecideWorkerLoss(*range, absent_workers_, description);
       if (loss.tolerated) {
         reported.left = true;
         exits_.push_back(reported);
         departures_.push_back(reported.Describe());
+        ++absent_workers_;
         Log(loss.report);
         StopDepartedGroup(child, now);
+        ScheduleReplacement(child, reported.status, now);
         return;
       }
       description = loss.report;
@@ -520,10 +535,89 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
 }
 
 std::optional<WorkerRange> ProcessSupervisor::ElasticRange() const {
-  const int workers = static_cast<int>(
-      std::count_if(children_.begin(), children_.end(), [](const auto& c) { return !c->service; }));
+  const int workers =
+      static_cast<int>(std::count_if(children_.begin(), children_.end(),
+                                     [](const auto& c) { return !c->service && !c->replacement; }));
   if (!IsElastic(options_.min_workers, workers)) return std::nullopt;
   return WorkerRange{options_.min_workers, workers};
+}
+
+const ProcessSupervisor::Child* ProcessSupervisor::FinishedWorker() const {
+  for (const auto& c : children_) {
+    if (!c->service && c->exited && c->finished_ok) return c.get();
+  }
+  return nullptr;
+}
+
+void ProcessSupervisor::ScheduleReplacement(const Child& child, const ExitStatus& status,
+                                            TimePoint now) {
+  if (!options_.replace_departed_workers || !child.spec) return;
+  const std::string why_not = [&]() -> std::string {
+    if (!status.signaled && IsSetupExitCode(status.code)) {
+      return fmt::format(
+          "its exit status {} names a problem of the job's set-up, which a new "
+          "process would meet again",
+          status.code);
+    }
+    if (!options_.replace_after_any_failure && !base::IsRetryableExitCode(status.ShellCode())) {
+      return "exit codes 1..127 are not retried under --restart-policy exit-code (on-failure "
+             "retries them)";
+    }
+    const int used = replacements_started_ + static_cast<int>(pending_replacements_.size());
+    if (used >= options_.max_replacements) {
+      return fmt::format("no replacement left ({} of {} used)", used, options_.max_replacements);
+    }
+    if (const Child* done = FinishedWorker()) {
+      return fmt::format("{} has finished, so the job is ending", done->label);
+    }
+    return {};
+  }();
+  if (!why_not.empty()) {
+    Log(fmt::format("not replacing {}: {}", child.label, why_not));
+    return;
+  }
+  const int number = replacements_started_ + static_cast<int>(pending_replacements_.size()) + 1;
+  pending_replacements_.push_back({*child.spec, now + options_.replacement_delay});
+  Log(fmt::format(
+      "starting a replacement for {} in {} (replacement {} of {}); it joins the "
+      "running job at the workers' next commit",
+      child.label, Seconds(options_.replacement_delay), number, options_.max_replacements));
+}
+
+void ProcessSupervisor::StartDueReplacements(TimePoint now) {
+  for (auto it = pending_replacements_.begin(); it != pending_replacements_.end();) {
+    const std::string& label = it->spec.label;
+    std::string why_not;
+    if (phase_ != Phase::kRunning || interrupt_signal_ != 0) {
+      why_not = "the job is being torn down";
+    } else if (const Child* done = FinishedWorker()) {
+      why_not = fmt::format("{} has finished, so the job is ending", done->label);
+    } else if (now < it->due) {
+      ++it;
+      continue;
+    }
+    if (why_not.empty()) {
+      try {
+        // TANDEM_RESTART_COUNT: the restarts made before this process started.
+        ProcessSpec spec = it->spec;
+        if (auto count = spec.env.find("TANDEM_RESTART_COUNT"); count != spec.env.end()) {
+          count->second =
+              std::to_string(std::atoi(count->second.c_str()) + replacements_started_ + 1);
+        }
+        Child& started = StartChild(spec, /*replacement=*/true);
+        started.spec = it->spec;  // its own replacement counts from the place's spec
+        ++replacements_started_;
+        --absent_workers_;
+        Log(fmt::format("started the replacement for {} (pid {}, replacement {} of {})", label,
+                        started.pid, replacements_started_, options_.max_replacements));
+      } catch (const Error& e) {
+        Log(fmt::format("could not start the replacement for {}: {}", label, e.what()));
+      }
+    } else {
+      Log(fmt::format("not starting the replacement for {}: {}", label, why_not));
+    }
+    it = pending_replacements_.erase(it);
+  }
 }
 
 void ProcessSupervisor::StopDepartedGroup(Child& child, TimePoint now) {
@@ -550,7 +644,7 @@ std::string ProcessSupervisor::ShortfallOfCause(const ProcessExit& cause) const 
     return c->pid == cause.pid && c->label == cause.label && !c->service;
   });
   if (!worker) return {};
-  return DecideWorkerLoss(*range, static_cast<int>(departures_.size()), cause.Describe()).shortfall;
+  return DecideWorkerLoss(*range, absent_workers_, cause.Describe()).shortfall;
 }
 
 std::string ProcessSupervisor::DeparturesClause() const {
@@ -696,7 +790,9 @@ bool ProcessSupervisor::AllExited() const {
   return std::all_of(children_.begin(), children_.end(), [](const auto& c) { return c->exited; });
 }
 
-bool ProcessSupervisor::Finished() const { return AllExited() && LiveGroups() == 0; }
+bool ProcessSupervisor::Finished() const {
+  return AllExited() && LiveGroups() == 0 && pending_replacements_.empty();
+}
 
 void ProcessSupervisor::Drain(Child& child, bool from_stderr, int max_reads) {
   base::UniqueFd& pipe = from_stderr ? child.stderr_pipe : child.stdout_pipe;
@@ -727,6 +823,10 @@ int ProcessSupervisor::PollTimeoutMs(TimePoint now) const {
   milliseconds wait = kSweepInterval;
   if (phase_ != Phase::kRunning) {
     auto left = std::chrono::ceil<milliseconds>(deadline_ - now);
+    wait = std::clamp(left, milliseconds(0), wait);
+  }
+  for (const auto& pending : pending_replacements_) {
+    auto left = std::chrono::ceil<milliseconds>(pending.due - now);
     wait = std::clamp(left, milliseconds(0), wait);
   }
   for (const auto& child : children_) {

@@ -14,7 +14,9 @@
 //    min_workers of the workers that have not left, leaves the job: one
 //    line says so, whatever it left in its process group gets SIGTERM
 //    (SIGKILL `kill_delay` later), and the others go on. A loss below the
-//    minimum tears the job down as any failure does.
+//    minimum tears the job down as any failure does. With
+//    replace_departed_workers the worker's place gets a new process from
+//    the same spec (docs/elastic.md, "The launcher's replacements").
 //  - Signals: SIGINT, SIGTERM and SIGHUP sent to the launcher are forwarded
 //    to every process group at once, SIGKILL follows `kill_delay` later; a
 //    second such signal sends SIGKILL at once. A signal the launcher
@@ -115,6 +117,25 @@ struct SupervisorOptions {
   /// failing it while at least min_workers workers have not left. 0: every
   /// failure fails the job.
   int min_workers = 0;
+  /// Replacing workers that left an elastic job (--max-restarts in an
+  /// elastic job without servers, whose running job admits new workers:
+  /// docs/elastic.md, "Workers that join"): when true, a worker that left
+  /// is started again from its ProcessSpec (the same label, environment and
+  /// log file, appended to; TANDEM_RESTART_COUNT, when set, raised by the
+  /// replacement's number) `replacement_delay` later, while fewer than
+  /// `max_replacements` replacements were started, its end is one a restart
+  /// may follow (`replace_after_any_failure`), and no worker has finished
+  /// (exited with status 0) meanwhile. Requires min_workers elastic.
+  bool replace_departed_workers = false;
+  /// How many replacements this supervisor may start in all, >= 0.
+  int max_replacements = 0;
+  /// How long after a worker left its replacement starts.
+  std::chrono::milliseconds replacement_delay{1000};
+  /// Which ends a replacement may follow, as --restart-policy: false
+  /// (exit-code) a signal or a retryable exit code 128..255; true
+  /// (on-failure) any failure. Never the set-up codes (2, 76, 77, 78, 126,
+  /// 127), which a new process would meet again.
+  bool replace_after_any_failure = false;
 };
 
 /// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
@@ -188,6 +209,9 @@ struct JobOutcome {
   std::optional<ProcessExit> first_failure;
   /// The first SIGINT, SIGTERM or SIGHUP the launcher received, or 0.
   int interrupt_signal = 0;
+  /// The replacements of departed workers started
+  /// (SupervisorOptions::replace_departed_workers).
+  int replacements = 0;
 };
 
 /// Starts, watches and ends the processes of one job.
@@ -217,7 +241,9 @@ class ProcessSupervisor {
   ProcessSupervisor& operator=(const ProcessSupervisor&) = delete;
 
   /// Starts `spec` (see StartChildProcess) and returns its pid, which is
-  /// also its process group id. Requires: Run has not been called. Throws
+  /// also its process group id. A worker's spec (not a service) is kept for
+  /// its replacement (SupervisorOptions::replace_departed_workers).
+  /// Requires: Run has not been called. Throws
   /// InvalidArgument or IoError when the process cannot be started or its
   /// log file (SupervisorOptions::log_dir) cannot be created;
   /// processes started before stay running (the destructor kills them).
@@ -254,6 +280,17 @@ class ProcessSupervisor {
   // The worker counts of an elastic job (SupervisorOptions::min_workers and
   // the workers started), or nothing when the job is not elastic.
   std::optional<WorkerRange> ElasticRange() const;
+  // Starts a process (Start's work); `replacement`: a departed worker's
+  // replacement, started while Run runs, its log file appended to.
+  Child& StartChild(const ProcessSpec& spec, bool replacement);
+  // After `child` left an elastic job: schedules its replacement, or says
+  // why there is none (SupervisorOptions::replace_departed_workers).
+  void ScheduleReplacement(const Child& child, const ExitStatus& status, TimePoint now);
+  // Starts the replacements that are due, or drops them when the job is
+  // ending (a failure, an interrupt, a worker that finished).
+  void StartDueReplacements(TimePoint now);
+  // The first worker that exited with status 0, if any.
+  const Child* FinishedWorker() const;
   // A worker that left the job may have left processes in its group: they
   // get SIGTERM now and SIGKILL kill_delay later (KillDepartedGroups).
   void StopDepartedGroup(Child& child, TimePoint now);
@@ -311,6 +348,16 @@ class ProcessSupervisor {
   // and why the job failed when a loss went below the minimum.
   std::vector<std::string> departures_;
   std::string shortfall_;
+  // The workers' places without a process now: departures less the
+  // replacements started.
+  int absent_workers_ = 0;
+  // Replacements due to start (ScheduleReplacement), and how many started.
+  struct PendingReplacement {
+    ProcessSpec spec;
+    TimePoint due;
+  };
+  std::vector<PendingReplacement> pending_replacements_;
+  int replacements_started_ = 0;
   // Every process but the services has exited with status 0: when the
   // services must have ended (see ProcessSpec::service), and whether they
   // were torn down for not ending.

@@ -1,7 +1,9 @@
 // A worker of an elastic collectives job for the system tests, through the
 // public C++ API only (tandem::Collectives, tandem::elastic): momentum SGD on
 // a gradient that is linear in the weights, a commit after each step, and
-// workers that SIGKILL themselves at a chosen step. The test replays the
+// workers that SIGKILL themselves at a chosen step (a worker that joined the
+// running job, a replacement, does not: --leave is for the workers that
+// started with the job). The test replays the
 // steps over each step's members and compares the weights printed here.
 //
 //   elastic_train [--steps N] [--dim D] [--leave WORKER:STEP]... [--wait-join-at STEP]
@@ -111,7 +113,9 @@ int main(int argc, char** argv) {
     for (const auto& node : collectives->cluster().nodes()) {
       places += node.role == tandem::Role::kWorker ? 1 : 0;
     }
+    int64_t first_step = -1;  // of this process: 0 unless it joined the running job
     tandem::elastic::Run(*collectives, state, [&] {
+      if (first_step < 0) first_step = step;
       std::printf("elastic_train: worker %d trains from step %lld rank %d size %d\n", worker,
                   static_cast<long long>(step), collectives->world().rank(),
                   collectives->world().size());
@@ -119,7 +123,7 @@ int main(int argc, char** argv) {
       while (step < args.steps) {
         tandem::Communicator& world = collectives->world();
         world.Barrier({"step start", {}});
-        if (leaving != args.leave.end() && leaving->second == step) {
+        if (leaving != args.leave.end() && leaving->second == step && first_step == 0) {
           std::printf("elastic_train: worker %d leaves at step %lld\n", worker,
                       static_cast<long long>(step));
           std::fflush(stdout);

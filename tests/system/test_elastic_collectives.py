@@ -267,3 +267,82 @@ def test_torch_elastic_run_admits_a_worker_that_joins(launch, tandem_bin_dir):
         assert sizes[:4] == [3] * 4 and sizes[4] in (2, 3), sizes
         assert sizes[5:joined_from] == [2] * (joined_from - 5), sizes
         assert sizes[joined_from:] == [3] * (steps - joined_from), sizes
+
+
+def test_launcher_replaces_a_worker_that_left(launch, tandem_bin_dir):
+    """tandem launch --max-restarts in an elastic job without servers: worker
+    2 of 3 SIGKILLs itself at step 4; the launcher starts a replacement with
+    worker 2's environment (TANDEM_RESTART_COUNT 1) 0.2 s later, instead of
+    restarting the job; the survivors admit it at a commit (step 7 at the
+    latest). All three end with the replay within 1e-12, the launcher says
+    what it did, and nothing is left running."""
+    steps, dim = 12, 24
+    argv = [tandem_bin_dir / "elastic_train", "--steps", str(steps), "--dim", str(dim),
+            "--leave", "2:4", "--wait-join-at", "7"]
+    job = launch.start(3, 0, argv, extra_args=["--workers", "2:3", "--max-restarts", "1",
+                                               "--restart-delay", "0.2"])
+    code = job.wait(timeout=120)
+    job.assert_no_leftovers()
+    out = job.output
+    assert code == 0, job.describe()
+    start = re.search(r"\[worker 2\] elastic_train: worker 2 trains from step ([1-9]\d*) rank 2 "
+                      r"size 3", out)
+    assert start, out
+    joined_from = int(start.group(1))
+    assert 4 <= joined_from <= 7, out
+    expected = _replay(3, steps, dim, {2: 4}, {2: joined_from})
+    for w in (0, 1, 2):
+        resets = 0 if w == 2 else int(re.search(
+            rf"elastic_train: worker {w} done rank {w} size 3 step {steps} resets (\d)",
+            out).group(1))
+        got = _weights(out, w, w, 3, steps, resets)
+        assert len(got) == dim, got
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert abs(g - e) <= 1e-12 * max(1.0, abs(e)), (w, i, g, e)
+    killed = re.search(r"\[launcher\] worker 2 \(pid (\d+)\) killed by signal 9 \(SIGKILL\); "
+                       r"the job goes on with 2 of 3 workers \(--workers 2:3\)", out)
+    assert killed, out
+    assert ("[launcher] starting a replacement for worker 2 in 0.2 s (replacement 1 of 1); it "
+            "joins the running job at the workers' next commit") in out, out
+    started = re.search(r"\[launcher\] started the replacement for worker 2 \(pid (\d+), "
+                        r"replacement 1 of 1\)", out)
+    assert started and started.group(1) != killed.group(1), out
+    assert f"[launcher] worker 2 (pid {started.group(1)}) exited with status 0" in out, out
+    assert (f"[launcher] job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement; "
+            f"left the job: worker 2 (pid {killed.group(1)}) killed by signal 9 (SIGKILL)") in out
+    assert "restarting the job" not in out, out
+    assert "joined the job in the place of a departed worker; 3 of 3 workers" in out, out
+
+
+def test_launcher_replaces_a_torch_worker_that_left(launch, tandem_bin_dir):
+    """The same through tandem.torch.elastic: worker 2 of 3 dies during step
+    4's backward; the launcher's replacement (--max-restarts 2) joins at a
+    commit and syncs the model, the momentum, the step and the history from
+    the survivors; every worker ends on the NumPy replay (1e-10) with the
+    same weights, and the launcher made one replacement and no restart."""
+    steps = 12
+    args = ["--steps", str(steps), "--wait-join-at", "7", "--places", "3"]
+    job = launch.start(3, 0, worker("elastic_torch_worker.py") + args + ["--leave", "2:4"],
+                       extra_args=["--workers", "2:3", "--max-restarts", "2",
+                                   "--restart-delay", "0.2"],
+                       launcher_env=python_env(tandem_bin_dir))
+    code = job.wait(timeout=120)
+    job.assert_no_leftovers()
+    out = job.output
+    assert code == 0, job.describe()
+    pattern = (r"elastic-torch: worker (\d) replay ok max-diff \S+ steps (\d+) restores (\d+) "
+               r"weights (\w+) history \[([0-9, ]+)\]")
+    found = re.findall(pattern, out)
+    assert sorted(int(w) for w, *_ in found) == [0, 1, 2], out
+    assert len({digest for _, _, _, digest, _ in found}) == 1, found
+    start = re.search(r"\[worker 2\] elastic-torch: worker 2 trains from step ([1-9]\d*) rank 2 "
+                      r"size 3", out)
+    assert start, out
+    assert 4 <= int(start.group(1)) <= 7, out
+    for _, done, _, _, history in found:
+        sizes = [int(v) for v in history.split(", ")]
+        assert int(done) == steps and len(sizes) == steps, found
+        assert sizes[int(start.group(1)):] == [3] * (steps - int(start.group(1))), sizes
+    assert "started the replacement for worker 2 (pid " in out, out
+    assert "job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement" in out, out
+    assert "restarting the job" not in out, out

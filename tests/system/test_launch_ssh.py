@@ -8,7 +8,9 @@ host; kill -9 of the launcher itself stops every remote process within
 seconds; a host that cannot be reached is diagnosed before anything starts;
 every host's TANDEM_TIMELINE file is merged into one trace;
 with --max-restarts a killed remote worker restarts the job on every host;
-with --workers 3:4 a killed remote worker leaves the job, which succeeds."""
+with --workers 3:4 a killed remote worker leaves the job, which succeeds;
+in an elastic job without servers, --max-restarts replaces a killed remote
+worker on its host, and the replacement joins the running job."""
 
 from __future__ import annotations
 
@@ -161,4 +163,36 @@ def test_a_killed_remote_worker_leaves_an_elastic_job(sshbed, tandem_bin_dir):
                      r"goes on with 3 of 4 workers \(--workers 3:4\)", out), out
     assert re.search(r"\[launcher\] job succeeded with 3 of 4 workers \(--workers 3:4\); left the "
                      r"job: worker 3 on h3 \(pid \d+\) exited with status 137", out), out
+    assert_nothing_left(sshbed, within=10)
+
+
+def test_max_restarts_replaces_a_remote_worker_of_an_elastic_job(sshbed, tandem_bin_dir):
+    # --workers 2:3 -s 0 --max-restarts 1 over ssh: worker 2 (on h2)
+    # SIGKILLs itself at step 4; the launcher starts a new ssh client for
+    # its place, whose elastic_train joins at a commit (step 7 at the
+    # latest) and ends with the same weights as the survivors.
+    proc, lines = start_launch(
+        sshbed, tandem_bin_dir, HOSTFILE,
+        ["--workers", "2:3", "-s", "0", "--max-restarts", "1", "--restart-delay", "0.2"],
+        [str(tandem_bin_dir / "elastic_train"), "--steps", "12", "--dim", "8",
+         "--leave", "2:4", "--wait-join-at", "7"])
+    code = wait_launch(proc, 120)
+    time.sleep(0.2)  # the reader thread takes the last lines
+    out = "".join(lines)
+    assert code == 0, out
+    killed = re.search(r"\[launcher\] worker 2 on (h\d) \(pid (\d+)\) exited with status 137; "
+                       r"the job goes on with 2 of 3 workers \(--workers 2:3\)", out)
+    assert killed, out
+    assert re.search(r"\[launcher\] started the replacement for worker 2 \(pid \d+, replacement "
+                     r"1 of 1\)", out), out
+    assert re.search(r"\[worker 2\] elastic_train: worker 2 trains from step [4-7] rank 2 size 3",
+                     out), out
+    weights = set(re.findall(r"elastic_train: worker \d done rank \d size 3 step 12 resets \d "
+                             r"weights ([-0-9.e ]+)", out))
+    assert len(weights) == 1, out
+    assert len(re.findall(r"elastic_train: worker \d done rank", out)) == 3, out
+    assert re.search(rf"\[launcher\] job succeeded with 3 of 3 workers \(--workers 2:3\) after "
+                     rf"1 replacement; left the job: worker 2 on {killed.group(1)} \(pid "
+                     rf"{killed.group(2)}\) exited with status 137", out), out
+    assert "restarting the job" not in out, out
     assert_nothing_left(sshbed, within=10)

@@ -143,6 +143,16 @@ TEST(ElasticLinesTest, TheSuccessLineCountsAndNamesTheWorkersThatLeft) {
                                                    "worker 3 (pid 12) exited with status 9"}),
             "job succeeded with 2 of 4 workers (--workers 2:4); left the job: worker 1 (pid 10) "
             "exited with status 1, worker 3 (pid 12) exited with status 9");
+  EXPECT_EQ(ElasticSuccessLine(WorkerRange{2, 4},
+                               {"worker 1 (pid 10) exited with status 137",
+                                "worker 1 (pid 20) killed by signal 9 (SIGKILL)"},
+                               1),
+            "job succeeded with 3 of 4 workers (--workers 2:4) after 1 replacement; left the "
+            "job: worker 1 (pid 10) exited with status 137, worker 1 (pid 20) killed by signal 9 "
+            "(SIGKILL)");
+  EXPECT_EQ(ElasticSuccessLine(WorkerRange{3, 4}, {"a", "b"}, 2),
+            "job succeeded with 4 of 4 workers (--workers 3:4) after 2 replacements; left the "
+            "job: a, b");
 }
 
 TEST(ElasticLinesTest, TheFirstLineSaysTheMinimumOfAnElasticJob) {

@@ -274,6 +274,54 @@ TEST(RunWithRestartsTest, LaterAttemptsAppendToTheLogFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// Replacements of single workers (SupervisorOptions::replace_departed_workers)
+// and restarts of the job share --max-restarts: an attempt that replaced a
+// worker and then failed below the minimum has used the only restart.
+TEST(RunWithRestartsTest, ReplacementsOfWorkersCountAgainstTheRestarts) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.min_workers = 2;
+  options.replace_departed_workers = true;
+  options.max_replacements = 1;
+  options.replacement_delay = milliseconds(0);
+  RestartOptions restarts;
+  restarts.max_restarts = 1;
+  restarts.delay = milliseconds(0);
+  int attempts = 0;
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("job-restarts-share-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string replaced = (dir / "replaced").string();
+  // Worker 2 dies and is replaced; its replacement (restart count 1) marks
+  // the file; then worker 1 dies (2 of 3 remain: no replacement left) and
+  // worker 0 is killed (1 of 3: below the minimum), a retryable failure.
+  const JobAttempt attempt = [&](ProcessSupervisor& supervisor, const Env& env) {
+    ++attempts;
+    const std::string wait = "while [ ! -e " + replaced + " ]; do sleep 0.02; done; ";
+    supervisor.Start({"worker 2",
+                      {"/bin/sh", "-c",
+                       "echo worker 2 count $TANDEM_RESTART_COUNT; if [ $TANDEM_RESTART_COUNT = "
+                       "0 ]; then kill -9 $$; fi; touch " +
+                           replaced + "; exec sleep 30"},
+                      env});
+    supervisor.Start({"worker 1", {"/bin/sh", "-c", wait + "kill -9 $$"}, env});
+    supervisor.Start({"worker 0", {"/bin/sh", "-c", wait + "sleep 0.3; kill -9 $$"}, env});
+    return supervisor.Run();
+  };
+  const int code =
+      RunWithRestarts(restarts, options, base::Environment(Env{{"PATH", "/bin"}}), attempt);
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(code, 137) << err.Text();
+  EXPECT_EQ(attempts, 1) << err.Text();
+  EXPECT_EQ(CountLines(out, "worker 2 count 1"), 1) << out.Text();
+  EXPECT_THAT(err.Text(), HasSubstr("[launcher] not replacing worker 1: no replacement left (1 of "
+                                    "1 used)"));
+  EXPECT_THAT(err.Lines().back(),
+              HasSubstr("job failed after 1 attempts and 1 replacement of workers, no restart "
+                        "left (--max-restarts 1): attempt 1: worker 0 (pid "));
+}
+
 TEST(RunWithRestartsTest, InvalidOptionsAreRefusedBeforeAnythingStarts) {
   MemoryFile out, err;
   RestartOptions restarts;

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -35,6 +36,7 @@ namespace {
 using std::chrono::milliseconds;
 using ::testing::ContainerEq;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 using tandem::testing::MemoryFile;
 
@@ -1272,6 +1274,260 @@ TEST(ElasticWorkersTest, WhatALeavingWorkerLeftInItsGroupIsEnded) {
                                     "process group (SIGKILL follows in 0.3 s)"));
   // Not the end-of-job sweep: the group was gone by then.
   EXPECT_THAT(err.Text(), ::testing::Not(HasSubstr("every process of the job has exited, but")));
+}
+
+// Replacing workers that left (SupervisorOptions::replace_departed_workers,
+// --max-restarts in an elastic job without servers): the departed worker's
+// spec is started again after replacement_delay, with TANDEM_RESTART_COUNT
+// raised, while the budget, the policy and the job's state allow. "worker 2"
+// runs its script with its own TANDEM_RESTART_COUNT; the others wait for the
+// file `done` that a replacement's script may write (or for worker 2's end),
+// so that none finishes before the replacement is decided.
+struct ReplacementCase {
+  const char* name;
+  int max_replacements;
+  bool any_failure;                // replace_after_any_failure (--restart-policy on-failure)
+  std::string worker2;             // worker 2's script; $DONE is the file the others wait for
+  std::string others;              // the other workers' script
+  int replacements;                // JobOutcome::replacements
+  int worker2_runs;                // processes labelled "worker 2" that ran
+  std::vector<std::string> lines;  // launcher lines (regular expressions, whole)
+  std::string last_line;           // a regular expression for the launcher's last line
+};
+
+void PrintTo(const ReplacementCase& c, std::ostream* os) { *os << c.name; }
+
+class WorkerReplacementTest : public ::testing::TestWithParam<ReplacementCase> {};
+
+TEST_P(WorkerReplacementTest, ADepartedWorkerIsReplacedWhenAllowed) {
+  const ReplacementCase& c = GetParam();
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(300);
+  options.kill_delay = milliseconds(2000);
+  options.min_workers = 1;
+  options.replace_departed_workers = true;
+  options.max_replacements = c.max_replacements;
+  options.replacement_delay = milliseconds(50);
+  options.replace_after_any_failure = c.any_failure;
+  char dir_template[] = "/tmp/tandem-replace-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::map<std::string, std::string> env = BaseEnv();
+  env["DONE"] = std::string(dir_template) + "/done";
+  env["TANDEM_RESTART_COUNT"] = "0";
+  JobOutcome outcome;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    ProcessSupervisor supervisor(options);
+    supervisor.Start(Shell("worker 2", "echo run $TANDEM_RESTART_COUNT; " + c.worker2, env));
+    supervisor.Start(Shell("worker 0", c.others, env));
+    supervisor.Start(Shell("worker 1", c.others, env));
+    outcome = supervisor.Run();
+  }
+  std::filesystem::remove_all(dir_template);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << err.Text();
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_EQ(outcome.replacements, c.replacements) << err.Text();
+  // Each run of worker 2 saw the restarts made before it.
+  std::vector<std::string> runs;
+  for (const std::string& line : out.Lines()) {
+    if (line.rfind("[worker 2] run ", 0) == 0) runs.push_back(line.substr(15));
+  }
+  std::vector<std::string> expected_runs;
+  for (int k = 0; k < c.worker2_runs; ++k) expected_runs.push_back(std::to_string(k));
+  EXPECT_EQ(runs, expected_runs) << out.Text() << err.Text();
+  const std::vector<std::string> lines = err.Lines();
+  for (const std::string& pattern : c.lines) {
+    const std::regex re("\\[launcher\\] " + pattern);
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(),
+                            [&](const std::string& l) { return std::regex_match(l, re); }))
+        << pattern << "\n"
+        << err.Text();
+  }
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(std::regex_match(lines.back(), std::regex("\\[launcher\\] " + c.last_line)))
+      << c.last_line << "\n"
+      << err.Text();
+}
+
+const std::string kWaitForDone =
+    "for i in $(seq 500); do [ -e \"$DONE\" ] && exit 0; sleep 0.02; done; exit 3";
+const std::string kPid = "\\(pid [0-9]+\\)";
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, WorkerReplacementTest,
+    ::testing::Values(
+        ReplacementCase{
+            "AKilledWorkerIsReplaced",
+            2,
+            false,
+            "if [ $TANDEM_RESTART_COUNT = 0 ]; then kill -9 $$; fi; touch \"$DONE\"",
+            kWaitForDone,
+            1,
+            2,
+            {"worker 2 " + kPid +
+                 " killed by signal 9 \\(SIGKILL\\); the job goes on with 2 of 3 "
+                 "workers \\(--workers 1:3\\)",
+             "starting a replacement for worker 2 in 0.05 s \\(replacement 1 of 2\\); it joins the "
+             "running job at the workers' next commit",
+             "started the replacement for worker 2 \\(pid [0-9]+, replacement 1 of 2\\)"},
+            "job succeeded with 3 of 3 workers \\(--workers 1:3\\) after 1 replacement; left the "
+            "job: worker 2 " +
+                kPid + " killed by signal 9 \\(SIGKILL\\)"},
+        ReplacementCase{
+            "AReplacementThatFailsIsReplacedWhileTheBudgetLasts",
+            2,
+            false,
+            "if [ $TANDEM_RESTART_COUNT -lt 2 ]; then kill -9 $$; fi; touch \"$DONE\"",
+            kWaitForDone,
+            2,
+            3,
+            {"started the replacement for worker 2 \\(pid [0-9]+, replacement 1 of 2\\)",
+             "started the replacement for worker 2 \\(pid [0-9]+, replacement 2 of 2\\)"},
+            "job succeeded with 3 of 3 workers \\(--workers 1:3\\) after 2 replacements; left "
+            "the job: worker 2 " +
+                kPid + " killed by signal 9 \\(SIGKILL\\), worker 2 " + kPid +
+                " killed by signal 9 \\(SIGKILL\\)"},
+        ReplacementCase{
+            "TheBudgetRunsOut",
+            1,
+            false,
+            "if [ $TANDEM_RESTART_COUNT = 1 ]; then touch \"$DONE\"; fi; kill -9 $$",
+            kWaitForDone,
+            1,
+            2,
+            {"not replacing worker 2: no replacement left \\(1 of 1 used\\)"},
+            "job succeeded with 2 of 3 workers \\(--workers 1:3\\) after 1 replacement; left the "
+            "job: worker 2 " +
+                kPid + " killed by signal 9 \\(SIGKILL\\), worker 2 " + kPid +
+                " killed by signal 9 \\(SIGKILL\\)"},
+        ReplacementCase{
+            "ExitOneIsNotReplacedUnderExitCode",
+            2,
+            false,
+            "touch \"$DONE\"; exit 1",
+            kWaitForDone,
+            0,
+            1,
+            {"not replacing worker 2: exit codes 1..127 are not retried under --restart-policy "
+             "exit-code \\(on-failure retries them\\)"},
+            "job succeeded with 2 of 3 workers \\(--workers 1:3\\); left the job: worker 2 " +
+                kPid + " exited with status 1"},
+        ReplacementCase{
+            "ExitOneIsReplacedUnderOnFailure",
+            2,
+            true,
+            "if [ $TANDEM_RESTART_COUNT = 0 ]; then exit 1; fi; touch \"$DONE\"",
+            kWaitForDone,
+            1,
+            2,
+            {"started the replacement for worker 2 \\(pid [0-9]+, replacement 1 of 2\\)"},
+            "job succeeded with 3 of 3 workers \\(--workers 1:3\\) after 1 replacement; left the "
+            "job: worker 2 " +
+                kPid + " exited with status 1"},
+        ReplacementCase{
+            "ASetUpErrorIsNeverReplaced",
+            2,
+            true,
+            "touch \"$DONE\"; exit 78",
+            kWaitForDone,
+            0,
+            1,
+            {"not replacing worker 2: its exit status 78 names a problem of the job's set-up, "
+             "which a new process would meet again"},
+            "job succeeded with 2 of 3 workers \\(--workers 1:3\\); left the job: worker 2 " +
+                kPid + " exited with status 78"},
+        // A worker that finished means the job is ending: no replacement is
+        // decided then, and one decided before does not start.
+        ReplacementCase{
+            "NoReplacementOnceAWorkerFinished",
+            2,
+            false,
+            "while [ ! -e \"$DONE\" ]; do sleep 0.02; done; sleep 0.3; kill -9 $$",
+            "touch \"$DONE\"",
+            0,
+            1,
+            {"not replacing worker 2: worker 0 has finished, so the job is ending"},
+            "job succeeded with 2 of 3 workers \\(--workers 1:3\\); left the job: worker 2 " +
+                kPid + " killed by signal 9 \\(SIGKILL\\)"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST(WorkerReplacementTest, AReplacementDueAfterAWorkerFinishedDoesNotStart) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.min_workers = 1;
+  options.replace_departed_workers = true;
+  options.max_replacements = 3;
+  options.replacement_delay = milliseconds(3000);
+  JobOutcome outcome;
+  std::map<std::string, pid_t> pids;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    ProcessSupervisor supervisor(options);
+    pids["worker 1"] = supervisor.Start(Shell("worker 1", "kill -9 $$"));
+    supervisor.Start(Shell("worker 0", FillPids(AfterReaped("worker 1") + "exit 0", pids)));
+    outcome = supervisor.Run();
+  }
+  // Decided at once, dropped at worker 0's end rather than at its time.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500))
+      << err.Text();
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_EQ(outcome.replacements, 0);
+  EXPECT_THAT(err.Text(), HasSubstr("[launcher] starting a replacement for worker 1 in 3 s "
+                                    "(replacement 1 of 3)"));
+  EXPECT_THAT(err.Text(), HasSubstr("[launcher] not starting the replacement for worker 1: "
+                                    "worker 0 has finished, so the job is ending"));
+}
+
+// A replacement writes to its place's log file after the departed worker's
+// lines, and a worker that was not asked to be replaced is not.
+TEST(WorkerReplacementTest, TheReplacementAppendsToItsPlacesLogFile) {
+  MemoryFile out, err;
+  char dir_template[] = "/tmp/tandem-replace-log-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  SupervisorOptions options = Options(out, err);
+  options.log_dir = dir_template;
+  options.min_workers = 1;
+  options.replace_departed_workers = true;
+  options.max_replacements = 1;
+  options.replacement_delay = milliseconds(0);
+  std::map<std::string, std::string> env = BaseEnv();
+  env["TANDEM_RESTART_COUNT"] = "4";  // a later attempt of a restarted job
+  env["DONE"] = std::string(dir_template) + "/done";
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(options);
+    supervisor.Start(Shell("worker 1",
+                           "echo count $TANDEM_RESTART_COUNT; [ $TANDEM_RESTART_COUNT = 4 ] && "
+                           "kill -9 $$; touch \"$DONE\"",
+                           env));
+    supervisor.Start(Shell("worker 0", kWaitForDone, env));
+    outcome = supervisor.Run();
+  }
+  std::ifstream log(std::string(dir_template) + "/worker-1.log");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(dir_template);
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_EQ(outcome.replacements, 1) << err.Text();
+  EXPECT_EQ(text, "count 4\ncount 5\n");
+}
+
+// Without the option nothing is replaced and nothing is said about it.
+TEST(WorkerReplacementTest, WithoutTheOptionNothingIsReplaced) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.min_workers = 1;
+  JobOutcome outcome;
+  std::map<std::string, pid_t> pids;
+  {
+    ProcessSupervisor supervisor(options);
+    pids["worker 1"] = supervisor.Start(Shell("worker 1", "kill -9 $$"));
+    supervisor.Start(Shell("worker 0", FillPids(AfterReaped("worker 1") + "exit 0", pids)));
+    outcome = supervisor.Run();
+  }
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_EQ(outcome.replacements, 0);
+  EXPECT_THAT(err.Text(), Not(HasSubstr("replac")));
 }
 
 TEST(ProcessSupervisorTest, OwnLinesCarryTheLogTag) {

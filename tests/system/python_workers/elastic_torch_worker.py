@@ -8,7 +8,8 @@ momentum) in an elastic job (docs/elastic.md, "The elastic API").
 Worker w's batch at step s is drawn from a generator seeded by (s, w). A
 worker named by --leave RANK:STEP runs that step's backward() (its
 gradients' allreduces start) and kills itself (SIGKILL) before step():
-the others' step may or may not complete. The state (model, optimizer,
+the others' step may or may not complete (a worker that joined the running
+job, such as the launcher's replacement, does not leave). The state (model, optimizer,
 step, and the members of every committed step) is committed after each
 step; after a change every worker goes back to the lowest remaining one's
 commit. At the end each survivor replays the committed steps in NumPy
@@ -93,10 +94,14 @@ def main() -> None:
 
     state.register_reset_callbacks([learn_members])
 
+    first_step = None  # of this process: 0 unless it joined the running job
+
     @tandem.torch.elastic.run
     def train(state) -> None:
-        nonlocal members
+        nonlocal members, first_step
         members = world_members()
+        if first_step is None:
+            first_step = state.step
         print(f"elastic-torch: worker {worker} trains from step {state.step} rank "
               f"{tandem.rank()} size {tandem.size()}", flush=True)
         if state.w0 is None:
@@ -107,7 +112,7 @@ def main() -> None:
             pred = model(torch.from_numpy(x)).squeeze(1)
             loss = ((pred - torch.from_numpy(y)) ** 2).mean()
             loss.backward()
-            if leave.get(worker) == state.step:
+            if leave.get(worker) == state.step and first_step == 0:
                 print(f"elastic-torch: worker {worker} leaves during step {state.step}",
                       flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
