@@ -37,8 +37,15 @@ class AllreduceGradientExchange : public GradientExchange {
   int64_t PayloadBytes(const std::vector<tandem::TensorView>& weights) const override;
   /// Elastic runs (docs/elastic.md, "The main job"): Collectives::Regroup.
   tandem::Members ElasticBarrier() override { return collectives_->Regroup(); }
+  bool joined_running_job() const override { return collectives_->cluster().joined_running_job(); }
+  tandem::Members CurrentMembers() const override {
+    return {collectives_->cluster().epoch(), collectives_->cluster().workers()};
+  }
+  /// Elastic runs (docs/elastic.md, "The main job"): Collectives::CheckJoins.
+  void CheckJoins() override { collectives_->CheckJoins(); }
   /// Broadcasts the length, then the bytes, from group rank 0 of the world
-  /// (the lowest worker that remains).
+  /// (the lowest worker that remains and trained with the others: a worker
+  /// admitted at the regroup comes last in the world).
   void ShareLeaderState(std::string& state) override;
   void SaveOptimizerStates(const std::string&) override {}
   void LoadOptimizerStates(const std::string&) override {}

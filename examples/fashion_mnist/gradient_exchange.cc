@@ -32,6 +32,11 @@ tandem::Members GradientExchange::ElasticBarrier() {
       mode()));
 }
 
+tandem::Members GradientExchange::CurrentMembers() const {
+  throw tandem::InvalidArgument(fmt::format(
+      "the {} exchange does not take workers into a running job (docs/elastic.md)", mode()));
+}
+
 void GradientExchange::ShareLeaderState(std::string&) {
   throw tandem::InvalidArgument(
       fmt::format("the {} exchange does not abandon steps when a worker leaves: nothing to share "

@@ -78,6 +78,19 @@ class GradientExchange {
   /// another worker left meanwhile, PeerLost, Timeout.
   virtual void ShareLeaderState(std::string& state);
 
+  /// Elastic runs whose steps a change abandons (the allreduce exchanges):
+  /// whether this worker was admitted into the running job in a departed
+  /// worker's place (tandem::Cluster::joined_running_job); false otherwise.
+  virtual bool joined_running_job() const { return false; }
+  /// The members as this worker knows them now (tandem::Cluster's epoch and
+  /// workers). Throws tandem::InvalidArgument where ElasticBarrier does.
+  virtual tandem::Members CurrentMembers() const;
+  /// Whether workers wait to join the running job, agreed by every member
+  /// (tandem::Collectives::CheckJoins): throws tandem::MembershipChanged when
+  /// they do, and the members then regroup (ElasticBarrier) to admit one.
+  /// Does nothing for an exchange whose running job takes no new workers.
+  virtual void CheckJoins() {}
+
   /// True when the exchange can checkpoint its store (a distributed
   /// KVStore: docs/checkpoints.md).
   virtual bool has_store_checkpoints() const { return false; }

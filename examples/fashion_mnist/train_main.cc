@@ -39,6 +39,16 @@ int Run(const TrainOptions& o) {
     collectives = tandem::Collectives::Join();
     rank = collectives->world().rank();
     workers = collectives->world().size();
+    if (collectives->cluster().joined_running_job()) {
+      // Admitted into a running elastic job: the plan and the learning
+      // rate's scale are the job's as it started, over all its places
+      // (the trainer re-cuts the epoch over the members).
+      workers = 0;
+      for (const tandem::NodeInfo& node : collectives->cluster().nodes()) {
+        workers += node.role == tandem::Role::kWorker ? 1 : 0;
+      }
+      rank = 0;
+    }
   } else {
     if (o.servers_on_spare_hosts) {
       // The store reads its placement from the environment; no thread has

@@ -103,16 +103,18 @@ void DumpWeights(const std::string& path, const std::vector<torch::Tensor>& weig
 // lowest remaining one after a change (docs/elastic.md, "The main job"):
 // the workers its epoch's plan was cut over, and its resume state.
 struct ElasticPosition {
+  int source = -1;  // the worker whose position it is
   std::vector<int> plan_members;
   ResumeState state;
 };
 
-// A count of members (int32), the members (int32 each), then
-// EncodeResumeState's bytes; native byte order, read only by the same
-// program in the same job.
+// The source worker (int32), a count of members (int32), the members
+// (int32 each), then EncodeResumeState's bytes; native byte order, read
+// only by the same program in the same job.
 std::string EncodeElasticPosition(const ElasticPosition& p) {
   std::string out;
   auto put = [&](int32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(p.source);
   put(static_cast<int32_t>(p.plan_members.size()));
   for (int w : p.plan_members) put(w);
   out += EncodeResumeState(p.state);
@@ -132,6 +134,7 @@ ElasticPosition DecodeElasticPosition(const std::string& bytes) {
     return v;
   };
   ElasticPosition p;
+  p.source = get();
   const int32_t count = get();
   if (count < 1 || static_cast<size_t>(count) > bytes.size() / sizeof(int32_t)) {
     throw tandem::ProtocolError(
@@ -160,7 +163,10 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
   // An elastic run re-cuts the shards over the workers that remain, and the
   // lowest of them leads (prints, evaluates): both change between epochs.
   BatchPlan plan = initial_plan;
-  bool leader = exchange.rank() == 0;
+  // A worker admitted into the running job (docs/elastic.md, "The main
+  // job"): its weights, optimizer state and position come from the others.
+  const bool joined = o.elastic && exchange.joined_running_job();
+  bool leader = !joined && exchange.rank() == 0;
   const bool synchronous = exchange.mode() != "dist_async";
 
   std::unique_ptr<torch::optim::SGD> sgd;
@@ -204,7 +210,7 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
   }
   std::vector<tandem::TensorView> weight_views;
   for (const torch::Tensor& w : weights) weight_views.push_back(View(w));
-  {
+  if (!joined) {
     torch::NoGradGuard no_grad;
     exchange.ShareInitialWeights(weight_views);
   }
@@ -272,15 +278,33 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
   // order; this worker's part is its place there).
   std::vector<int> plan_members(initial_plan.batches().size());
   for (size_t i = 0; i < plan_members.size(); ++i) plan_members[i] = static_cast<int>(i);
+  // The answer of the last regroup (elastic runs).
+  tandem::Members last_members;
+  // A worker admitted during an epoch cut over workers it is not among has
+  // no part in that epoch: until the next cut it adds zero gradients to the
+  // allreduce and applies the same updates as the others.
+  bool sitting_out = false;
   auto cut_plan = [&](const std::vector<int>& members) {
     const auto self = std::find(members.begin(), members.end(), exchange.rank());
-    if (self == members.end()) {
+    if (self == members.end() && !joined) {
       throw tandem::Error(fmt::format("worker {} is not among the workers [{}] it trains with",
                                       exchange.rank(), fmt::join(members, ", ")));
     }
-    plan = BatchPlan(data.train.count, static_cast<int>(members.size()),
-                     static_cast<int>(self - members.begin()), o.batch_size, {}, o.seed);
+    sitting_out = self == members.end();
+    const int place = sitting_out ? 0 : static_cast<int>(self - members.begin());
+    plan = BatchPlan(data.train.count, static_cast<int>(members.size()), place, o.batch_size, {},
+                     o.seed);
     plan_members = members;
+    // The lowest worker of the cut that is still a member leads (prints,
+    // evaluates); a worker sitting out never does.
+    leader = false;
+    for (int w : members) {
+      if (std::find(last_members.workers.begin(), last_members.workers.end(), w) !=
+          last_members.workers.end()) {
+        leader = w == exchange.rank();
+        break;
+      }
+    }
     loss_divisor = static_cast<double>(synchronous ? plan.global_batch() : plan.local_batch());
   };
   // Where this worker is: the next step, within `epoch`. An allreduce run
@@ -292,8 +316,33 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
   // The epoch's barrier was the regroup just passed (after an abandoned
   // step), whose answer is `last_members`.
   bool barrier_done = false;
-  tandem::Members last_members;
   const bool abandons_steps = o.elastic && o.allreduce;
+  // After a regroup whose answer `m` is a change: every member takes the
+  // position, weights and optimizer state of group rank 0 of the new world
+  // (the lowest worker that trained with the others).
+  auto adopt_leader_state = [&](const tandem::Members& m) {
+    ElasticPosition mine{exchange.rank(), plan_members, ResumeState{step_count, epoch, step, {}}};
+    if (sgd) mine.state.local_state = SaveLocalState(weights, sgd.get());
+    std::string bytes = EncodeElasticPosition(mine);
+    exchange.ShareLeaderState(bytes);
+    const ElasticPosition theirs = DecodeElasticPosition(bytes);
+    if (!theirs.state.local_state.empty()) {
+      LoadLocalState(theirs.state.local_state, weights, sgd.get());
+    }
+    step_count = theirs.state.steps_done;
+    epoch = theirs.state.epoch;
+    step = theirs.state.next_step;
+    cut_plan(theirs.plan_members);
+    regrouped_epoch = m.epoch;
+    barrier_done = step == 0;
+    if (leader) {
+      fmt::print(
+          "elastic: membership epoch {}: workers [{}] go on from step {} of epoch {} "
+          "(worker {}'s weights and position)\n",
+          m.epoch, fmt::join(m.workers, ", "), step + 1, epoch + 1, theirs.source);
+      std::fflush(stdout);
+    }
+  };
   // Regroups (a barrier) and, when the members changed since the last
   // regroup, adopts the leader's position. Returns the members.
   auto regroup = [&]() -> tandem::Members {
@@ -305,27 +354,7 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
         // A worker at the start of an epoch has passed its barrier now.
         barrier_done = step == 0;
         if (!abandons_steps || m.epoch == regrouped_epoch) return m;
-        ElasticPosition mine{plan_members, ResumeState{step_count, epoch, step, {}}};
-        if (sgd) mine.state.local_state = SaveLocalState(weights, sgd.get());
-        std::string bytes = EncodeElasticPosition(mine);
-        exchange.ShareLeaderState(bytes);
-        const ElasticPosition theirs = DecodeElasticPosition(bytes);
-        if (!theirs.state.local_state.empty()) {
-          LoadLocalState(theirs.state.local_state, weights, sgd.get());
-        }
-        step_count = theirs.state.steps_done;
-        epoch = theirs.state.epoch;
-        step = theirs.state.next_step;
-        cut_plan(theirs.plan_members);
-        regrouped_epoch = m.epoch;
-        barrier_done = step == 0;
-        if (leader) {
-          fmt::print(
-              "elastic: membership epoch {}: workers [{}] go on from step {} of epoch {} "
-              "(worker {}'s weights and position)\n",
-              m.epoch, fmt::join(m.workers, ", "), step + 1, epoch + 1, exchange.rank());
-          std::fflush(stdout);
-        }
+        adopt_leader_state(m);
         return m;
       } catch (const tandem::MembershipChanged& e) {
         // Another worker left while these workers regrouped: again.
@@ -333,6 +362,17 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
       }
     }
   };
+  if (joined) {
+    // Admitted at the members' regroup: they share the leader's state now.
+    last_members = exchange.CurrentMembers();
+    adopt_leader_state(last_members);
+    fmt::print(
+        "elastic: worker {} joined the running job (membership epoch {}, workers [{}]); it trains "
+        "from step {} of epoch {}{}\n",
+        exchange.rank(), last_members.epoch, fmt::join(last_members.workers, ", "), step + 1,
+        epoch + 1, sitting_out ? ", adding zero gradients until the epoch ends" : "");
+    std::fflush(stdout);
+  }
   for (;;) {
     if (epoch >= o.epochs || stopped) {
       if (!o.elastic) break;
@@ -375,17 +415,30 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
         break;
       }
       const auto t0 = Clock::now();
-      const std::vector<int64_t> picked = plan.LocalBatch(order, step);
-      const torch::Tensor index =
-          torch::from_blob(const_cast<int64_t*>(picked.data()),
-                           {static_cast<int64_t>(picked.size())}, torch::kInt64);
-      const torch::Tensor images = Normalise(train_pixels.index_select(0, index));
-      const torch::Tensor labels = train_labels.index_select(0, index);
-      model->zero_grad();
-      const torch::Tensor loss_sum = torch::nn::functional::cross_entropy(
-          model->forward(images), labels,
-          torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
-      (loss_sum / loss_divisor).backward();
+      double mean_loss = 0;
+      if (sitting_out) {
+        torch::NoGradGuard no_grad;
+        for (torch::Tensor& w : weights) {
+          if (w.grad().defined()) {
+            w.mutable_grad().zero_();
+          } else {
+            w.mutable_grad() = torch::zeros_like(w);
+          }
+        }
+      } else {
+        const std::vector<int64_t> picked = plan.LocalBatch(order, step);
+        const torch::Tensor index =
+            torch::from_blob(const_cast<int64_t*>(picked.data()),
+                             {static_cast<int64_t>(picked.size())}, torch::kInt64);
+        const torch::Tensor images = Normalise(train_pixels.index_select(0, index));
+        const torch::Tensor labels = train_labels.index_select(0, index);
+        model->zero_grad();
+        const torch::Tensor loss_sum = torch::nn::functional::cross_entropy(
+            model->forward(images), labels,
+            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum));
+        (loss_sum / loss_divisor).backward();
+        mean_loss = loss_sum.item<double>() / static_cast<double>(picked.size());
+      }
       std::vector<tandem::TensorView> grad_views;
       for (const torch::Tensor& w : weights) grad_views.push_back(View(w.grad()));
       const auto t1 = Clock::now();
@@ -419,8 +472,22 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
         if (sgd) state.local_state = SaveLocalState(weights, sgd.get());
         exchange.SaveStoreCheckpoint(o.checkpoint_dir, EncodeResumeState(state));
       }
-      const double mean_loss = loss_sum.item<double>() / static_cast<double>(picked.size());
       progress.Update(step + 1, mean_loss, Seconds(t0, Clock::now()), Seconds(t1, t2));
+      if (abandons_steps && step + 1 < plan.steps_per_epoch()) {
+        // Workers waiting to join are admitted after this step (the epoch's
+        // last step leaves it to the next epoch's barrier, which admits too).
+        try {
+          exchange.CheckJoins();
+        } catch (const tandem::MembershipChanged& e) {
+          if (leader) {
+            fmt::print("elastic: after step {} of epoch {}: {}\n", step + 1, epoch + 1, e.what());
+          }
+          ++step;
+          regroup();
+          repositioned = true;
+          break;
+        }
+      }
     }
     if (repositioned) continue;  // at the position the regroup gave
     const double epoch_seconds = Seconds(epoch_start, Clock::now());
@@ -453,10 +520,10 @@ double Train(const TrainOptions& o, const TrainingData& data, const BatchPlan& i
     leader = !m.workers.empty() && m.workers.front() == exchange.rank();
     if (leader && m.epoch > 0) {
       fmt::print(
-          "elastic: workers [{}] finished; {} of the {} starting workers left (membership "
-          "epoch {})\n",
-          fmt::join(m.workers, ", "), initial_plan.batches().size() - m.workers.size(),
-          initial_plan.batches().size(), m.epoch);
+          "elastic: workers [{}] finished after {} membership change{} ({} workers started "
+          "the job)\n",
+          fmt::join(m.workers, ", "), m.epoch, m.epoch == 1 ? "" : "s",
+          initial_plan.batches().size());
     }
   }
   if (leader) {

@@ -101,6 +101,11 @@ class Cluster {
   /// How many times the membership changed (0 until a worker leaves an
   /// elastic job).
   uint32_t epoch() const;
+  /// Whether this worker was admitted into a job that was already running,
+  /// in the place of a worker that left (docs/elastic.md, "Workers that
+  /// join"): its state is the others' to give (its first world was made
+  /// with them at a regroup), not its own.
+  bool joined_running_job() const;
   /// Every node of the job, ordered by id.
   const std::vector<NodeInfo>& nodes() const;
 

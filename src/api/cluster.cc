@@ -65,6 +65,9 @@ int Cluster::id() const { return impl_->hold->node().membership().self().id; }
 int Cluster::num_workers() const { return impl_->hold->node().membership().num_workers(); }
 std::vector<int> Cluster::workers() const { return impl_->hold->node().membership().workers(); }
 uint32_t Cluster::epoch() const { return impl_->hold->node().membership().epoch(); }
+bool Cluster::joined_running_job() const {
+  return impl_->hold->node().membership().joined_running_job();
+}
 int Cluster::num_servers() const { return impl_->hold->node().membership().table().num_servers; }
 const std::vector<NodeInfo>& Cluster::nodes() const {
   return impl_->hold->node().membership().table().nodes;

@@ -77,12 +77,55 @@ def test_a_killed_worker_leaves_and_training_goes_on(launch, trainer, killed, mo
                          rf"\[{survivors[0]}, {survivors[1]}\] go on from step \d+ of epoch [23] "
                          rf"\(worker {leader}'s weights and position\)", out), out
     assert re.search(rf"\[worker {leader}\] elastic: workers \[{survivors[0]}, {survivors[1]}\] "
-                     r"finished; 1 of the 3 starting workers left \(membership epoch 1\)", out), out
+                     r"finished after 1 membership change \(3 workers started the job\)", out), out
     m = re.search(rf"\[worker {leader}\] final test accuracy: ([0-9.]+) after (\d+) steps", out)
     assert m, out
     # A reduced run, as the other trainer tests: a model that does not learn
     # stays at 0.10.
     assert float(m.group(1)) >= threshold, out
+    job.assert_no_leftovers()
+
+
+@pytest.mark.parametrize("killed", [2, 0])
+def test_the_launchers_replacement_joins_the_allreduce_run(launch, trainer, killed):
+    """--elastic --allreduce under tandem launch -s 0 --workers 2:3
+    --max-restarts 1: a worker SIGKILLed in epoch 2 is replaced by the
+    launcher; the new process is admitted after a step (the survivors check
+    for joiners after every step), takes the leader's weights, momentum and
+    position, trains the departed worker's part of the rest of the epoch and
+    the next epoch over all three. The job ends with 3 of 3 workers after 1
+    replacement, every worker at the same step count, and converges."""
+    command = [trainer, "--elastic", "--allreduce", "--threads", "1", "--epochs", "3",
+               "--batch-size", str(BATCH), "--train-limit", str(TRAIN_LIMIT), "--test-limit",
+               "1000"]
+    job = launch.start(3, 0, command, extra_args=["--workers", "2:3", "--max-restarts", "1",
+                                                  "--restart-delay", "0.2"])
+    job.wait_for_line(r"epoch 1/3 done", timeout=120)
+    pid = worker_pid(job.tag, killed)
+    os.kill(pid, signal.SIGKILL)
+    assert job.wait(timeout=180) == 0, job.describe()
+    out = job.output
+    assert re.search(rf"\[launcher\] started the replacement for worker {killed} \(pid \d+, "
+                     r"replacement 1 of 1\)", out), out
+    assert (f"job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement; left the "
+            f"job: worker {killed} (pid {pid}) killed by signal 9 (SIGKILL)") in out, out
+    # The new process joined and took the leader's position, which the
+    # members announce with the same step.
+    joined = re.search(rf"\[worker {killed}\] elastic: worker {killed} joined the running job "
+                       rf"\(membership epoch (\d+), workers \[0, 1, 2\]\); it trains from step "
+                       rf"(\d+) of epoch ([23])", out)
+    assert joined, out
+    # Their state is the lowest worker's that trained with the others; the
+    # new worker 0 leads once it shares it.
+    source = 1 if killed == 0 else 0
+    assert re.search(rf"\[worker \d\] elastic: membership epoch {joined.group(1)}: workers "
+                     rf"\[0, 1, 2\] go on from step {joined.group(2)} of epoch {joined.group(3)} "
+                     rf"\(worker {source}'s weights and position\)", out), out
+    assert re.search(r"elastic: workers \[0, 1, 2\] finished after 2 membership changes \(3 "
+                     r"workers started the job\)", out), out
+    m = re.search(r"final test accuracy: ([0-9.]+) after (\d+) steps", out)
+    assert m, out
+    assert float(m.group(1)) >= 0.6, out
     job.assert_no_leftovers()
 
 
