@@ -300,6 +300,7 @@ JobOutcome ProcessSupervisor::Run() {
     SendDueSigints(now);
     KillDepartedGroups(now);
     StartDueReplacements(now);
+    StopUnjoinedReplacements(now);
     if (Finished()) break;
 
     fds.clear();
@@ -582,6 +583,29 @@ void ProcessSupervisor::ScheduleReplacement(const Child& child, const ExitStatus
       "starting a replacement for {} in {} (replacement {} of {}); it joins the "
       "running job at the workers' next commit",
       child.label, Seconds(options_.replacement_delay), number, options_.max_replacements));
+}
+
+void ProcessSupervisor::StopUnjoinedReplacements(TimePoint now) {
+  if (replacements_started_ == 0 || phase_ != Phase::kRunning || interrupt_signal_ != 0) return;
+  std::vector<Child*> running;
+  for (auto& c : children_) {
+    if (c->service || c->exited) continue;
+    if (!c->replacement) return;  // a worker of the job is still at work
+    running.push_back(c.get());
+  }
+  if (running.empty() || FinishedWorker() == nullptr) return;
+  if (!unjoined_deadline_) unjoined_deadline_ = now + options_.teardown_grace;
+  if (now < *unjoined_deadline_) return;
+  for (Child* c : running) {
+    if (c->departed_kill_at) continue;  // stopped already
+    Log(fmt::format(
+        "{} (pid {}), a replacement, is still running {} after every other worker ended: it did "
+        "not join before the job ended; sending SIGTERM (SIGKILL follows in {})",
+        c->label, c->pid, Seconds(options_.teardown_grace), Seconds(options_.kill_delay)));
+    ::kill(-c->pid, SIGTERM);
+    ::kill(-c->pid, SIGCONT);
+    c->departed_kill_at = now + options_.kill_delay;
+  }
 }
 
 void ProcessSupervisor::StartDueReplacements(TimePoint now) {

@@ -125,7 +125,10 @@ struct SupervisorOptions {
   /// replacement's number) `replacement_delay` later, while fewer than
   /// `max_replacements` replacements were started, its end is one a restart
   /// may follow (`replace_after_any_failure`), and no worker has finished
-  /// (exited with status 0) meanwhile. Requires min_workers elastic.
+  /// (exited with status 0) meanwhile. A replacement still running
+  /// `teardown_grace` after every other worker ended (one of them with
+  /// status 0) did not join before the job ended: it gets SIGTERM and
+  /// leaves. Requires min_workers elastic.
   bool replace_departed_workers = false;
   /// How many replacements this supervisor may start in all, >= 0.
   int max_replacements = 0;
@@ -291,6 +294,11 @@ class ProcessSupervisor {
   void StartDueReplacements(TimePoint now);
   // The first worker that exited with status 0, if any.
   const Child* FinishedWorker() const;
+  // A replacement still running `teardown_grace` after every other worker
+  // ended, one of them with status 0, did not join before the job ended (a
+  // joined one passes the others' final barrier with them): it gets
+  // SIGTERM, and its end is a departure.
+  void StopUnjoinedReplacements(TimePoint now);
   // A worker that left the job may have left processes in its group: they
   // get SIGTERM now and SIGKILL kill_delay later (KillDepartedGroups).
   void StopDepartedGroup(Child& child, TimePoint now);
@@ -358,6 +366,8 @@ class ProcessSupervisor {
   };
   std::vector<PendingReplacement> pending_replacements_;
   int replacements_started_ = 0;
+  // When the replacements still running are stopped (StopUnjoinedReplacements).
+  std::optional<TimePoint> unjoined_deadline_;
   // Every process but the services has exited with status 0: when the
   // services must have ended (see ProcessSpec::service), and whether they
   // were torn down for not ending.

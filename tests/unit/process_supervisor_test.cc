@@ -1479,6 +1479,57 @@ TEST(WorkerReplacementTest, AReplacementDueAfterAWorkerFinishedDoesNotStart) {
                                     "worker 0 has finished, so the job is ending"));
 }
 
+// A replacement that never joined (the job finished first; here one that
+// just sleeps) is stopped teardown_grace after every other worker ended,
+// and leaves: the job succeeds.
+TEST(WorkerReplacementTest, AReplacementStillRunningAfterTheOthersEndedIsStopped) {
+  MemoryFile out, err;
+  SupervisorOptions options = Options(out, err);
+  options.teardown_grace = milliseconds(300);
+  options.kill_delay = milliseconds(2000);
+  options.min_workers = 1;
+  options.replace_departed_workers = true;
+  options.max_replacements = 2;
+  options.replacement_delay = milliseconds(0);
+  char dir_template[] = "/tmp/tandem-replace-stop-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  std::map<std::string, std::string> env = BaseEnv();
+  env["STARTED"] = std::string(dir_template) + "/started";
+  env["TANDEM_RESTART_COUNT"] = "0";
+  JobOutcome outcome;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    ProcessSupervisor supervisor(options);
+    supervisor.Start(Shell("worker 1",
+                           "if [ $TANDEM_RESTART_COUNT = 0 ]; then kill -9 $$; fi; touch "
+                           "\"$STARTED\"; exec sleep 30",
+                           env));
+    supervisor.Start(
+        Shell("worker 0", "while [ ! -e \"$STARTED\" ]; do sleep 0.02; done; exit 0", env));
+    outcome = supervisor.Run();
+  }
+  std::filesystem::remove_all(dir_template);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << err.Text();
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_EQ(outcome.replacements, 1) << err.Text();
+  const std::regex stopped(
+      "\\[launcher\\] worker 1 \\(pid [0-9]+\\), a replacement, is still running 0.3 s after "
+      "every other worker ended: it did not join before the job ended; sending SIGTERM "
+      "\\(SIGKILL follows in 2 s\\)");
+  const std::vector<std::string> lines = err.Lines();
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+    return std::regex_match(l, stopped);
+  })) << err.Text();
+  EXPECT_THAT(err.Text(), HasSubstr("not replacing worker 1: worker 0 has finished"));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_TRUE(std::regex_match(
+      lines.back(),
+      std::regex("\\[launcher\\] job succeeded with 1 of 2 workers \\(--workers 1:2\\) after 1 "
+                 "replacement; left the job: worker 1 \\(pid [0-9]+\\) killed by signal 9 "
+                 "\\(SIGKILL\\), worker 1 \\(pid [0-9]+\\) killed by signal 15 \\(SIGTERM\\)")))
+      << err.Text();
+}
+
 // A replacement writes to its place's log file after the departed worker's
 // lines, and a worker that was not asked to be replaced is not.
 TEST(WorkerReplacementTest, TheReplacementAppendsToItsPlacesLogFile) {
