@@ -1297,18 +1297,26 @@ struct ReplacementCase {
 
 void PrintTo(const ReplacementCase& c, std::ostream* os) { *os << c.name; }
 
-class WorkerReplacementTest : public ::testing::TestWithParam<ReplacementCase> {};
-
-TEST_P(WorkerReplacementTest, ADepartedWorkerIsReplacedWhenAllowed) {
-  const ReplacementCase& c = GetParam();
-  MemoryFile out, err;
+// An elastic job (MIN 1) whose departed workers are replaced, with a short
+// tear-down.
+SupervisorOptions ReplacingOptions(const MemoryFile& out, const MemoryFile& err,
+                                   int max_replacements, milliseconds delay) {
   SupervisorOptions options = Options(out, err);
   options.teardown_grace = milliseconds(300);
   options.kill_delay = milliseconds(2000);
   options.min_workers = 1;
   options.replace_departed_workers = true;
-  options.max_replacements = c.max_replacements;
-  options.replacement_delay = milliseconds(50);
+  options.max_replacements = max_replacements;
+  options.replacement_delay = delay;
+  return options;
+}
+
+class WorkerReplacementTest : public ::testing::TestWithParam<ReplacementCase> {};
+
+TEST_P(WorkerReplacementTest, ADepartedWorkerIsReplacedWhenAllowed) {
+  const ReplacementCase& c = GetParam();
+  MemoryFile out, err;
+  SupervisorOptions options = ReplacingOptions(out, err, c.max_replacements, milliseconds(50));
   options.replace_after_any_failure = c.any_failure;
   char dir_template[] = "/tmp/tandem-replace-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
@@ -1484,13 +1492,7 @@ TEST(WorkerReplacementTest, AReplacementDueAfterAWorkerFinishedDoesNotStart) {
 // and leaves: the job succeeds.
 TEST(WorkerReplacementTest, AReplacementStillRunningAfterTheOthersEndedIsStopped) {
   MemoryFile out, err;
-  SupervisorOptions options = Options(out, err);
-  options.teardown_grace = milliseconds(300);
-  options.kill_delay = milliseconds(2000);
-  options.min_workers = 1;
-  options.replace_departed_workers = true;
-  options.max_replacements = 2;
-  options.replacement_delay = milliseconds(0);
+  SupervisorOptions options = ReplacingOptions(out, err, 2, milliseconds(0));
   char dir_template[] = "/tmp/tandem-replace-stop-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
   std::map<std::string, std::string> env = BaseEnv();
