@@ -31,6 +31,9 @@ void RegisterCluster(py::module_& m) {
       .def_property_readonly("epoch", &Cluster::epoch,
                              "How many times the membership changed (0 until a worker leaves "
                              "an elastic job).")
+      .def_property_readonly("joined_running_job", &Cluster::joined_running_job,
+                             "Whether this worker was admitted into a running elastic job in a "
+                             "departed worker's place (docs/elastic.md, \"Workers that join\").")
       .def(
           "record_span",
           [](Cluster& c, const std::string& track, const std::string& name, int64_t start_ns,

@@ -22,7 +22,7 @@ from tandem.collective import (Average, Handle, Max, Min, Product, Sum, allgathe
                                allgather_async, allreduce, allreduce_, allreduce_async,
                                allreduce_async_, alltoall, alltoall_async, barrier, broadcast,
                                broadcast_, broadcast_async_, check_joins, engine, init,
-                               is_initialized,
+                               is_initialized, joined_running_job,
                                local_rank, local_size, new_group, rank, reduce_scatter, regroup,
                                reduce_scatter_async, shutdown, size)
 from tandem import _exit
@@ -42,7 +42,7 @@ __all__ = [
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall",
     "alltoall_async", "barrier", "broadcast", "broadcast_", "broadcast_async_", "check_joins",
     "engine",
-    "exit_code_for", "init",
+    "exit_code_for", "init", "joined_running_job",
     "is_initialized", "new_group", "rank", "record_span", "reduce_scatter", "reduce_scatter_async", "regroup",
     "shutdown",
     "size",

@@ -45,6 +45,11 @@ def release(graceful: bool = True) -> None:
         cluster.finalize()
 
 
+def current() -> "_core.Cluster | None":
+    """The joined node, or None when this process has not joined."""
+    return _cluster
+
+
 def joined() -> bool:
     """True while this process is a member of the job through this node."""
     return _cluster is not None

@@ -187,6 +187,16 @@ def check_joins() -> None:
     _collectives().check_joins()
 
 
+def joined_running_job() -> bool:
+    """Elastic jobs (docs/elastic.md, "Workers that join"): whether this
+    worker was admitted into the running job in a departed worker's place,
+    so that its state comes from the others (tandem.elastic.run's first
+    sync() gives it), rather than one that started with the job."""
+    _collectives()  # initialised
+    cluster = _node.current()
+    return bool(cluster is not None and cluster.joined_running_job)
+
+
 def new_group(world_ranks: Sequence[int]) -> Communicator:
     """A communicator over the workers `world_ranks` (group rank i is
     world_ranks[i]). Only members call it, in the same order everywhere."""

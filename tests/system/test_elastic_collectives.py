@@ -344,5 +344,8 @@ def test_launcher_replaces_a_torch_worker_that_left(launch, tandem_bin_dir):
         assert int(done) == steps and len(sizes) == steps, found
         assert sizes[int(start.group(1)):] == [3] * (steps - int(start.group(1))), sizes
     assert "started the replacement for worker 2 (pid " in out, out
+    # tandem.joined_running_job(): only the replacement says True.
+    told = re.findall(r"elastic-torch: worker (\d) joined_running_job (True|False)", out)
+    assert sorted(told) == [("0", "False"), ("1", "False"), ("2", "False"), ("2", "True")], out
     assert "job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement" in out, out
     assert "restarting the job" not in out, out

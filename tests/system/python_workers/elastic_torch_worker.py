@@ -85,6 +85,8 @@ def main() -> None:
         return sorted(int(w) for w in tandem.collective._comm(None).members)
 
     members = world_members()
+    print(f"elastic-torch: worker {worker} joined_running_job {tandem.joined_running_job()}",
+          flush=True)
 
     def learn_members() -> None:
         nonlocal members
