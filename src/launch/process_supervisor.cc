@@ -95,8 +95,10 @@ struct ProcessSupervisor::Child {
   bool service = false;      // ProcessSpec::service
   std::string host;          // ProcessSpec::host
   bool two_sigints = false;  // ProcessSpec::stop_with_two_sigints
-  // A departed worker's replacement (not one of the places counted).
+  // A departed worker's replacement (not one of the places counted), and
+  // whether it was stopped for not joining (StopUnjoinedReplacements).
   bool replacement = false;
+  bool stopped_unjoined = false;
   // A worker's spec, kept for its replacement.
   std::optional<ProcessSpec> spec;
   // The second of two SIGINTs is due then.
@@ -597,7 +599,8 @@ void ProcessSupervisor::StopUnjoinedReplacements(TimePoint now) {
   if (!unjoined_deadline_) unjoined_deadline_ = now + options_.teardown_grace;
   if (now < *unjoined_deadline_) return;
   for (Child* c : running) {
-    if (c->departed_kill_at) continue;  // stopped already
+    if (c->stopped_unjoined) continue;
+    c->stopped_unjoined = true;
     Log(fmt::format(
         "{} (pid {}), a replacement, is still running {} after every other worker ended: it did "
         "not join before the job ended; sending SIGTERM (SIGKILL follows in {})",
