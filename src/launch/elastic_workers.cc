@@ -95,10 +95,15 @@ std::string ElasticSuccessLine(const WorkerRange& range, const std::vector<std::
                      Workers(range.max), range.Flag(), after, DescribeDepartures(departures));
 }
 
-std::string DescribeWorkerCount(int num_workers, int min_workers) {
+std::string DescribeWorkerCount(int num_workers, int min_workers, int replacements) {
   if (!IsElastic(min_workers, num_workers)) return Workers(num_workers);
-  return fmt::format("{} (going on with {} or more: {})", Workers(num_workers), min_workers,
-                     WorkerRange{min_workers, num_workers}.Flag());
+  const std::string replaced =
+      replacements <= 0
+          ? std::string()
+          : fmt::format("; a worker that leaves is replaced, {} at most",
+                        replacements == 1 ? "once" : fmt::format("{} times", replacements));
+  return fmt::format("{} (going on with {} or more: {}{})", Workers(num_workers), min_workers,
+                     WorkerRange{min_workers, num_workers}.Flag(), replaced);
 }
 
 }  // namespace tandem::launch

@@ -100,7 +100,10 @@ std::string ElasticSuccessLine(const WorkerRange& range, const std::vector<std::
 
 /// The workers of the launcher's first line ("job ...: scheduler at ...,
 /// 2 servers, 4 workers"): "4 workers", "1 worker", or for an elastic job
-/// "4 workers (going on with 3 or more: --workers 3:4)". Pure.
-std::string DescribeWorkerCount(int num_workers, int min_workers);
+/// "4 workers (going on with 3 or more: --workers 3:4)", and with
+/// `replacements` > 0 (the launcher replaces workers that leave)
+/// "4 workers (going on with 3 or more: --workers 3:4; a worker that leaves
+/// is replaced, 2 times at most)". Pure.
+std::string DescribeWorkerCount(int num_workers, int min_workers, int replacements = 0);
 
 }  // namespace tandem::launch

@@ -270,7 +270,8 @@ int RunLocalJob(const LocalJobOptions& options, const SupervisorOptions& supervi
                                identity.job_id, kLoopback, identity.scheduler_port,
                                options.rendezvous_in_worker ? " (in worker 0)" : "",
                                options.num_servers, options.num_servers == 1 ? "" : "s",
-                               DescribeWorkerCount(options.num_workers, options.min_workers)));
+                               DescribeWorkerCount(options.num_workers, options.min_workers,
+                                                   supervisor.max_replacements())));
     std::vector<pid_t> pids;
     for (const auto& spec : specs) pids.push_back(supervisor.Start(spec));
     JobOutcome outcome = supervisor.Run();

@@ -259,6 +259,13 @@ class ProcessSupervisor {
   /// destructor then kills what is left).
   JobOutcome Run();
 
+  /// How many departed workers this supervisor may replace: the budget of
+  /// SupervisorOptions::max_replacements when replace_departed_workers,
+  /// else 0. Any thread.
+  int max_replacements() const {
+    return options_.replace_departed_workers ? options_.max_replacements : 0;
+  }
+
   /// Waits `duration`, or less when SIGINT, SIGTERM or SIGHUP arrives (also
   /// one that arrived since Run returned), and returns that signal, or 0
   /// when none came. Nothing is signalled: every process is gone. Used

@@ -293,7 +293,8 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
                                "on {} host{}\n",
                                identity.job_id, o.hosts.front().host, identity.scheduler_port,
                                o.job.num_servers, o.job.num_servers == 1 ? "" : "s",
-                               DescribeWorkerCount(o.job.num_workers, o.job.min_workers),
+                               DescribeWorkerCount(o.job.num_workers, o.job.min_workers,
+                                                   supervisor.max_replacements()),
                                o.hosts.size(), o.hosts.size() == 1 ? "" : "s"));
     for (const auto& spec : specs) supervisor.Start(spec);
     JobOutcome outcome = supervisor.Run();

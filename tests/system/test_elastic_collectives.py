@@ -302,6 +302,8 @@ def test_launcher_replaces_a_worker_that_left(launch, tandem_bin_dir):
     killed = re.search(r"\[launcher\] worker 2 \(pid (\d+)\) killed by signal 9 \(SIGKILL\); "
                        r"the job goes on with 2 of 3 workers \(--workers 2:3\)", out)
     assert killed, out
+    assert ("0 servers, 3 workers (going on with 2 or more: --workers 2:3; a worker that leaves "
+            "is replaced, once at most)") in out, out
     assert ("[launcher] starting a replacement for worker 2 in 0.2 s (replacement 1 of 1); it "
             "joins the running job at the workers' next commit") in out, out
     started = re.search(r"\[launcher\] started the replacement for worker 2 \(pid (\d+), "

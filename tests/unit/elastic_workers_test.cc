@@ -157,6 +157,13 @@ TEST(ElasticLinesTest, TheSuccessLineCountsAndNamesTheWorkersThatLeft) {
 
 TEST(ElasticLinesTest, TheFirstLineSaysTheMinimumOfAnElasticJob) {
   EXPECT_EQ(DescribeWorkerCount(4, 3), "4 workers (going on with 3 or more: --workers 3:4)");
+  EXPECT_EQ(DescribeWorkerCount(4, 3, 2),
+            "4 workers (going on with 3 or more: --workers 3:4; a worker that leaves is "
+            "replaced, 2 times at most)");
+  EXPECT_EQ(DescribeWorkerCount(3, 2, 1),
+            "3 workers (going on with 2 or more: --workers 2:3; a worker that leaves is "
+            "replaced, once at most)");
+  EXPECT_EQ(DescribeWorkerCount(4, 4, 2), "4 workers");  // not elastic: nothing is replaced
   EXPECT_EQ(DescribeWorkerCount(4, 4), "4 workers");
   EXPECT_EQ(DescribeWorkerCount(4, 0), "4 workers");
   EXPECT_EQ(DescribeWorkerCount(1, 0), "1 worker");
