@@ -556,15 +556,19 @@ void ProcessSupervisor::ScheduleReplacement(const Child& child, const ExitStatus
                                             TimePoint now) {
   if (!options_.replace_departed_workers || !child.spec) return;
   const std::string why_not = [&]() -> std::string {
-    if (!status.signaled && IsSetupExitCode(status.code)) {
-      return fmt::format(
-          "its exit status {} names a problem of the job's set-up, which a new "
-          "process would meet again",
-          status.code);
-    }
-    if (!options_.replace_after_any_failure && !base::IsRetryableExitCode(status.ShellCode())) {
-      return "exit codes 1..127 are not retried under --restart-policy exit-code (on-failure "
-             "retries them)";
+    switch (ClassifyFailure(
+        options_.replace_after_any_failure ? RestartPolicy::kOnFailure : RestartPolicy::kExitCode,
+        status)) {
+      case FailureRetry::kSetup:
+        return fmt::format(
+            "its exit status {} names a problem of the job's set-up, which a new "
+            "process would meet again",
+            status.code);
+      case FailureRetry::kPermanent:
+        return "exit codes 1..127 are not retried under --restart-policy exit-code (on-failure "
+               "retries them)";
+      case FailureRetry::kRetry:
+        break;
     }
     const int used = replacements_started_ + static_cast<int>(pending_replacements_.size());
     if (used >= options_.max_replacements) {

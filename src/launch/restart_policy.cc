@@ -56,6 +56,14 @@ void ValidateRestartOptions(const RestartOptions& options) {
 
 bool IsSetupExitCode(int code) { return !SetupMeaning(code).empty(); }
 
+FailureRetry ClassifyFailure(RestartPolicy policy, const ExitStatus& status) {
+  if (!status.signaled && IsSetupExitCode(status.code)) return FailureRetry::kSetup;
+  if (policy == RestartPolicy::kExitCode && !base::IsRetryableExitCode(status.ShellCode())) {
+    return FailureRetry::kPermanent;
+  }
+  return FailureRetry::kRetry;
+}
+
 std::optional<ProcessExit> AttemptCause(const JobOutcome& outcome) {
   if (!outcome.first_failure) return std::nullopt;
   // A worker that left an elastic job is not a failure of the job.
@@ -78,14 +86,14 @@ RestartDecision DecideRestart(const RestartOptions& options, const JobOutcome& o
   }
   if (!cause) return {RestartVerdict::kFinished, {}, std::nullopt};
   const ExitStatus& status = cause->status;
-  if (!status.signaled && IsSetupExitCode(status.code)) {
+  const FailureRetry retry = ClassifyFailure(options.policy, status);
+  if (retry == FailureRetry::kSetup) {
     return {RestartVerdict::kPermanent,
             fmt::format("{}: {}, which a restart cannot fix", cause->Describe(),
                         SetupMeaning(status.code)),
             cause};
   }
-  if (options.policy == RestartPolicy::kExitCode &&
-      !base::IsRetryableExitCode(status.ShellCode())) {
+  if (retry == FailureRetry::kPermanent) {
     return {RestartVerdict::kPermanent,
             fmt::format("{}: a permanent failure (exit codes 1..127 are not retried under "
                         "--restart-policy exit-code; on-failure retries them)",

@@ -61,6 +61,18 @@ void ValidateRestartOptions(const RestartOptions& options);
 /// no restart can fix: 2, 76, 77, 78, 126 and 127. Any thread.
 bool IsSetupExitCode(int code);
 
+/// Whether a failure may be followed by a new start, under a policy: the
+/// rule shared by whole-job restarts (DecideRestart) and the replacement of
+/// a single departed worker (ProcessSupervisor).
+enum class FailureRetry {
+  kRetry,      ///< the policy starts again after it
+  kSetup,      ///< a set-up code (IsSetupExitCode): never, under either policy
+  kPermanent,  ///< exit codes 1..127 under kExitCode: not retried
+};
+
+/// Classifies the failure `status` (not a success) under `policy`. Pure.
+FailureRetry ClassifyFailure(RestartPolicy policy, const ExitStatus& status);
+
 /// What to do after one attempt of the job.
 enum class RestartVerdict {
   kFinished,     ///< nothing failed: the job's result stands

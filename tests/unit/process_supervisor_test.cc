@@ -1462,11 +1462,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(WorkerReplacementTest, AReplacementDueAfterAWorkerFinishedDoesNotStart) {
   MemoryFile out, err;
-  SupervisorOptions options = Options(out, err);
-  options.min_workers = 1;
-  options.replace_departed_workers = true;
-  options.max_replacements = 3;
-  options.replacement_delay = milliseconds(3000);
+  SupervisorOptions options = ReplacingOptions(out, err, 3, milliseconds(3000));
   JobOutcome outcome;
   std::map<std::string, pid_t> pids;
   const auto start = std::chrono::steady_clock::now();
@@ -1538,12 +1534,8 @@ TEST(WorkerReplacementTest, TheReplacementAppendsToItsPlacesLogFile) {
   MemoryFile out, err;
   char dir_template[] = "/tmp/tandem-replace-log-XXXXXX";
   ASSERT_NE(::mkdtemp(dir_template), nullptr);
-  SupervisorOptions options = Options(out, err);
+  SupervisorOptions options = ReplacingOptions(out, err, 1, milliseconds(0));
   options.log_dir = dir_template;
-  options.min_workers = 1;
-  options.replace_departed_workers = true;
-  options.max_replacements = 1;
-  options.replacement_delay = milliseconds(0);
   std::map<std::string, std::string> env = BaseEnv();
   env["TANDEM_RESTART_COUNT"] = "4";  // a later attempt of a restarted job
   env["DONE"] = std::string(dir_template) + "/done";
