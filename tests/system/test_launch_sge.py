@@ -41,19 +41,27 @@ def last_launcher_line(job) -> str:
     return lines[-1] if lines else ""
 
 
-def assert_gone(pids, job) -> None:
-    """None of `pids` exists, except as a zombie adopted by init: when Grid
-    Engine deletes a job it kills the launcher inside with SIGKILL, and the
-    qrsh clients that die with it are handed to init, whose to reap them
-    (this test machine's init reaps late)."""
+def assert_gone(pids, job, grace: float = 15.0) -> None:
+    """None of `pids` exists `grace` s from now, except as a zombie adopted by
+    init: when Grid Engine deletes a job it kills the launcher inside with
+    SIGKILL, and the qrsh clients that die with it are handed to init, whose
+    to reap them (this test machine's init reaps late). Grid Engine's own
+    processes of a task (qrsh_starter) end after the task's, as its shepherd
+    cleans up, so each may still be exiting when the launcher has ended."""
+    end = time.monotonic() + grace
     for pid in pids:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            continue
-        fields = stat[stat.rfind(")") + 2:].split()
-        assert fields[0] == "Z" and fields[1] == "1", (
-            f"pid {pid} of the job still exists: {stat}\n{job.describe()}")
+        while True:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except FileNotFoundError:
+                break
+            fields = stat[stat.rfind(")") + 2:].split()
+            if fields[0] == "Z" and fields[1] == "1":
+                break
+            assert time.monotonic() < end, (
+                f"pid {pid} of the job still exists {grace} s after the launcher ended: "
+                f"{stat}\n{job.describe()}")
+            time.sleep(0.1)
 
 
 def qsub(cell, argv, tmp_path: Path, options=(), env=None, timeout=120):
