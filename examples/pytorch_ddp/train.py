@@ -88,13 +88,30 @@ def synthetic_dataset(samples: int, size: int, classes: int) -> TensorDataset:
     return TensorDataset(images, labels)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def train_step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One step on the batch (x, y); returns its loss sum, correct answers
+    and samples (float64), for the epoch's totals."""
+    optimizer.zero_grad()
+    out = model(x)
+    loss = F.cross_entropy(out, y)
+    loss.backward()
+    optimizer.step()
+    return torch.tensor([loss.item() * len(y), (out.argmax(1) == y).sum().item(), len(y)],
+                        dtype=torch.float64)
+
+
+def add_training_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options of the training itself (shared with elastic_train.py)."""
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=32, help="per worker")
     ap.add_argument("--lr", type=float, default=0.05, help="for one worker; scaled by workers")
     ap.add_argument("--samples", type=int, default=1024)
     ap.add_argument("--image-size", type=int, default=16)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_training_arguments(ap)
     ap.add_argument("--kvstore", default=None,
                     help="dist_sync: gradients through the parameter server (needs -s >= 1) "
                          "instead of allreduce")
@@ -154,13 +171,7 @@ def main() -> None:
         started = time.monotonic()
         totals = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, samples
         for x, y in loader:
-            optimizer.zero_grad()
-            out = model(x)
-            loss = F.cross_entropy(out, y)
-            loss.backward()
-            optimizer.step()
-            totals += torch.tensor([loss.item() * len(y), (out.argmax(1) == y).sum().item(),
-                                    len(y)], dtype=torch.float64)
+            totals += train_step(model, optimizer, x, y)
         seconds = time.monotonic() - started
         if kv is None:
             tandem.allreduce_(totals)  # the epoch's numbers over every worker

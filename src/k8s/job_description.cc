@@ -48,9 +48,9 @@ struct WholeNumberField {
 };
 
 constexpr WholeNumberField kWholeNumberFields[] = {
-    {"workers", 1, 1 << 16},     {"processes_per_node", 1, 4096},    {"servers", 1, 1 << 16},
-    {"port", 1, 65535},          {"metrics_port", 0, 65535},         {"backoff_limit", 0, 1000},
-    {"resources.gpus", 0, 1024}, {"server_resources.gpus", 0, 1024},
+    {"workers", 1, 1 << 16},    {"min_workers", 1, 1 << 16}, {"processes_per_node", 1, 4096},
+    {"servers", 1, 1 << 16},    {"port", 1, 65535},          {"metrics_port", 0, 65535},
+    {"backoff_limit", 0, 1000}, {"resources.gpus", 0, 1024}, {"server_resources.gpus", 0, 1024},
 };
 
 // The range of the whole-number field at `path`; nullptr for any other path.
@@ -213,7 +213,8 @@ void CheckEnvName(const std::string& name, const std::string& where) {
 }  // namespace
 
 int JobDescription::TotalPods() const {
-  return strategy == Strategy::kParameterServer ? 1 + servers + workers : workers;
+  if (strategy == Strategy::kParameterServer) return 1 + servers + workers;
+  return Elastic() ? 1 + workers : workers;  // an elastic job's scheduler has a pod of its own
 }
 
 const char* StrategyName(Strategy strategy) {
@@ -271,6 +272,8 @@ void ParseShape(const json& doc, JobDescription& d) {
         fmt::format("strategy must be 'parameter-server' or 'collectives', got '{}'", strategy));
   }
   d.workers = static_cast<int>(GetInt(doc, "workers", 1, WholeNumber("workers")));
+  const WholeNumberField min_workers{"min_workers", 1, d.workers};
+  d.min_workers = static_cast<int>(GetInt(doc, "min_workers", d.workers, min_workers));
   d.processes_per_node =
       static_cast<int>(GetInt(doc, "processes_per_node", 1, WholeNumber("processes_per_node")));
   d.cluster_runtime = GetBool(doc, "cluster_runtime", false, "cluster_runtime");
@@ -304,17 +307,21 @@ void ParsePods(const json& doc, JobDescription& d) {
   server_fallback.gpus = 0;
   d.server_resources = ParseResources(GetObject(doc, "server_resources", "server_resources"),
                                       "server_resources", server_fallback);
-  if (d.strategy == Strategy::kCollectives && doc.contains("server_resources")) {
+  if (d.strategy == Strategy::kCollectives && !d.Elastic() && doc.contains("server_resources")) {
     throw InvalidArgument(
-        "server_resources is for strategy 'parameter-server' (collectives have no servers)");
+        "server_resources is for strategy 'parameter-server' and for an elastic job's scheduler "
+        "(min_workers below workers); other collectives jobs have no servers and no scheduler");
   }
   d.node_selector =
       ParseStringMap(GetObject(doc, "node_selector", "node_selector"), "node_selector");
   d.server_node_selector = ParseStringMap(
       GetObject(doc, "server_node_selector", "server_node_selector"), "server_node_selector");
-  if (d.strategy == Strategy::kCollectives && doc.contains("server_node_selector")) {
+  if (d.strategy == Strategy::kCollectives && !d.Elastic() &&
+      doc.contains("server_node_selector")) {
     throw InvalidArgument(
-        "server_node_selector is for strategy 'parameter-server' (collectives have no servers)");
+        "server_node_selector is for strategy 'parameter-server' and for an elastic job's "
+        "scheduler "
+        "(min_workers below workers); other collectives jobs have no servers and no scheduler");
   }
   d.gpu_resource = GetString(doc, "gpu_resource", d.gpu_resource, "gpu_resource");
   if (d.gpu_resource.empty() || d.gpu_resource.find('/') == std::string::npos) {
@@ -441,6 +448,7 @@ JobDescription ParseJobDescription(const json& doc) {
                     "command",
                     "strategy",
                     "workers",
+                    "min_workers",
                     "processes_per_node",
                     "cluster_runtime",
                     "servers",

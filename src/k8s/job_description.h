@@ -42,6 +42,10 @@ struct JobDescription {
   std::vector<std::string> command;  ///< the workers' argv
   Strategy strategy = Strategy::kCollectives;
   int workers = 1;
+  /// Elastic jobs (kind pytorchjob, collectives): the job goes on while at
+  /// least this many of its `workers` remain, and a restarted pod joins it
+  /// (docs/elastic.md). Equal to `workers` (the default): not elastic.
+  int min_workers = 1;
   /// Processes per worker pod (collectives, kinds trainjob and pytorchjob
   /// only): above 1 the pod's command becomes `tandem spawn-local --
   /// COMMAND...`, which starts them as torchrun would (docs/contracts.md).
@@ -79,8 +83,12 @@ struct JobDescription {
   std::map<std::string, std::string> labels;  ///< extra labels on every object
 
   /// Total pods of a parameter-server job (scheduler, servers, workers) or
-  /// of a collectives job (workers).
+  /// of a collectives job (workers, and the scheduler when elastic).
   int TotalPods() const;
+
+  /// Whether the job goes on with fewer workers than it started with
+  /// (min_workers below workers).
+  bool Elastic() const { return min_workers < workers; }
 };
 
 /// Parses and checks a description. Requires: `doc` is a JSON object.

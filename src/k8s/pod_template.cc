@@ -9,7 +9,7 @@ namespace tandem::k8s {
 int ReplicasOf(const JobDescription& d, Role role) {
   switch (role) {
     case Role::kScheduler:
-      return d.strategy == Strategy::kParameterServer ? 1 : 0;
+      return d.strategy == Strategy::kParameterServer || d.Elastic() ? 1 : 0;
     case Role::kServer:
       return d.servers;
     case Role::kWorker:
@@ -22,6 +22,7 @@ std::vector<Role> RolesOf(const JobDescription& d) {
   if (d.strategy == Strategy::kParameterServer) {
     return {Role::kScheduler, Role::kServer, Role::kWorker};
   }
+  if (d.Elastic()) return {Role::kScheduler, Role::kWorker};
   return {Role::kWorker};
 }
 

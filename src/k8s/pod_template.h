@@ -21,13 +21,14 @@ using nlohmann::json;
 // A pod's part in the job is a tandem::Role (tandem/cluster.h); its
 // RoleName() ("scheduler", "server", "worker") is DMLC_ROLE's value, the
 // tandem.io/role label and the name of the role's replicas or tasks.
-// Collectives jobs have workers only.
+// Collectives jobs have workers only, and a scheduler when elastic.
 
 /// Pods of `role` in the job.
 int ReplicasOf(const JobDescription& d, Role role);
 
 /// The roles whose pods the job has, in start order (scheduler, server,
-/// worker for a parameter server; worker for collectives).
+/// worker for a parameter server; scheduler, worker for elastic
+/// collectives; worker for other collectives).
 std::vector<Role> RolesOf(const JobDescription& d);
 
 /// What one container of a pod looks like beyond the description.

@@ -55,6 +55,28 @@ std::vector<nlohmann::json> Render(const JobDescription& d, Kind kind,
         "Trainer runtime); kind {} has none",
         KindName(kind)));
   }
+  if (d.Elastic()) {
+    if (kind != Kind::kPyTorchJob) {
+      throw InvalidArgument(fmt::format(
+          "min_workers={} (below workers={}) needs kind pytorchjob, the one controller with an "
+          "elastic policy (elasticPolicy); kind {} fails or restarts the whole job when a pod "
+          "fails",
+          d.min_workers, d.workers, KindName(kind)));
+    }
+    if (d.restart_policy == RestartPolicy::kNever) {
+      throw InvalidArgument(fmt::format(
+          "min_workers={} needs restart_policy 'ExitCode' or 'OnFailure' (a failed worker pod is "
+          "started again and joins the running job); under 'Never' the operator fails the whole "
+          "job when one pod fails",
+          d.min_workers));
+    }
+    if (d.processes_per_node > 1) {
+      throw InvalidArgument(fmt::format(
+          "min_workers={} needs processes_per_node=1 (an elastic job's workers are pods, each "
+          "joining the job on its own), got processes_per_node={}",
+          d.min_workers, d.processes_per_node));
+    }
+  }
   std::vector<nlohmann::json> objects;
   switch (kind) {
     case Kind::kMXJob:

@@ -351,3 +351,43 @@ def test_launcher_replaces_a_torch_worker_that_left(launch, tandem_bin_dir):
     assert sorted(told) == [("0", "False"), ("1", "False"), ("2", "False"), ("2", "True")], out
     assert "job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement" in out, out
     assert "restarting the job" not in out, out
+
+
+ELASTIC_EPOCH = re.compile(r"\[worker 0\] epoch (\d+)/(\d+): loss ([0-9.]+) train accuracy "
+                           r"([0-9.]+)% \((\d) workers\)")
+
+
+def test_the_elastic_example_trains_through_a_replaced_worker(launch, tandem_bin_dir):
+    """examples/pytorch_ddp/elastic_train.py as its docstring runs it
+    (tandem launch -s 0 --workers 2:3 --max-restarts 1): the test SIGKILLs
+    worker 2 once epoch 2 is reported; the others go on with 2 workers (the
+    learning rate rescaled), the launcher's replacement joins, and the job
+    ends with 3 workers: every epoch reported once, the loss of the last
+    below the first, and nothing left running."""
+    import os
+    import signal
+    from pathlib import Path
+    from python_job import PYTHON
+    script = Path(__file__).resolve().parents[2] / "examples" / "pytorch_ddp" / "elastic_train.py"
+    epochs = 30
+    job = launch.start(3, 0, [PYTHON, str(script), "--epochs", str(epochs), "--samples", "1024"],
+                       extra_args=["--workers", "2:3", "--max-restarts", "1"],
+                       launcher_env=python_env(tandem_bin_dir))
+    job.wait_for_line(r"\[worker 0\] epoch 2/", timeout=120)
+    (victim,) = [p for p in job.role_processes("worker") if p.env.get("DMLC_WORKER_ID") == "2"]
+    os.kill(victim.pid, signal.SIGKILL)
+    code = job.wait(timeout=240)
+    job.assert_no_leftovers()
+    out = job.output
+    assert code == 0, job.describe()
+    assert "[worker 0] worker 0: now rank 0 of 2 workers, learning rate 0.1" in out, out
+    assert "[worker 2] worker 2: joined the running job" in out, out
+    assert "[worker 0] worker 0: now rank 0 of 3 workers, learning rate 0.15" in out, out
+    for w in range(3):
+        assert f"[worker {w}] worker {w}: done as rank {w} of 3" in out, out
+    reported = ELASTIC_EPOCH.findall(out)
+    assert [int(e[0]) for e in reported] == list(range(1, epochs + 1)), out
+    assert int(reported[-1][4]) == 3, out
+    assert float(reported[-1][2]) < float(reported[0][2]), reported
+    assert re.search(rf"\[launcher\] worker 2 \(pid {victim.pid}\) killed by signal 9", out), out
+    assert "job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement" in out, out

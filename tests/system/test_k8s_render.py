@@ -415,14 +415,70 @@ def test_docs_examples_are_current(tandem_bin_dir):
     assert result.returncode == 0, result.stderr
     doc = (root / "docs" / "deploy.md").read_text()
     blocks = doc.count("<!-- k8s-render ")
-    assert blocks == 8 and doc.count("```yaml\n---\n") == blocks
+    assert blocks == 9 and doc.count("```yaml\n---\n") == blocks
 
 
-@pytest.mark.parametrize("description", ["ps-job.json", "collectives-job.json", "full-job.json"])
+@pytest.mark.parametrize("description", ["ps-job.json", "collectives-job.json", "full-job.json",
+                                         "elastic-job.json"])
 def test_shipped_examples_validate(tandem_bin_dir, tmp_path, description):
     root = Path(__file__).resolve().parents[2]
     job = json.loads((root / "deploy" / "examples" / description).read_text())
     kinds = PS_KINDS if job.get("strategy") == "parameter-server" else COLLECTIVE_KINDS
+    if job.get("min_workers", job["workers"]) < job["workers"]:
+        kinds = {"pytorchjob"}
     for kind in sorted(kinds):
         for obj in rendered(tandem_bin_dir, tmp_path, job, kind):
             assert k8s_schema.manifest_errors(obj) == [], (kind, obj["kind"])
+
+
+ELASTIC_JOB = {**COLLECTIVES_JOB, "workers": 4, "min_workers": 2, "backoff_limit": 6,
+               "server_resources": {"cpu": "1", "memory": "1Gi"},
+               "gang_scheduling": {"scheduler": "volcano"}}
+
+
+@pytest.mark.parametrize("policy", ["ExitCode", "OnFailure"])
+def test_elastic_pytorchjob_validates_with_a_scheduler_master(tandem_bin_dir, tmp_path, policy):
+    """min_workers below workers: the PyTorchJob's elasticPolicy, valid
+    against the CRD; the Master runs the scheduler alone, every pod has the
+    DMLC contract and TANDEM_MIN_WORKERS (docs/deploy.md, "An elastic
+    PyTorchJob")."""
+    objects = rendered(tandem_bin_dir, tmp_path, {**ELASTIC_JOB, "restart_policy": policy},
+                       "pytorchjob")
+    for obj in objects:
+        errors = k8s_schema.manifest_errors(obj)
+        assert errors == [], f"{obj['kind']} {obj['metadata']['name']}:\n" + "\n".join(errors)
+    job = objects[-1]
+    assert job["spec"]["elasticPolicy"] == {"minReplicas": 2, "maxReplicas": 4, "maxRestarts": 6}
+    assert job["spec"]["runPolicy"]["schedulingPolicy"]["minAvailable"] == 5
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 4)
+    for role, replica in (("scheduler", replicas["Master"]), ("worker", replicas["Worker"])):
+        assert replica["restartPolicy"] == policy
+        (container,) = replica["template"]["spec"]["containers"]
+        env = env_of(container)
+        assert env["DMLC_ROLE"] == role
+        assert env["DMLC_PS_ROOT_URI"] == "resnet-master-0"
+        assert (env["DMLC_NUM_WORKER"], env["DMLC_NUM_SERVER"]) == ("4", "0")
+        assert env["TANDEM_MIN_WORKERS"] == "2"
+        assert container["ports"][0] == {"name": "pytorchjob-port", "containerPort": 29500,
+                                         "protocol": "TCP"}
+        expected = ({"cpu": "1", "memory": "1Gi"} if role == "scheduler" else {})
+        assert container.get("resources", {}).get("limits", {}) == expected
+    assert replicas["Master"]["template"]["spec"]["containers"][0]["command"] == [
+        "tandem", "scheduler"]
+    assert replicas["Worker"]["template"]["spec"]["containers"][0]["command"] == \
+        COLLECTIVES_JOB["command"]
+
+
+@pytest.mark.parametrize("kind", sorted(set(KINDS) - {"pytorchjob"}))
+def test_elastic_jobs_are_refused_by_other_kinds(tandem_bin_dir, tmp_path, kind):
+    result = render(tandem_bin_dir, tmp_path, ELASTIC_JOB, kind)
+    assert result.returncode == 78, result.stderr
+    assert "min_workers=2 (below workers=4) needs kind pytorchjob" in result.stderr
+
+
+def test_elastic_job_refuses_restart_policy_never(tandem_bin_dir, tmp_path):
+    result = render(tandem_bin_dir, tmp_path, {**ELASTIC_JOB, "restart_policy": "Never"},
+                    "pytorchjob")
+    assert result.returncode == 78, result.stderr
+    assert "min_workers=2 needs restart_policy 'ExitCode' or 'OnFailure'" in result.stderr

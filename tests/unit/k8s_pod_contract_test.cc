@@ -46,7 +46,11 @@ struct Pod {
   Vars env;
 };
 
-json Description(bool ps) {
+json Description(bool ps, bool elastic) {
+  if (elastic) {
+    return json::parse(R"({"name": "job", "namespace": "ns", "image": "i", "command": ["w"],
+                           "workers": 3, "min_workers": 2})");
+  }
   if (ps) {
     return json::parse(R"({"name": "job", "namespace": "ns", "image": "i", "command": ["w"],
                            "strategy": "parameter-server", "workers": 3, "servers": 2})");
@@ -86,23 +90,42 @@ std::vector<Pod> PodsOf(Kind kind, const JobDescription& d, const std::vector<js
       break;
     }
     case Kind::kPyTorchJob: {
+      // With an elasticPolicy the operator adds torchrun's rendezvous
+      // variables to what it sets for every Master/Worker job; WORLD_SIZE
+      // counts every replica, the Master's too.
       const json& specs = main["spec"]["pytorchReplicaSpecs"];
       const int port = ContainerPort(specs["Master"]["template"]["spec"]["containers"][0]);
+      const bool elastic = main["spec"].contains("elasticPolicy");
+      int replicas = 0;
+      for (const auto& [type, spec] : specs.items()) replicas += spec["replicas"].get<int>();
       int rank = 0;
       for (const char* type : {"Master", "Worker"}) {
         if (!specs.contains(type)) continue;
         for (int i = 0; i < specs[type]["replicas"].get<int>(); ++i, ++rank) {
-          Vars op = {{"MASTER_ADDR", n + "-master-0"},
-                     {"MASTER_PORT", std::to_string(port)},
-                     {"RANK", std::to_string(rank)},
-                     {"WORLD_SIZE", std::to_string(d.workers)},
-                     {"PET_NPROC_PER_NODE", main["spec"]["nprocPerNode"]},
-                     {"PET_NNODES", std::to_string(d.workers)},
-                     {"PET_NODE_RANK", std::to_string(rank)},
-                     {"PET_MASTER_ADDR", n + "-master-0"},
-                     {"PET_MASTER_PORT", std::to_string(port)}};
+          Vars op = {
+              {"MASTER_ADDR", n + "-master-0"},
+              {"MASTER_PORT", std::to_string(port)},
+              {"RANK", std::to_string(rank)},
+              {"WORLD_SIZE", std::to_string(replicas)},
+              {"PET_NPROC_PER_NODE", main["spec"]["nprocPerNode"]},
+              {"PET_NNODES", std::to_string(replicas)},
+              {"PET_NODE_RANK", std::to_string(rank)},
+              {"PET_MASTER_ADDR", n + "-master-0"},
+              {"PET_MASTER_PORT", std::to_string(port)},
+              {"HOSTNAME",
+               fmt::format("{}-{}-{}", n, type == std::string("Master") ? "master" : "worker", i)}};
+          std::string role;
+          if (elastic) {
+            const json& policy = main["spec"]["elasticPolicy"];
+            op["PET_NNODES"] = fmt::format("{}:{}", policy["minReplicas"].get<int>(),
+                                           policy["maxReplicas"].get<int>());
+            op["PET_RDZV_ENDPOINT"] = fmt::format("{}-worker-0:{}", n, port);
+            op["PET_RDZV_BACKEND"] = "c10d";
+            op["PET_MAX_RESTARTS"] = std::to_string(policy["maxRestarts"].get<int>());
+            role = type == std::string("Master") ? "scheduler" : "worker";
+          }
           pods.push_back(
-              {"", rank,
+              {role, elastic && type == std::string("Worker") ? i : rank,
                Merge(ContainerEnv(specs[type]["template"]["spec"]["containers"][0]), op)});
         }
       }
@@ -235,6 +258,7 @@ std::vector<Pod> PodsOf(Kind kind, const JobDescription& d, const std::vector<js
 struct Case {
   Kind kind;
   bool ps;
+  bool elastic;
   const char* contract;     // the contract DetectContract must name
   const char* coordinator;  // the scheduler's or rank 0's host
   int port;
@@ -244,7 +268,7 @@ class K8sPodContract : public ::testing::TestWithParam<Case> {};
 
 TEST_P(K8sPodContract, EveryPodFindsItsPlace) {
   const Case& c = GetParam();
-  JobDescription d = ParseJobDescription(Description(c.ps));
+  JobDescription d = ParseJobDescription(Description(c.ps, c.elastic));
   auto objects = Render(d, c.kind, "secret");
   auto pods = PodsOf(c.kind, d, objects);
   // A TFJob has no scheduler pod (the chief hosts the scheduler).
@@ -265,6 +289,9 @@ TEST_P(K8sPodContract, EveryPodFindsItsPlace) {
       EXPECT_EQ(p.num_workers, d.workers);
       EXPECT_EQ(p.num_servers, d.servers);
       EXPECT_TRUE(p.use_kubernetes);
+      // An elastic job's pods all know how few workers it may go on with.
+      EXPECT_EQ(pod.env.count("TANDEM_MIN_WORKERS") ? pod.env.at("TANDEM_MIN_WORKERS") : "",
+                c.elastic ? std::to_string(d.min_workers) : "");
       const char* names[] = {"scheduler", "server", "worker"};
       EXPECT_EQ(pod.role, names[static_cast<int>(p.role)]);
       ++per_role[pod.role];
@@ -291,7 +318,9 @@ TEST_P(K8sPodContract, EveryPodFindsItsPlace) {
       }
     }
   }
-  if (c.ps && c.kind == Kind::kTFJob) {
+  if (c.elastic) {
+    EXPECT_EQ(per_role, (std::map<std::string, int>{{"scheduler", 1}, {"worker", d.workers}}));
+  } else if (c.ps && c.kind == Kind::kTFJob) {
     // No scheduler pod: the chief (worker 0) hosts the scheduler in-process.
     EXPECT_EQ(per_role, (std::map<std::string, int>{{"server", d.servers}, {"worker", d.workers}}));
   } else if (c.ps) {
@@ -305,22 +334,25 @@ TEST_P(K8sPodContract, EveryPodFindsItsPlace) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, K8sPodContract,
-    ::testing::Values(Case{Kind::kMXJob, true, "dmlc", "job-scheduler-0", 9091},
-                      Case{Kind::kPyTorchJob, false, "pytorchjob", "job-master-0", 29500},
-                      Case{Kind::kMPIJob, false, "ompi", "job-worker-0.job.ns.svc", 29500},
-                      Case{Kind::kTFJob, true, "tfjob", "job-chief-0.ns.svc", 9091},
-                      Case{Kind::kTFJob, false, "tfjob", "job-chief-0.ns.svc", 29500},
-                      Case{Kind::kTrainJob, false, "trainjob", "job-node-0-0.job", 29400},
-                      Case{Kind::kJobSet, true, "dmlc", "job-scheduler-0-0.job", 9091},
-                      Case{Kind::kJobSet, false, "indexed-job", "job-worker-0-0.job", 29500},
-                      Case{Kind::kIndexedJob, true, "dmlc", "job-scheduler-0.job", 9091},
-                      Case{Kind::kIndexedJob, false, "indexed-job", "job-0.job", 29500},
-                      Case{Kind::kVolcanoJob, true, "volcano", "job-scheduler-0.job", 9091},
-                      Case{Kind::kVolcanoJob, false, "volcano", "job-worker-0.job", 29500}),
+    ::testing::Values(Case{Kind::kMXJob, true, false, "dmlc", "job-scheduler-0", 9091},
+                      Case{Kind::kPyTorchJob, false, false, "pytorchjob", "job-master-0", 29500},
+                      Case{Kind::kPyTorchJob, false, true, "dmlc", "job-master-0", 29500},
+                      Case{Kind::kMPIJob, false, false, "ompi", "job-worker-0.job.ns.svc", 29500},
+                      Case{Kind::kTFJob, true, false, "tfjob", "job-chief-0.ns.svc", 9091},
+                      Case{Kind::kTFJob, false, false, "tfjob", "job-chief-0.ns.svc", 29500},
+                      Case{Kind::kTrainJob, false, false, "trainjob", "job-node-0-0.job", 29400},
+                      Case{Kind::kJobSet, true, false, "dmlc", "job-scheduler-0-0.job", 9091},
+                      Case{Kind::kJobSet, false, false, "indexed-job", "job-worker-0-0.job", 29500},
+                      Case{Kind::kIndexedJob, true, false, "dmlc", "job-scheduler-0.job", 9091},
+                      Case{Kind::kIndexedJob, false, false, "indexed-job", "job-0.job", 29500},
+                      Case{Kind::kVolcanoJob, true, false, "volcano", "job-scheduler-0.job", 9091},
+                      Case{Kind::kVolcanoJob, false, false, "volcano", "job-worker-0.job", 29500}),
     [](const auto& test) {
       std::string name = KindName(test.param.kind);
       name.erase(std::remove(name.begin(), name.end(), '-'), name.end());
-      return name + (test.param.ps ? "_ps" : "_collectives");
+      return name + (test.param.ps        ? "_ps"
+                     : test.param.elastic ? "_elastic_collectives"
+                                          : "_collectives");
     });
 
 }  // namespace

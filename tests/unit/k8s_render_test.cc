@@ -133,6 +133,10 @@ INSTANTIATE_TEST_SUITE_P(
                  "workers must be a whole number in 1..65536, got \"4\" (string)"},
         BadField{"WorkersFraction", R"({"workers": 1.5})", false,
                  "workers must be a whole number in 1..65536, got 1.5"},
+        BadField{"MinWorkersZero", R"({"min_workers": 0})", false,
+                 "min_workers must be a whole number in 1..4, got 0"},
+        BadField{"MinWorkersAboveWorkers", R"({"min_workers": 5})", false,
+                 "min_workers must be a whole number in 1..4, got 5"},
         BadField{"ProcessesPerNodeZero", R"({"processes_per_node": 0})", false,
                  "processes_per_node must be a whole number in 1..4096, got 0"},
         BadField{"ServersZeroPs", R"({"servers": 0})", true,
@@ -741,6 +745,113 @@ TEST_P(K8sOneProcessPerPod, RefusesSeveralProcessesPerNode) {
 INSTANTIATE_TEST_SUITE_P(Kinds, K8sOneProcessPerPod,
                          ::testing::Values(Kind::kMPIJob, Kind::kTFJob, Kind::kJobSet,
                                            Kind::kIndexedJob, Kind::kVolcanoJob, Kind::kMXJob));
+
+// ---- elastic jobs: a PyTorchJob's elasticPolicy ------------------------------------
+
+json ElasticJob() {
+  json doc = CollectivesJob();
+  doc["min_workers"] = 2;
+  doc["backoff_limit"] = 7;
+  return doc;
+}
+
+// The value of the container's variable `name`; "" when absent.
+std::string EnvValue(const json& container, const std::string& name) {
+  for (const auto& e : container["env"]) {
+    if (e["name"] == name) return e.contains("value") ? e["value"].get<std::string>() : "(from)";
+  }
+  return "";
+}
+
+TEST(K8sElastic, PyTorchJobHasAnElasticPolicyAndASchedulerMaster) {
+  JobDescription d = ParseJobDescription(ElasticJob());
+  EXPECT_TRUE(d.Elastic());
+  EXPECT_EQ(d.TotalPods(), 5);
+  json job = Render(d, Kind::kPyTorchJob, "x").back();
+  EXPECT_EQ(job["spec"]["elasticPolicy"],
+            json::parse(R"({"minReplicas": 2, "maxReplicas": 4, "maxRestarts": 7})"));
+  const json& replicas = job["spec"]["pytorchReplicaSpecs"];
+  EXPECT_EQ(replicas["Master"]["replicas"], 1);
+  EXPECT_EQ(replicas["Worker"]["replicas"], 4);
+  const json& master = replicas["Master"]["template"]["spec"]["containers"][0];
+  const json& worker = replicas["Worker"]["template"]["spec"]["containers"][0];
+  EXPECT_EQ(master["command"], json::parse(R"(["tandem", "scheduler"])"));
+  EXPECT_EQ(worker["command"], json::parse(R"(["./train"])"));
+  for (const json* c : {&master, &worker}) {
+    EXPECT_EQ((*c)["name"], "pytorch");
+    EXPECT_EQ((*c)["ports"][0]["name"], "pytorchjob-port");  // the operator reads the Worker's too
+    EXPECT_EQ((*c)["ports"][0]["containerPort"], 29500);
+    EXPECT_EQ(EnvValue(*c, "TANDEM_MIN_WORKERS"), "2");
+    EXPECT_EQ(EnvValue(*c, "DMLC_PS_ROOT_URI"), "resnet-master-0");
+    EXPECT_EQ(EnvValue(*c, "DMLC_PS_ROOT_PORT"), "29500");
+    EXPECT_EQ(EnvValue(*c, "DMLC_NUM_WORKER"), "4");
+    EXPECT_EQ(EnvValue(*c, "DMLC_NUM_SERVER"), "0");
+    EXPECT_EQ(EnvValue(*c, "DMLC_NODE_HOST"), "(from)");
+  }
+  EXPECT_EQ(EnvValue(master, "DMLC_ROLE"), "scheduler");
+  EXPECT_EQ(EnvValue(worker, "DMLC_ROLE"), "worker");
+  EXPECT_EQ(replicas["Master"]["template"]["metadata"]["labels"]["tandem.io/role"], "scheduler");
+  EXPECT_EQ(replicas["Worker"]["template"]["metadata"]["labels"]["tandem.io/role"], "worker");
+}
+
+TEST(K8sElastic, MinWorkersEqualToWorkersIsNotElastic) {
+  json doc = CollectivesJob();
+  doc["min_workers"] = 4;
+  json job = Render(ParseJobDescription(doc), Kind::kPyTorchJob, "x").back();
+  EXPECT_FALSE(job["spec"].contains("elasticPolicy"));
+  EXPECT_EQ(job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"], 3);
+  EXPECT_EQ(
+      EnvValue(job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0],
+               "TANDEM_MIN_WORKERS"),
+      "");
+}
+
+class K8sElasticRefused : public ::testing::TestWithParam<Kind> {};
+
+TEST_P(K8sElasticRefused, OtherKindsNameThePyTorchJob) {
+  json doc = ElasticJob();
+  if (GetParam() == Kind::kMXJob) {
+    doc["strategy"] = "parameter-server";
+    doc["servers"] = 1;
+  }
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_THAT([&] { Render(d, GetParam(), "s"); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr(
+                  "min_workers=2 (below workers=4) needs kind pytorchjob, the one controller with "
+                  "an elastic policy (elasticPolicy); kind " +
+                  std::string(KindName(GetParam())))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, K8sElasticRefused,
+                         ::testing::Values(Kind::kMXJob, Kind::kMPIJob, Kind::kTFJob,
+                                           Kind::kTrainJob, Kind::kJobSet, Kind::kIndexedJob,
+                                           Kind::kVolcanoJob));
+
+struct ElasticBadCase {
+  const char* name;
+  const char* patch;
+  const char* message;
+};
+
+class K8sElasticBad : public ::testing::TestWithParam<ElasticBadCase> {};
+
+TEST_P(K8sElasticBad, SaysWhatTheElasticJobNeeds) {
+  json doc = ElasticJob();
+  doc.merge_patch(json::parse(GetParam().patch));
+  JobDescription d = ParseJobDescription(doc);
+  EXPECT_THAT([&] { Render(d, Kind::kPyTorchJob, "s"); },
+              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr(GetParam().message)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, K8sElasticBad,
+    ::testing::Values(
+        ElasticBadCase{"Never", R"({"restart_policy": "Never"})",
+                       "min_workers=2 needs restart_policy 'ExitCode' or 'OnFailure'"},
+        ElasticBadCase{"SeveralProcesses", R"({"processes_per_node": 2})",
+                       "min_workers=2 needs processes_per_node=1 (an elastic job's workers are "
+                       "pods, each joining the job on its own), got processes_per_node=2"}),
+    [](const auto& test) { return std::string(test.param.name); });
 
 // ---- the TrainJob's runtime: namespaced unless asked ------------------------------
 
