@@ -66,6 +66,8 @@ struct LaunchArguments {
   std::string sync_dst_dir;
   std::vector<std::string> forward_env;
   int scheduler_port = 0;
+  std::string host_discovery_script;  // horovodrun's --host-discovery-script
+  double discovery_interval_seconds = 1.0;
   // --launcher mpi
   std::vector<std::string> mpi_args;
   // --launcher slurm
@@ -95,12 +97,47 @@ launch::LaunchRequest Request(const LaunchArguments& args, bool servers_given,
   return request;
 }
 
+// --host-discovery-script: what it needs of the rest of the command line
+// (docs/launch.md, "Hosts from a discovery script"). Throws InvalidArgument.
+void CheckDiscoveryArguments(const LaunchArguments& args, bool servers_given, bool launcher_given) {
+  if (args.host_discovery_script.empty()) return;
+  const std::string flag = "--host-discovery-script " + args.host_discovery_script;
+  if (!args.hosts.empty() || !args.hostfile.empty()) {
+    throw InvalidArgument(
+        fmt::format("{}: the script gives the hosts; -H/--hostfile cannot be given with it", flag));
+  }
+  if (launcher_given && args.launcher != "ssh") {
+    throw InvalidArgument(
+        fmt::format("{} is for --launcher ssh (the hosts are reached over ssh), "
+                    "got --launcher {}",
+                    flag, args.launcher));
+  }
+  const bool elastic = !args.workers.empty() && args.workers.find(':') != std::string::npos;
+  if (!elastic) {
+    throw InvalidArgument(fmt::format(
+        "{} needs an elastic worker count, --workers MIN:MAX: hosts that come and go change the "
+        "workers while the job runs",
+        flag));
+  }
+  if (servers_given && args.num_servers > 0) {
+    throw InvalidArgument(fmt::format(
+        "{} needs a job without servers (-s 0): a worker that joins a job with servers is not "
+        "built yet (docs/elastic.md)",
+        flag));
+  }
+}
+
 int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
+  CheckDiscoveryArguments(args, servers_given, launcher_given);
   std::vector<launch::HostSlots> named;  // by -H or --hostfile
   if (!args.hosts.empty()) named = launch::ParseHostList(args.hosts);
   if (!args.hostfile.empty()) named = launch::ReadHostfile(args.hostfile);
-  const launch::LaunchPlan plan =
-      launch::PlanLaunch(Request(args, servers_given, launcher_given), std::move(named));
+  launch::LaunchRequest request = Request(args, servers_given, launcher_given);
+  if (!args.host_discovery_script.empty()) {
+    request.launcher = "ssh";
+    request.launcher_given = true;
+  }
+  const launch::LaunchPlan plan = launch::PlanLaunch(request, std::move(named));
   const std::string& launcher = plan.launcher;
   const std::vector<launch::HostSlots>& hosts = plan.hosts;
 
@@ -156,7 +193,7 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   }
   auto env = base::Environment::FromProcess();
   if (launcher == "ssh") {
-    if (hosts.empty()) {
+    if (hosts.empty() && args.host_discovery_script.empty()) {
       throw InvalidArgument(
           "--launcher ssh needs hosts: -H host1:SLOTS,host2:SLOTS or --hostfile FILE");
     }
@@ -170,6 +207,9 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
     ssh.sync_directory = !args.sync_dst_dir.empty();
     ssh.forward_env = args.forward_env;
     ssh.scheduler_port = static_cast<uint16_t>(args.scheduler_port);
+    ssh.host_discovery_script = args.host_discovery_script;
+    ssh.discovery_interval = std::chrono::milliseconds(
+        static_cast<int64_t>(std::llround(args.discovery_interval_seconds * 1000.0)));
     return launch::RunSshJob(ssh, supervisor, env);
   }
   if (launcher == "mpi") {
@@ -338,6 +378,17 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "With --launcher ssh: forward this variable of the launcher's environment "
                   "(repeatable; DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_* always are)")
       ->allow_extra_args(false);
+  cmd->add_option("--host-discovery-script", args->host_discovery_script,
+                  "An elastic job's hosts from a script (as horovodrun): it prints the hosts "
+                  "available now, one per line ('host' or 'host:SLOTS'), and is run again every "
+                  "--discovery-interval; workers leave hosts that go and replacements start on "
+                  "hosts with free slots (implies --launcher ssh; needs --workers MIN:MAX and "
+                  "-s 0; docs/launch.md)")
+      ->type_name("SCRIPT");
+  cmd->add_option("--discovery-interval", args->discovery_interval_seconds,
+                  "With --host-discovery-script: seconds between its runs (default 1)")
+      ->type_name("SECONDS")
+      ->check(CLI::Range(0.05, 3600.0));
   cmd->add_option("--scheduler-port", args->scheduler_port,
                   "With --launcher ssh, mpi, slurm or sge: the scheduler's port on the first host "
                   "(default: random "

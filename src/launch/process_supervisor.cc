@@ -18,9 +18,11 @@
 #include <filesystem>
 #include <iterator>
 #include <limits>
+#include <map>
 
 #include "base/exit_code.h"
 #include "base/unique_fd.h"
+#include "launch/host_discovery.h"
 #include "launch/restart_policy.h"
 #include "tandem/error.h"
 
@@ -99,6 +101,8 @@ struct ProcessSupervisor::Child {
   // whether it was stopped for not joining (StopUnjoinedReplacements).
   bool replacement = false;
   bool stopped_unjoined = false;
+  // Stopped because its host has no slot for it any more (FollowWorkerHosts).
+  bool stopped_for_host = false;
   // A worker's spec, kept for its replacement.
   std::optional<ProcessSpec> spec;
   // The second of two SIGINTs is due then.
@@ -301,6 +305,7 @@ JobOutcome ProcessSupervisor::Run() {
     AdvanceTearDown(now);
     SendDueSigints(now);
     KillDepartedGroups(now);
+    FollowWorkerHosts(now);
     StartDueReplacements(now);
     StopUnjoinedReplacements(now);
     if (Finished()) break;
@@ -615,6 +620,57 @@ void ProcessSupervisor::StopUnjoinedReplacements(TimePoint now) {
   }
 }
 
+void ProcessSupervisor::FollowWorkerHosts(TimePoint now) {
+  if (options_.worker_hosts == nullptr) return;
+  if (auto error = options_.worker_hosts->TakeError()) {
+    Log(fmt::format("host discovery failed: {}; the hosts stay {}", *error,
+                    hosts_ ? DescribeHosts(*hosts_) : std::string("as they were")));
+  }
+  std::optional<std::vector<HostSlots>> changed = options_.worker_hosts->Changed();
+  if (!changed) return;
+  if (hosts_) {
+    Log(fmt::format("the discovered hosts are now {} (were {})", DescribeHosts(*changed),
+                    DescribeHosts(*hosts_)));
+  }
+  hosts_ = std::move(*changed);
+  if (phase_ != Phase::kRunning || interrupt_signal_ != 0) return;
+  std::map<std::string, int> slots;
+  for (const auto& h : *hosts_) slots[h.host] = h.slots;
+  std::map<std::string, int> kept;
+  for (auto& c : children_) {  // in start order: the oldest keep the slots
+    if (c->service || c->exited || c->stopped_for_host || c->stopped_unjoined) continue;
+    const auto listed = slots.find(c->host);
+    if (listed != slots.end() && kept[c->host] < listed->second) {
+      ++kept[c->host];
+      continue;
+    }
+    c->stopped_for_host = true;
+    Log(fmt::format(
+        "{} on {} (pid {}) has no slot among the discovered hosts ({}): sending SIGTERM, it "
+        "leaves the job (SIGKILL follows in {})",
+        c->label, c->host, c->pid,
+        listed == slots.end() ? c->host + " is no longer listed"
+                              : fmt::format("{} has {} slot{}", c->host, listed->second,
+                                            listed->second == 1 ? "" : "s"),
+        Seconds(options_.kill_delay)));
+    ::kill(-c->pid, SIGTERM);
+    ::kill(-c->pid, SIGCONT);
+    c->departed_kill_at = now + options_.kill_delay;
+  }
+}
+
+std::optional<HostSlots> ProcessSupervisor::FreeWorkerHost() const {
+  if (!hosts_) return std::nullopt;
+  for (const auto& h : *hosts_) {
+    int used = 0;
+    for (const auto& c : children_) {
+      if (!c->service && !c->exited && c->host == h.host) ++used;
+    }
+    if (used < h.slots) return h;
+  }
+  return std::nullopt;
+}
+
 void ProcessSupervisor::StartDueReplacements(TimePoint now) {
   for (auto it = pending_replacements_.begin(); it != pending_replacements_.end();) {
     const std::string& label = it->spec.label;
@@ -627,20 +683,36 @@ void ProcessSupervisor::StartDueReplacements(TimePoint now) {
       ++it;
       continue;
     }
+    std::optional<HostSlots> host;
+    if (why_not.empty() && options_.worker_hosts != nullptr) {
+      host = FreeWorkerHost();
+      if (!host) {
+        if (!it->waiting_for_host) {
+          it->waiting_for_host = true;
+          Log(
+              fmt::format("no discovered host has a free slot for {} ({}): it starts when one "
+                          "has",
+                          label, hosts_ ? DescribeHosts(*hosts_) : std::string("no hosts")));
+        }
+        ++it;
+        continue;
+      }
+    }
     if (why_not.empty()) {
       try {
         // TANDEM_RESTART_COUNT: the restarts made before this process started.
-        ProcessSpec spec = it->spec;
+        ProcessSpec spec = host ? options_.worker_hosts->MoveTo(it->spec, *host) : it->spec;
         if (auto count = spec.env.find("TANDEM_RESTART_COUNT"); count != spec.env.end()) {
           count->second =
               std::to_string(std::atoi(count->second.c_str()) + replacements_started_ + 1);
         }
         Child& started = StartChild(spec, /*replacement=*/true);
-        started.spec = it->spec;  // its own replacement counts from the place's spec
+        started.spec = host ? spec : it->spec;  // its own replacement starts from the place's spec
         ++replacements_started_;
         --absent_workers_;
-        Log(fmt::format("started the replacement for {} (pid {}, replacement {} of {})", label,
-                        started.pid, replacements_started_, options_.max_replacements));
+        Log(fmt::format("started the replacement for {}{} (pid {}, replacement {} of {})", label,
+                        host ? " on " + host->host : std::string(), started.pid,
+                        replacements_started_, options_.max_replacements));
       } catch (const Error& e) {
         Log(fmt::format("could not start the replacement for {}: {}", label, e.what()));
       }
@@ -857,6 +929,7 @@ int ProcessSupervisor::PollTimeoutMs(TimePoint now) const {
     wait = std::clamp(left, milliseconds(0), wait);
   }
   for (const auto& pending : pending_replacements_) {
+    if (pending.waiting_for_host) continue;  // the sweep's turns look again
     auto left = std::chrono::ceil<milliseconds>(pending.due - now);
     wait = std::clamp(left, milliseconds(0), wait);
   }

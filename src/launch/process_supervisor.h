@@ -59,9 +59,28 @@
 #include "launch/child_process.h"
 #include "launch/elastic_workers.h"
 #include "launch/exit_status.h"
+#include "launch/hostfile.h"
 #include "launch/prefixed_output.h"
 
 namespace tandem::launch {
+
+/// Where an elastic job's workers may run, as it changes while the job runs
+/// (--host-discovery-script: host_discovery.h, docs/launch.md "Hosts from a
+/// discovery script"). Used by the supervisor's thread only.
+class WorkerHosts {
+ public:
+  virtual ~WorkerHosts() = default;
+  /// The hosts and their worker slots when they changed since the last call
+  /// (the first call: the hosts the job started on); else nothing. Must not
+  /// block.
+  virtual std::optional<std::vector<HostSlots>> Changed() = 0;
+  /// Why the latest look-up failed, once per failure; the hosts stay as
+  /// they were.
+  virtual std::optional<std::string> TakeError() = 0;
+  /// `worker`, a worker's spec, made to run on `host` instead of its own
+  /// (the same label, rank and contract). May throw Error.
+  virtual ProcessSpec MoveTo(const ProcessSpec& worker, const HostSlots& host) = 0;
+};
 
 /// How the supervisor tears a job down and where output goes.
 struct SupervisorOptions {
@@ -139,6 +158,13 @@ struct SupervisorOptions {
   /// (on-failure) any failure. Never the set-up codes (2, 76, 77, 78, 126,
   /// 127), which a new process would meet again.
   bool replace_after_any_failure = false;
+  /// The hosts of an elastic job's workers as they change (not owned; must
+  /// outlive Run), or nullptr. With it, a worker on a host that is no
+  /// longer listed, or beyond its host's slots (the newest first), gets
+  /// SIGTERM and leaves the job (SIGKILL `kill_delay` later), and a
+  /// replacement (replace_departed_workers) starts on the first listed host
+  /// with a free slot (WorkerHosts::MoveTo), waiting while none has one.
+  WorkerHosts* worker_hosts = nullptr;
 };
 
 /// The tag of `tandem rank-exec`'s own lines: "[rank-exec] job failed: ...".
@@ -301,6 +327,11 @@ class ProcessSupervisor {
   void StartDueReplacements(TimePoint now);
   // The first worker that exited with status 0, if any.
   const Child* FinishedWorker() const;
+  // Takes the hosts' changes (SupervisorOptions::worker_hosts): stops the
+  // workers left without a slot.
+  void FollowWorkerHosts(TimePoint now);
+  // The first listed host with fewer running workers than slots, if any.
+  std::optional<HostSlots> FreeWorkerHost() const;
   // A replacement still running `teardown_grace` after every other worker
   // ended, one of them with status 0, did not join before the job ended (a
   // joined one passes the others' final barrier with them): it gets
@@ -370,7 +401,10 @@ class ProcessSupervisor {
   struct PendingReplacement {
     ProcessSpec spec;
     TimePoint due;
+    bool waiting_for_host = false;  // due, but no listed host has a free slot
   };
+  // The hosts in force (SupervisorOptions::worker_hosts).
+  std::optional<std::vector<HostSlots>> hosts_;
   std::vector<PendingReplacement> pending_replacements_;
   int replacements_started_ = 0;
   // When the replacements still running are stopped (StopUnjoinedReplacements).

@@ -6,9 +6,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <memory>
 #include <thread>
 
 #include "launch/elastic_workers.h"
+#include "launch/host_discovery.h"
 #include "launch/job_credentials.h"
 #include "launch/job_restarts.h"
 #include "launch/prefixed_output.h"
@@ -94,7 +97,8 @@ std::vector<size_t> PlaceSshJob(const SshJobOptions& options) {
 }
 
 std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJobIdentity& identity,
-                                     const std::map<std::string, std::string>& launcher_env) {
+                                     const std::map<std::string, std::string>& launcher_env,
+                                     const std::vector<size_t>* place_given) {
   if (options.hosts.empty()) throw InvalidArgument("the ssh launcher needs at least one host (-H)");
   // The local job's specs give each process's labels, roles and contract;
   // their environments are rewritten for the remote side.
@@ -103,8 +107,8 @@ std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJo
       options.remote_tandem.empty() ? job.tandem_binary : options.remote_tandem;
   if (!job.command_runs_all_roles) job.tandem_binary = tandem;
   std::vector<ProcessSpec> local = BuildLocalJob(job, identity, {});
-  std::vector<size_t> place = PlaceSshJob(options);
-  const std::string scheduler_host = options.hosts.front().host;
+  const std::vector<size_t> place = place_given ? *place_given : PlaceSshJob(options);
+  const std::string scheduler_host = options.hosts[place.front()].host;
 
   std::map<std::string, std::string> forwarded;
   for (const auto& [name, value] : launcher_env) {
@@ -260,11 +264,98 @@ void SyncDirectory(const SshJobOptions& o, const std::map<std::string, std::stri
 
 }  // namespace
 
+int DiscoveredWorkerCount(const LocalJobOptions& job, const std::vector<HostSlots>& hosts,
+                          const std::string& script) {
+  int slots = 0;
+  for (const auto& h : hosts) slots += h.slots;
+  const int minimum = job.min_workers > 0 ? job.min_workers : job.num_workers;
+  if (slots < minimum) {
+    throw InvalidArgument(fmt::format(
+        "the host discovery script {} found {} worker slot{} ({}), fewer than the job's minimum "
+        "of {} workers (--workers MIN:MAX); a job waits for no hosts at its start",
+        script, slots, slots == 1 ? "" : "s", DescribeHosts(hosts), minimum));
+  }
+  return std::min(job.num_workers, slots);
+}
+
+namespace {
+
+// The workers' hosts of a job with a discovery script, for the supervisor
+// (SupervisorOptions::worker_hosts): the script polled during each attempt,
+// and a worker's ssh command rebuilt for another host.
+class DiscoveredSshHosts : public WorkerHosts {
+ public:
+  explicit DiscoveredSshHosts(const SshJobOptions& options) : options_(options) {}
+
+  // An attempt starts on `options.hosts` with `identity`; polling starts
+  // (on the calling thread's signal mask: the supervisor's).
+  void BeginAttempt(const SshJobOptions& options, const LocalJobIdentity& identity,
+                    const std::map<std::string, std::string>& attempt_env) {
+    options_ = options;
+    identity_ = identity;
+    attempt_env_ = attempt_env;
+    discovery_ = std::make_unique<HostDiscovery>(options.host_discovery_script, attempt_env,
+                                                 options.discovery_interval,
+                                                 options.discovery_timeout, options.hosts);
+  }
+
+  // The hosts in force at the attempt's end (the next attempt starts on
+  // them); polling stops.
+  std::vector<HostSlots> EndAttempt() {
+    if (discovery_) {
+      if (auto latest = discovery_->Changed()) last_ = *latest;
+    }
+    discovery_.reset();
+    return last_.empty() ? options_.hosts : last_;
+  }
+
+  std::optional<std::vector<HostSlots>> Changed() override {
+    auto hosts = discovery_->Changed();
+    if (hosts) last_ = *hosts;
+    return hosts;
+  }
+
+  std::optional<std::string> TakeError() override { return discovery_->TakeError(); }
+
+  ProcessSpec MoveTo(const ProcessSpec& worker, const HostSlots& host) override {
+    const std::vector<ProcessSpec> local = BuildLocalJob(options_.job, identity_, {});
+    size_t index = local.size();
+    for (size_t i = 0; i < local.size(); ++i) {
+      if (local[i].label == worker.label) index = i;
+    }
+    if (index == local.size()) {
+      throw InvalidArgument(fmt::format("{} is not a process of this job", worker.label));
+    }
+    SshJobOptions moved = options_;
+    std::vector<size_t> place = PlaceSshJob(options_);
+    size_t h = 0;
+    while (h < moved.hosts.size() && moved.hosts[h].host != host.host) ++h;
+    if (h == moved.hosts.size()) moved.hosts.push_back(host);
+    place[index] = h;
+    return BuildSshJob(moved, identity_, attempt_env_, &place)[index];
+  }
+
+ private:
+  SshJobOptions options_;
+  LocalJobIdentity identity_;
+  std::map<std::string, std::string> attempt_env_;
+  std::unique_ptr<HostDiscovery> discovery_;
+  std::vector<HostSlots> last_;
+};
+
+}  // namespace
+
 int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_options,
               const base::Environment& launcher_env) {
-  ValidateLocalJobOptions(options.job);
-  if (options.hosts.empty()) throw InvalidArgument("the ssh launcher needs at least one host (-H)");
   SshJobOptions o = options;
+  const bool discovering = !o.host_discovery_script.empty();
+  if (discovering) {
+    o.hosts = DiscoverHosts(o.host_discovery_script, launcher_env.vars(), o.discovery_timeout);
+    o.job.num_workers = DiscoveredWorkerCount(o.job, o.hosts, o.host_discovery_script);
+    if (o.job.min_workers >= o.job.num_workers) o.job.min_workers = 0;  // not elastic then
+  }
+  ValidateLocalJobOptions(o.job);
+  if (o.hosts.empty()) throw InvalidArgument("the ssh launcher needs at least one host (-H)");
   if (o.job.tandem_binary.empty()) o.job.tandem_binary = CurrentExecutablePath();
   if (o.remote_tandem.empty()) o.remote_tandem = o.job.tandem_binary;
   if (o.remote_directory.empty()) {
@@ -282,6 +373,9 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     for (const auto& f : failures) text += "\n  " + f;
     throw InvalidArgument(text);
   }
+  DiscoveredSshHosts discovered(o);
+  SupervisorOptions supervision = supervisor_options;
+  if (discovering) supervision.worker_hosts = &discovered;
   auto attempt = [&](ProcessSupervisor& supervisor,
                      const std::map<std::string, std::string>& attempt_env) {
     LocalJobIdentity identity = NewJobIdentity(
@@ -289,21 +383,27 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     identity.master_port = MasterPortBeside(identity.scheduler_port, RandomSchedulerPort);
     std::vector<ProcessSpec> specs = BuildSshJob(o, identity, attempt_env);
     OutputSink(supervisor_options.stderr_fd)
-        .WriteLine(fmt::format("[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "
-                               "on {} host{}\n",
-                               identity.job_id, o.hosts.front().host, identity.scheduler_port,
-                               o.job.num_servers, o.job.num_servers == 1 ? "" : "s",
-                               DescribeWorkerCount(o.job.num_workers, o.job.min_workers,
-                                                   supervisor.max_replacements()),
-                               o.hosts.size(), o.hosts.size() == 1 ? "" : "s"));
+        .WriteLine(fmt::format(
+            "[launcher] job {}: scheduler at {}:{} over ssh, {} server{}, {} "
+            "on {} host{}{}\n",
+            identity.job_id, o.hosts.front().host, identity.scheduler_port, o.job.num_servers,
+            o.job.num_servers == 1 ? "" : "s",
+            DescribeWorkerCount(o.job.num_workers, o.job.min_workers,
+                                supervisor.max_replacements()),
+            o.hosts.size(), o.hosts.size() == 1 ? "" : "s",
+            discovering ? fmt::format(" ({}, from {}, polled every {} ms)", DescribeHosts(o.hosts),
+                                      o.host_discovery_script, o.discovery_interval.count())
+                        : std::string()));
+    if (discovering) discovered.BeginAttempt(o, identity, attempt_env);
     for (const auto& spec : specs) supervisor.Start(spec);
     JobOutcome outcome = supervisor.Run();
+    if (discovering) o.hosts = discovered.EndAttempt();
     // After each attempt: the merged timeline is the last attempt's.
     MergeRankTimelines(BuildLocalJob(o.job, identity, attempt_env),
                        OutputSink(supervisor_options.stderr_fd));
     return outcome;
   };
-  return RunWithRestarts(o.job.restarts, supervisor_options, launcher_env, attempt);
+  return RunWithRestarts(o.job.restarts, supervision, launcher_env, attempt);
 }
 
 }  // namespace tandem::launch

@@ -41,6 +41,13 @@ struct SshJobOptions {
   /// those forwarded always (DMLC_*, PS_*, MXNET_*, TANDEM_*, HOROVOD_*).
   std::vector<std::string> forward_env;
   std::chrono::milliseconds check_timeout{std::chrono::seconds(30)};
+  /// --host-discovery-script (an elastic job without servers): the hosts
+  /// come from this script, run at the start (instead of `hosts`) and every
+  /// `discovery_interval` while the job runs, each run within
+  /// `discovery_timeout` (host_discovery.h). Empty: `hosts` as given.
+  std::string host_discovery_script;
+  std::chrono::milliseconds discovery_interval{std::chrono::seconds(1)};
+  std::chrono::milliseconds discovery_timeout{std::chrono::seconds(10)};
 };
 
 /// Quotes `word` for a POSIX shell: unchanged when it is only letters,
@@ -53,10 +60,23 @@ std::vector<size_t> PlaceSshJob(const SshJobOptions& options);
 
 /// The ssh commands of the job, labelled as in a local job ("worker 3"),
 /// each with the remote environment as stdin data. Pure; any thread.
+/// With `place` (one host index into options.hosts per process, as
+/// PlaceSshJob returns), the processes run there instead.
 std::vector<ProcessSpec> BuildSshJob(const SshJobOptions& options, const LocalJobIdentity& identity,
-                                     const std::map<std::string, std::string>& launcher_env);
+                                     const std::map<std::string, std::string>& launcher_env,
+                                     const std::vector<size_t>* place = nullptr);
 
-/// Runs the job: checks every host first (ssh reaches it and the remote
+/// The worker count a job with a discovery script starts with, given the
+/// slots the script found: the job's worker count (MAX), or all the slots
+/// when there are fewer. Throws InvalidArgument when they are fewer than
+/// the job's minimum (min_workers; num_workers when not elastic), naming
+/// the hosts found. Any thread.
+int DiscoveredWorkerCount(const LocalJobOptions& job, const std::vector<HostSlots>& hosts,
+                          const std::string& script);
+
+/// Runs the job (with a discovery script: on the hosts it finds, following
+/// them while the job runs: docs/launch.md, "Hosts from a discovery
+/// script"): checks every host first (ssh reaches it and the remote
 /// tandem answers --version with this version, all hosts in parallel within
 /// check_timeout; the error lists each failing host and why), syncs the
 /// directory if asked, then starts and supervises every process. Returns

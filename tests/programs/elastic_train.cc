@@ -7,6 +7,10 @@
 // steps over each step's members and compares the weights printed here.
 //
 //   elastic_train [--steps N] [--dim D] [--leave WORKER:STEP]... [--wait-join-at STEP]
+//                 [--step-ms MS]
+//
+// --step-ms MS: sleep MS milliseconds after each step's commit (a job that
+// lasts long enough for a test to change its hosts meanwhile).
 //
 // --wait-join-at STEP: once step STEP is committed while the world has
 // fewer workers than the job's places, every member checks for a joining
@@ -42,6 +46,7 @@ struct Args {
   int dim = 24;
   std::map<int, int64_t> leave;  // worker -> step
   int64_t wait_join_at = -1;
+  int step_ms = 0;
 };
 
 Args ParseArgs(int argc, char** argv) {
@@ -52,6 +57,8 @@ Args ParseArgs(int argc, char** argv) {
       a.steps = std::atoll(argv[++i]);
     } else if (arg == "--dim" && i + 1 < argc) {
       a.dim = std::atoi(argv[++i]);
+    } else if (arg == "--step-ms" && i + 1 < argc) {
+      a.step_ms = std::atoi(argv[++i]);
     } else if (arg == "--wait-join-at" && i + 1 < argc) {
       a.wait_join_at = std::atoll(argv[++i]);
     } else if (arg == "--leave" && i + 1 < argc) {
@@ -140,6 +147,7 @@ int main(int argc, char** argv) {
         }
         ++step;
         state.Commit();
+        if (args.step_ms > 0) usleep(static_cast<useconds_t>(args.step_ms) * 1000);
         if (step == args.wait_join_at && collectives->world().size() < places) {
           for (int check = 0; check < 1500; ++check) {
             collectives->CheckJoins();  // raises MembershipChanged once one waits

@@ -109,16 +109,20 @@ def sshbed(tmp_path_factory):
         bed.destroy()
 
 
-def start_launch(sb: SshBed, tandem_bin_dir: Path, hostfile: str, extra: list[str],
+def start_launch(sb: SshBed, tandem_bin_dir: Path, hostfile: str | None, extra: list[str],
                  program: list[str], env: dict | None = None,
                  launcher: str = "ssh") -> tuple[subprocess.Popen, list[str]]:
     """Starts `tandem launch --launcher LAUNCHER -H <hostfile> EXTRA -- PROGRAM` on h1
     (with the bed's ssh options: --ssh-arg for ssh, mpirun's rsh agent for mpi);
-    returns the launcher and the list its output lines are appended to."""
-    (sb.dir / "hosts").write_text(hostfile)
+    returns the launcher and the list its output lines are appended to. Without
+    a hostfile (None) EXTRA says where the hosts come from."""
+    hosts = []
+    if hostfile is not None:
+        (sb.dir / "hosts").write_text(hostfile)
+        hosts = ["--hostfile", str(sb.dir / "hosts")]
     reach = sb.ssh_args() if launcher == "ssh" else sb.mpi_args()
-    argv = [str(tandem_bin_dir / "tandem"), "launch", "--launcher", launcher, "--hostfile",
-            str(sb.dir / "hosts"), *reach, *extra, "--", *program]
+    argv = [str(tandem_bin_dir / "tandem"), "launch", "--launcher", launcher, *hosts, *reach,
+            *extra, "--", *program]
     base = {"PATH": "/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(sb.dir),
             "PS_HEARTBEAT_INTERVAL": "0.5", "PS_HEARTBEAT_TIMEOUT": "4"}
     base.update(env or {})

@@ -10,14 +10,19 @@ every host's TANDEM_TIMELINE file is merged into one trace;
 with --max-restarts a killed remote worker restarts the job on every host;
 with --workers 3:4 a killed remote worker leaves the job, which succeeds;
 in an elastic job without servers, --max-restarts replaces a killed remote
-worker on its host, and the replacement joins the running job."""
+worker on its host, and the replacement joins the running job; with
+--host-discovery-script a host's lost slot takes its worker out of the job
+and a host that appears gets the replacement."""
 
 from __future__ import annotations
 
 import os
 import re
 import signal
+import subprocess
 import time
+
+import pytest
 
 from ssh_bed import (  # noqa: F401 - sshbed is a fixture
     assert_nothing_left, sshbed, start_launch, wait_for, wait_launch)
@@ -196,3 +201,100 @@ def test_max_restarts_replaces_a_remote_worker_of_an_elastic_job(sshbed, tandem_
                      rf"{killed.group(2)}\) exited with status 137", out), out
     assert "restarting the job" not in out, out
     assert_nothing_left(sshbed, within=10)
+
+
+def _write_atomically(path, text: str) -> None:
+    tmp = path.with_suffix(".new")
+    tmp.write_text(text)
+    tmp.rename(path)
+
+
+def _wait_line(lines: list[str], pattern: str, proc, timeout: float = 60) -> re.Match:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in list(lines):
+            if m := re.search(pattern, line):
+                return m
+        assert proc.poll() is None, "".join(lines)
+        time.sleep(0.05)
+    raise AssertionError(f"no line matches {pattern!r}:\n" + "".join(lines))
+
+
+def test_host_discovery_moves_a_worker_to_a_new_host(sshbed, tandem_bin_dir):
+    # The script prints h1 and h2:2 (3 slots: worker 0 on h1, 1 and 2 on
+    # h2); the test takes a slot from h2 (worker 2, the newest there, gets
+    # SIGTERM and leaves; its replacement waits for a free slot), then lists
+    # h3, where the replacement starts and joins the running job. All three
+    # end with the same weights; nothing is left on any host.
+    listed = sshbed.dir / "discovered"
+    _write_atomically(listed, "h1\nh2:2\n")
+    script = sshbed.dir / "discover.sh"
+    script.write_text(f"#!/bin/sh\nexec cat {listed}\n")
+    script.chmod(0o755)
+    proc, lines = start_launch(
+        sshbed, tandem_bin_dir, None,
+        ["--host-discovery-script", str(script), "--discovery-interval", "0.2",
+         "--workers", "2:3", "-s", "0", "--max-restarts", "1", "--restart-delay", "0.2"],
+        [str(tandem_bin_dir / "elastic_train"), "--steps", "40", "--dim", "8", "--step-ms",
+         "100", "--wait-join-at", "30"])
+    try:
+        _wait_line(lines, r"\[worker 2\] elastic_train: worker 2 trains from step 0", proc)
+        _write_atomically(listed, "h1\nh2\n")
+        stopped = _wait_line(lines, r"\[launcher\] worker 2 on h2 \(pid (\d+)\) has no slot "
+                                    r"among the discovered hosts \(h2 has 1 slot\)", proc)
+        _wait_line(lines, r"no discovered host has a free slot for worker 2 \(h1:1, h2:1\)", proc)
+        _write_atomically(listed, "h1\nh2\nh3\n")
+        code = wait_launch(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            wait_launch(proc, 30)
+    time.sleep(0.2)
+    out = "".join(lines)
+    assert code == 0, out
+    assert "on 2 hosts (h1:1, h2:2, from" in out, out
+    assert "the discovered hosts are now h1:1, h2:1, h3:1 (were h1:1, h2:1)" in out, out
+    assert re.search(r"\[launcher\] started the replacement for worker 2 on h3 \(pid \d+, "
+                     r"replacement 1 of 1\)", out), out
+    starts = re.findall(r"\[worker 2\] elastic_train: worker 2 trains from step (\d+) rank 2 "
+                        r"size 3", out)
+    assert len(starts) == 2 and 1 <= int(starts[1]) <= 30, out  # the first, then the replacement
+    weights = set(re.findall(r"elastic_train: worker \d done rank \d size 3 step 40 resets \d "
+                             r"weights ([-0-9.e ]+)", out))
+    assert len(weights) == 1, out
+    assert len(re.findall(r"elastic_train: worker \d done rank", out)) == 3, out
+    # ssh ends with 255 on SIGTERM (the remote worker loses its stdin and stops).
+    assert (f"job succeeded with 3 of 3 workers (--workers 2:3) after 1 replacement; left the "
+            f"job: worker 2 on h2 (pid {stopped.group(1)}) exited with status 255") in out, out
+    assert_nothing_left(sshbed, within=10)
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("/bin/true", ["-H", "a,b", "--workers", "1:2", "-s", "0"],
+     "--host-discovery-script /bin/true: the script gives the hosts; -H/--hostfile cannot be "
+     "given with it"),
+    ("/bin/true", ["--workers", "1:2", "-s", "0", "--launcher", "local"],
+     "--host-discovery-script /bin/true is for --launcher ssh"),
+    ("/bin/true", ["-n", "2", "-s", "0"],
+     "--host-discovery-script /bin/true needs an elastic worker count, --workers MIN:MAX"),
+    ("/bin/true", ["--workers", "1:2", "-s", "1"],
+     "--host-discovery-script /bin/true needs a job without servers (-s 0)"),
+    ("fails", ["--workers", "1:2", "-s", "0"],
+     "the host discovery script {script} exited 4: no cloud today"),
+    ("one-host", ["--workers", "2:3", "-s", "0"],
+     "the host discovery script {script} found 1 worker slot (h1:1), fewer than the job's "
+     "minimum of 2 workers (--workers MIN:MAX)"),
+])
+def test_host_discovery_refusals_name_what_is_wrong(tandem_bin_dir, tmp_path, script, args,
+                                                   message):
+    bodies = {"fails": "echo 'no cloud today' >&2; exit 4", "one-host": "echo h1"}
+    if script in bodies:
+        path = tmp_path / f"{script}.sh"
+        path.write_text(f"#!/bin/sh\n{bodies[script]}\n")
+        path.chmod(0o755)
+        script = str(path)
+    result = subprocess.run([str(tandem_bin_dir / "tandem"), "launch", "--host-discovery-script",
+                             script, *args, "--", "true"], capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode == 78, result.stderr
+    assert message.format(script=script) in result.stderr, result.stderr

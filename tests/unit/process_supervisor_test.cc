@@ -1575,6 +1575,144 @@ TEST(WorkerReplacementTest, WithoutTheOptionNothingIsReplaced) {
   EXPECT_THAT(err.Text(), Not(HasSubstr("replac")));
 }
 
+// The workers' hosts as a file says (the discovery script's part): the
+// list when the file's text changed; a move runs `moved` on the new host.
+class FileWorkerHosts : public WorkerHosts {
+ public:
+  // The job starts on the file's hosts as they are now.
+  FileWorkerHosts(std::string path, std::string moved, std::map<std::string, std::string> env)
+      : path_(std::move(path)), moved_(std::move(moved)), env_(std::move(env)) {
+    Changed();
+  }
+
+  std::optional<std::vector<HostSlots>> Changed() override {
+    if (initial_) {
+      auto hosts = std::move(initial_);
+      initial_.reset();
+      return hosts;
+    }
+    std::ifstream in(path_);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (text.empty() || text == last_) return std::nullopt;
+    last_ = text;
+    if (!started_) {
+      started_ = true;
+      initial_ = ParseHostfile(text, path_);  // what the first call from the supervisor returns
+      return std::nullopt;
+    }
+    return ParseHostfile(text, path_);
+  }
+  std::optional<std::string> TakeError() override { return std::nullopt; }
+  ProcessSpec MoveTo(const ProcessSpec& worker, const HostSlots& host) override {
+    std::map<std::string, std::string> env = env_;
+    env["HOST"] = host.host;
+    ProcessSpec spec = Shell(worker.label, moved_, env);
+    spec.host = host.host;
+    return spec;
+  }
+
+ private:
+  std::string path_;
+  std::string moved_;
+  std::map<std::string, std::string> env_;
+  std::string last_;
+  bool started_ = false;
+  std::optional<std::vector<HostSlots>> initial_;
+};
+
+// A host that leaves the list takes its worker out of the job (SIGTERM);
+// the replacement waits for a free slot and starts on the host that
+// appears, through WorkerHosts::MoveTo.
+TEST(WorkerHostsTest, WorkersFollowTheDiscoveredHosts) {
+  MemoryFile out, err;
+  SupervisorOptions options = ReplacingOptions(out, err, 2, milliseconds(0));
+  char dir_template[] = "/tmp/tandem-hosts-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::map<std::string, std::string> env = BaseEnv();
+  env["DIR"] = dir;
+  { std::ofstream(dir + "/hosts") << "h1\nh2\nh3\n"; }
+  FileWorkerHosts hosts(dir + "/hosts",
+                        "touch \"$DIR/moved-to-$HOST\"; while [ ! -e \"$DIR/done\" ]; do sleep "
+                        "0.02; done",
+                        env);
+  options.worker_hosts = &hosts;
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(options);
+    auto on = [&](const char* label, const char* host, const std::string& script) {
+      ProcessSpec spec = Shell(label, script, env);
+      spec.host = host;
+      supervisor.Start(spec);
+    };
+    // Worker 0 takes h3 out of the list, then, once worker 2 has gone, adds h4.
+    on("worker 0", "h1",
+       "printf 'h1\\nh2\\n' > \"$DIR/hosts.new\"; mv \"$DIR/hosts.new\" \"$DIR/hosts\"; "
+       "while [ ! -e \"$DIR/h3-stopped\" ]; do sleep 0.02; done; sleep 0.5; "
+       "printf 'h1\\nh2\\nh4\\n' > \"$DIR/hosts.new\"; mv \"$DIR/hosts.new\" \"$DIR/hosts\"; "
+       "while [ ! -e \"$DIR/moved-to-h4\" ]; do sleep 0.02; done; touch \"$DIR/done\"");
+    on("worker 1", "h2", "while [ ! -e \"$DIR/done\" ]; do sleep 0.02; done");
+    on("worker 2", "h3",
+       "trap 'touch \"$DIR/h3-stopped\"; trap - TERM; kill -TERM $$' TERM; "
+       "while true; do sleep 0.02; done");
+    outcome = supervisor.Run();
+  }
+  const bool moved = std::filesystem::exists(dir + "/moved-to-h4");
+  std::filesystem::remove_all(dir);
+  EXPECT_TRUE(moved) << err.Text();
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_EQ(outcome.replacements, 1) << err.Text();
+  const std::string text = err.Text();
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "the discovered hosts are now h1:1, h2:1 \\(were h1:1, h2:1, h3:1\\)"));
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "worker 2 on h3 \\(pid [0-9]+\\) has no slot among the discovered hosts "
+                        "\\(h3 is no longer listed\\): sending SIGTERM, it leaves the job"));
+  EXPECT_THAT(text, HasSubstr("no discovered host has a free slot for worker 2 (h1:1, h2:1): it "
+                              "starts when one has"));
+  EXPECT_THAT(text, HasSubstr("the discovered hosts are now h1:1, h2:1, h4:1 (were h1:1, h2:1)"));
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "started the replacement for worker 2 on h4 \\(pid [0-9]+, replacement 1 "
+                        "of 2\\)"));
+}
+
+// A host whose slots shrink stops its newest worker only.
+TEST(WorkerHostsTest, FewerSlotsStopTheNewestWorkerOfTheHost) {
+  MemoryFile out, err;
+  SupervisorOptions options = ReplacingOptions(out, err, 0, milliseconds(0));
+  char dir_template[] = "/tmp/tandem-slots-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  std::map<std::string, std::string> env = BaseEnv();
+  env["DIR"] = dir;
+  { std::ofstream(dir + "/hosts") << "h1:3\n"; }
+  FileWorkerHosts hosts(dir + "/hosts", "exit 0", env);
+  options.worker_hosts = &hosts;
+  JobOutcome outcome;
+  {
+    ProcessSupervisor supervisor(options);
+    for (const char* label : {"worker 0", "worker 1", "worker 2"}) {
+      ProcessSpec spec =
+          Shell(label,
+                std::string(label) == "worker 0" ? "sleep 0.3; echo h1:2 > \"$DIR/hosts.new\"; mv "
+                                                   "\"$DIR/hosts.new\" \"$DIR/hosts\"; sleep 1"
+                                                 : "sleep 1",
+                env);
+      spec.host = "h1";
+      supervisor.Start(spec);
+    }
+    outcome = supervisor.Run();
+  }
+  std::filesystem::remove_all(dir);
+  EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+  EXPECT_THAT(err.Text(), ::testing::ContainsRegex(
+                              "worker 2 on h1 \\(pid [0-9]+\\) has no slot among the discovered "
+                              "hosts \\(h1 has 2 slots\\)"));
+  EXPECT_THAT(err.Text(),
+              Not(::testing::ContainsRegex("worker [01] on h1 \\(pid [0-9]+\\) has no")));
+  EXPECT_THAT(err.Text(), HasSubstr("not replacing worker 2: no replacement left (0 of 0 used)"));
+}
+
 TEST(ProcessSupervisorTest, OwnLinesCarryTheLogTag) {
   MemoryFile out, err;
   {
