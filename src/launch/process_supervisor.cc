@@ -701,13 +701,15 @@ void ProcessSupervisor::StartDueReplacements(TimePoint now) {
     if (why_not.empty()) {
       try {
         // TANDEM_RESTART_COUNT: the restarts made before this process started.
-        ProcessSpec spec = host ? options_.worker_hosts->MoveTo(it->spec, *host) : it->spec;
+        // The place's spec, on its new host when the hosts are discovered.
+        const ProcessSpec place = host ? options_.worker_hosts->MoveTo(it->spec, *host) : it->spec;
+        ProcessSpec spec = place;
         if (auto count = spec.env.find("TANDEM_RESTART_COUNT"); count != spec.env.end()) {
           count->second =
               std::to_string(std::atoi(count->second.c_str()) + replacements_started_ + 1);
         }
         Child& started = StartChild(spec, /*replacement=*/true);
-        started.spec = host ? spec : it->spec;  // its own replacement starts from the place's spec
+        started.spec = place;  // its own replacement counts from the place's spec
         ++replacements_started_;
         --absent_workers_;
         Log(fmt::format("started the replacement for {}{} (pid {}, replacement {} of {})", label,
