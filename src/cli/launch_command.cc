@@ -99,27 +99,26 @@ launch::LaunchRequest Request(const LaunchArguments& args, bool servers_given,
 
 // --host-discovery-script: what it needs of the rest of the command line
 // (docs/launch.md, "Hosts from a discovery script"). Throws InvalidArgument.
-void CheckDiscoveryArguments(const LaunchArguments& args, bool servers_given, bool launcher_given) {
+void CheckDiscoveryArguments(const LaunchArguments& args, const launch::LaunchRequest& request) {
   if (args.host_discovery_script.empty()) return;
   const std::string flag = "--host-discovery-script " + args.host_discovery_script;
   if (!args.hosts.empty() || !args.hostfile.empty()) {
     throw InvalidArgument(
         fmt::format("{}: the script gives the hosts; -H/--hostfile cannot be given with it", flag));
   }
-  if (launcher_given && args.launcher != "ssh") {
+  if (request.launcher_given && args.launcher != "ssh") {
     throw InvalidArgument(
         fmt::format("{} is for --launcher ssh (the hosts are reached over ssh), "
                     "got --launcher {}",
                     flag, args.launcher));
   }
-  const bool elastic = !args.workers.empty() && args.workers.find(':') != std::string::npos;
-  if (!elastic) {
+  if (!launch::IsElastic(request.min_workers, request.max_workers)) {
     throw InvalidArgument(fmt::format(
         "{} needs an elastic worker count, --workers MIN:MAX: hosts that come and go change the "
         "workers while the job runs",
         flag));
   }
-  if (servers_given && args.num_servers > 0) {
+  if (request.servers_given && request.num_servers > 0) {
     throw InvalidArgument(fmt::format(
         "{} needs a job without servers (-s 0): a worker that joins a job with servers is not "
         "built yet (docs/elastic.md)",
@@ -128,11 +127,11 @@ void CheckDiscoveryArguments(const LaunchArguments& args, bool servers_given, bo
 }
 
 int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
-  CheckDiscoveryArguments(args, servers_given, launcher_given);
+  launch::LaunchRequest request = Request(args, servers_given, launcher_given);
+  CheckDiscoveryArguments(args, request);
   std::vector<launch::HostSlots> named;  // by -H or --hostfile
   if (!args.hosts.empty()) named = launch::ParseHostList(args.hosts);
   if (!args.hostfile.empty()) named = launch::ReadHostfile(args.hostfile);
-  launch::LaunchRequest request = Request(args, servers_given, launcher_given);
   if (!args.host_discovery_script.empty()) {
     request.launcher = "ssh";
     request.launcher_given = true;

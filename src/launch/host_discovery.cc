@@ -142,6 +142,11 @@ std::optional<std::vector<HostSlots>> HostDiscovery::Changed() {
   return latest_;
 }
 
+std::vector<HostSlots> HostDiscovery::Latest() {
+  std::lock_guard lock(mu_);
+  return latest_;
+}
+
 std::optional<std::string> HostDiscovery::TakeError() {
   std::lock_guard lock(mu_);
   if (error_.empty() || error_ == error_taken_) return std::nullopt;

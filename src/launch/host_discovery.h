@@ -58,6 +58,9 @@ class HostDiscovery {
   /// first call returns `initial`); nothing when they did not change.
   std::optional<std::vector<HostSlots>> Changed();
 
+  /// The hosts in force now (the latest successful run's, or `initial`).
+  std::vector<HostSlots> Latest();
+
   /// The error of the latest run, once, when the latest run failed and its
   /// message differs from the last one taken; the hosts stay as they were.
   std::optional<std::string> TakeError();

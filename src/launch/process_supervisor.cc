@@ -614,9 +614,7 @@ void ProcessSupervisor::StopUnjoinedReplacements(TimePoint now) {
         "{} (pid {}), a replacement, is still running {} after every other worker ended: it did "
         "not join before the job ended; sending SIGTERM (SIGKILL follows in {})",
         c->label, c->pid, Seconds(options_.teardown_grace), Seconds(options_.kill_delay)));
-    ::kill(-c->pid, SIGTERM);
-    ::kill(-c->pid, SIGCONT);
-    c->departed_kill_at = now + options_.kill_delay;
+    TerminateGroup(*c, now);
   }
 }
 
@@ -653,9 +651,7 @@ void ProcessSupervisor::FollowWorkerHosts(TimePoint now) {
                               : fmt::format("{} has {} slot{}", c->host, listed->second,
                                             listed->second == 1 ? "" : "s"),
         Seconds(options_.kill_delay)));
-    ::kill(-c->pid, SIGTERM);
-    ::kill(-c->pid, SIGCONT);
-    c->departed_kill_at = now + options_.kill_delay;
+    TerminateGroup(*c, now);
   }
 }
 
@@ -700,8 +696,8 @@ void ProcessSupervisor::StartDueReplacements(TimePoint now) {
     }
     if (why_not.empty()) {
       try {
+        // The place's spec, on its new host when the hosts are discovered;
         // TANDEM_RESTART_COUNT: the restarts made before this process started.
-        // The place's spec, on its new host when the hosts are discovered.
         const ProcessSpec place = host ? options_.worker_hosts->MoveTo(it->spec, *host) : it->spec;
         ProcessSpec spec = place;
         if (auto count = spec.env.find("TANDEM_RESTART_COUNT"); count != spec.env.end()) {
@@ -729,8 +725,12 @@ void ProcessSupervisor::StopDepartedGroup(Child& child, TimePoint now) {
   if (::kill(-child.pid, 0) != 0) return;  // gone with its leader (ESRCH)
   Log(fmt::format("sending SIGTERM to what {} left in its process group (SIGKILL follows in {})",
                   child.label, Seconds(options_.kill_delay)));
+  TerminateGroup(child, now);
+}
+
+void ProcessSupervisor::TerminateGroup(Child& child, TimePoint now) {
   ::kill(-child.pid, SIGTERM);
-  ::kill(-child.pid, SIGCONT);
+  ::kill(-child.pid, SIGCONT);  // a stopped group must run to act on it
   child.departed_kill_at = now + options_.kill_delay;
 }
 

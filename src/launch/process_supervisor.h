@@ -340,6 +340,9 @@ class ProcessSupervisor {
   // A worker that left the job may have left processes in its group: they
   // get SIGTERM now and SIGKILL kill_delay later (KillDepartedGroups).
   void StopDepartedGroup(Child& child, TimePoint now);
+  // SIGTERM to the child's process group now, SIGKILL kill_delay later
+  // (KillDepartedGroups): a worker leaving the job while it goes on.
+  void TerminateGroup(Child& child, TimePoint now);
   void KillDepartedGroups(TimePoint now);
   // When the job's cause is a worker whose loss left fewer than the minimum
   // but was reaped after another process's end had failed the job (ends

@@ -285,8 +285,6 @@ namespace {
 // and a worker's ssh command rebuilt for another host.
 class DiscoveredSshHosts : public WorkerHosts {
  public:
-  explicit DiscoveredSshHosts(const SshJobOptions& options) : options_(options) {}
-
   // An attempt starts on `options.hosts` with `identity`; polling starts
   // (on the calling thread's signal mask: the supervisor's).
   void BeginAttempt(const SshJobOptions& options, const LocalJobIdentity& identity,
@@ -302,18 +300,12 @@ class DiscoveredSshHosts : public WorkerHosts {
   // The hosts in force at the attempt's end (the next attempt starts on
   // them); polling stops.
   std::vector<HostSlots> EndAttempt() {
-    if (discovery_) {
-      if (auto latest = discovery_->Changed()) last_ = *latest;
-    }
+    std::vector<HostSlots> hosts = discovery_ ? discovery_->Latest() : options_.hosts;
     discovery_.reset();
-    return last_.empty() ? options_.hosts : last_;
-  }
-
-  std::optional<std::vector<HostSlots>> Changed() override {
-    auto hosts = discovery_->Changed();
-    if (hosts) last_ = *hosts;
     return hosts;
   }
+
+  std::optional<std::vector<HostSlots>> Changed() override { return discovery_->Changed(); }
 
   std::optional<std::string> TakeError() override { return discovery_->TakeError(); }
 
@@ -340,7 +332,6 @@ class DiscoveredSshHosts : public WorkerHosts {
   LocalJobIdentity identity_;
   std::map<std::string, std::string> attempt_env_;
   std::unique_ptr<HostDiscovery> discovery_;
-  std::vector<HostSlots> last_;
 };
 
 }  // namespace
@@ -373,7 +364,7 @@ int RunSshJob(const SshJobOptions& options, const SupervisorOptions& supervisor_
     for (const auto& f : failures) text += "\n  " + f;
     throw InvalidArgument(text);
   }
-  DiscoveredSshHosts discovered(o);
+  DiscoveredSshHosts discovered;
   SupervisorOptions supervision = supervisor_options;
   if (discovering) supervision.worker_hosts = &discovered;
   auto attempt = [&](ProcessSupervisor& supervisor,
