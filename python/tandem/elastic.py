@@ -129,8 +129,8 @@ def run(func: Callable[..., Any]) -> Callable[..., Any]:
     """Wraps `func(state, *args, **kwargs)`: syncs the state, calls func, and
     when it raises tandem.MembershipChanged, restores the state to its last
     commit, regroups (tandem.regroup()), calls the reset callbacks and
-    starts again. Other errors (below the minimum of workers: PeerLost)
-    pass through. Every remaining worker must be inside the wrapper."""
+    starts again. Other errors (PeerLost when the job stayed below its
+    minimum of workers past TANDEM_ELASTIC_TIMEOUT) pass through. Every remaining worker must be inside the wrapper."""
 
     @functools.wraps(func)
     def wrapper(state: State, *args: Any, **kwargs: Any) -> Any:

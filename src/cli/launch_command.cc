@@ -7,6 +7,7 @@
 //                 [--teardown-grace SECONDS] [--command-runs-all-roles]
 //                 [--max-restarts N] [--restart-delay SECONDS]
 //                 [--restart-policy exit-code|on-failure]
+//                 [--elastic-timeout SECONDS]
 //                 [--job-id ID] -- COMMAND [ARGS...]
 //
 // docs/launch.md is the user's description.
@@ -59,6 +60,10 @@ struct LaunchArguments {
   int max_restarts = 0;
   double restart_delay_seconds = 1.0;
   std::string restart_policy = "exit-code";
+  // horovodrun's --elastic-timeout: how long an elastic job below MIN
+  // waits for workers to join (TANDEM_ELASTIC_TIMEOUT)
+  double elastic_timeout_seconds = 600.0;
+  bool elastic_timeout_given = false;
   // --launcher ssh
   std::string hostfile;
   std::vector<std::string> ssh_args;
@@ -126,9 +131,20 @@ void CheckDiscoveryArguments(const LaunchArguments& args, const launch::LaunchRe
   }
 }
 
+// --elastic-timeout is an elastic job's. Throws InvalidArgument.
+void CheckElasticTimeout(const LaunchArguments& args, const launch::LaunchRequest& request) {
+  if (args.elastic_timeout_given && !launch::IsElastic(request.min_workers, request.max_workers)) {
+    throw InvalidArgument(
+        fmt::format("--elastic-timeout {:g}: only an elastic job (--workers MIN:MAX) waits below "
+                    "its minimum",
+                    args.elastic_timeout_seconds));
+  }
+}
+
 int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_given) {
   launch::LaunchRequest request = Request(args, servers_given, launcher_given);
   CheckDiscoveryArguments(args, request);
+  CheckElasticTimeout(args, request);
   std::vector<launch::HostSlots> named;  // by -H or --hostfile
   if (!args.hosts.empty()) named = launch::ParseHostList(args.hosts);
   if (!args.hostfile.empty()) named = launch::ReadHostfile(args.hostfile);
@@ -152,6 +168,13 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
   // horovodrun's autotune flags are variables of every process; an --env
   // given for the same name comes later and wins.
   if (args.autotune) options.env.emplace_back("TANDEM_AUTOTUNE", "1");
+  const auto elastic_timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(std::llround(args.elastic_timeout_seconds * 1000.0)));
+  if (launch::IsElastic(plan.min_workers, plan.num_workers)) {
+    // The scheduler's wait below the minimum is the launcher's.
+    options.env.emplace_back("TANDEM_ELASTIC_TIMEOUT",
+                             fmt::format("{:g}", args.elastic_timeout_seconds));
+  }
   if (!args.autotune_log.empty())
     options.env.emplace_back("TANDEM_AUTOTUNE_LOG", args.autotune_log);
   for (const auto& assignment : args.env) {
@@ -177,6 +200,7 @@ int RunLaunch(const LaunchArguments& args, bool servers_given, bool launcher_giv
       supervisor.replacement_delay = options.restarts.delay;
       supervisor.replace_after_any_failure =
           options.restarts.policy == launch::RestartPolicy::kOnFailure;
+      supervisor.elastic_timeout = elastic_timeout;
     }
   }
   supervisor.teardown_grace = std::chrono::milliseconds(
@@ -449,11 +473,18 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
                   "never the set-up codes 2, 76, 77, 78, 126, 127)")
       ->capture_default_str()
       ->check(CLI::IsMember({"exit-code", "on-failure"}));
+  cmd->add_option("--elastic-timeout", args->elastic_timeout_seconds,
+                  "With --workers MIN:MAX: seconds the job waits with fewer than MIN workers "
+                  "for workers to join before it fails (TANDEM_ELASTIC_TIMEOUT, as horovodrun's "
+                  "--elastic-timeout). The launcher's replacements (--max-restarts, -s 0) are such "
+                  "workers; without one a loss below MIN fails the job at once. 0: never wait")
+      ->capture_default_str()
+      ->check(Seconds());
   cmd->add_option("--job-id", args->job_id,
                   "The job's id (TANDEM_JOB_ID); default: a fresh random one");
   cmd->add_option("command", args->command, "The workers' command and its arguments, after '--'");
 
-  cmd->callback([body, args, servers, launcher_option] {
+  cmd->callback([cmd, body, args, servers, launcher_option] {
     if (args->num_workers == 0 && args->workers.empty() && args->nproc_per_node == 0 &&
         args->hosts.empty() && args->hostfile.empty()) {
       throw CLI::RequiredError(
@@ -468,6 +499,7 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
           CLI::ExitCodes::RequiredError);
     }
     const bool servers_given = servers->count() > 0;
+    args->elastic_timeout_given = cmd->count("--elastic-timeout") > 0;
     const bool launcher_given = launcher_option->count() > 0;
     // Flags that disagree are usage errors (exit 2), found before anything
     // starts; a hostfile's contents are checked when it is read.
@@ -476,6 +508,7 @@ void RegisterLaunchCommand(CLI::App& app, CommandBody* body) {
     }
     try {
       const launch::LaunchRequest request = Request(*args, servers_given, launcher_given);
+      CheckElasticTimeout(*args, request);
       if (args->hostfile.empty()) {
         launch::PlanLaunch(request, args->hosts.empty() ? std::vector<launch::HostSlots>{}
                                                         : launch::ParseHostList(args->hosts));

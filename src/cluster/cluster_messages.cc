@@ -1,6 +1,7 @@
 #include "cluster/cluster_messages.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -246,11 +247,13 @@ void PutRanks(base::ByteWriter& w, const std::vector<int32_t>& ranks) {
   for (int32_t rank : ranks) w.Put(rank);
 }
 
-// Ascending, non-negative, 1..kMaxNodes of them.
-std::vector<int32_t> GetRanks(base::ByteReader& r, const char* what) {
+// Ascending, non-negative, 1..kMaxNodes of them (0..kMaxNodes with
+// `may_be_empty`).
+std::vector<int32_t> GetRanks(base::ByteReader& r, const char* what, bool may_be_empty = false) {
   auto count = r.Get<uint32_t>("worker count");
-  if (count == 0 || count > static_cast<uint32_t>(kMaxNodes)) {
-    throw ProtocolError(fmt::format("{}: {} workers (must be 1..{})", what, count, kMaxNodes));
+  if ((count == 0 && !may_be_empty) || count > static_cast<uint32_t>(kMaxNodes)) {
+    throw ProtocolError(fmt::format("{}: {} workers (must be {}..{})", what, count,
+                                    may_be_empty ? 0 : 1, kMaxNodes));
   }
   std::vector<int32_t> ranks;
   ranks.reserve(count);
@@ -304,6 +307,7 @@ std::string Admission::Encode() const {
     w.Put(groups);
     w.Put(passed);
   }
+  PutRanks(w, joined_below_minimum);
   return w.Take();
 }
 
@@ -326,11 +330,20 @@ Admission Admission::Decode(const std::string& meta) {
     }
     a.barriers.emplace_back(groups, passed);
   }
+  a.joined_below_minimum =
+      GetRanks(r, "admission's joiners below the minimum", /*may_be_empty=*/true);
   r.ExpectEnd();
   for (int32_t rank : a.workers) {
     if (rank >= a.table.num_workers) {
       throw ProtocolError(fmt::format("admission: worker rank {} of a job of {} workers", rank,
                                       a.table.num_workers));
+    }
+  }
+  for (int32_t rank : a.joined_below_minimum) {
+    if (!std::binary_search(a.workers.begin(), a.workers.end(), rank)) {
+      throw ProtocolError(fmt::format(
+          "admission: worker {} joined below the minimum but is not among the members [{}]", rank,
+          fmt::join(a.workers, ",")));
     }
   }
   return a;

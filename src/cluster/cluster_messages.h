@@ -143,6 +143,11 @@ struct Admission {
   uint32_t epoch = 0;
   std::vector<int32_t> workers;  ///< the members' ranks, ascending, this worker's too
   std::vector<std::pair<uint8_t, uint64_t>> barriers;  ///< (group mask, barriers passed)
+  /// The members admitted since the job went below its minimum, before
+  /// this worker (ascending; empty when it is not below): like this one,
+  /// they hold none of the job's state yet, so the members' next world
+  /// puts them last with it (docs/elastic.md, "Below the minimum").
+  std::vector<int32_t> joined_below_minimum;
 
   std::string Encode() const;
   static Admission Decode(const std::string& meta);

@@ -170,6 +170,7 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         workers_.assign(a.workers.begin(), a.workers.end());
         admitted_barriers_ = std::move(a.barriers);
         admission_epoch_ = a.epoch;
+        joined_below_minimum_.assign(a.joined_below_minimum.begin(), a.joined_below_minimum.end());
         table_ = std::move(a.table);
         break;
       }

@@ -109,6 +109,10 @@ class Membership final : public net::TransportHandler {
   /// The membership epoch at which this node was admitted (0 when it
   /// formed the job with the others). Valid after Join().
   uint32_t admission_epoch() const { return admission_epoch_; }
+  /// The members admitted before this node since the job went below its
+  /// minimum (Admission::joined_below_minimum); empty when it formed the
+  /// job. Valid after Join().
+  const std::vector<int>& joined_below_minimum() const { return joined_below_minimum_; }
   /// Worker `rank`'s entry: the table's, or the address of the worker that
   /// took its place since. Valid after Join(); any thread.
   NodeInfo worker(int rank) const;
@@ -201,7 +205,8 @@ class Membership final : public net::TransportHandler {
   std::optional<std::string> queued_;  // why the scheduler holds this joiner back
   // The admission's barrier counts (kAdmitted), applied by Join().
   std::vector<std::pair<uint8_t, uint64_t>> admitted_barriers_;
-  uint32_t admission_epoch_ = 0;  // written before Join() returns; 0: formed the job
+  uint32_t admission_epoch_ = 0;           // written before Join() returns; 0: formed the job
+  std::vector<int> joined_below_minimum_;  // written before Join() returns
 
   std::mutex barrier_mu_;
   std::map<int, uint64_t> barrier_sequence_;  // by mask; guarded by barrier_mu_

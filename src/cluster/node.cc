@@ -128,11 +128,23 @@ void Node::MakeMembership(bool listen_on_announced_host) {
     // count, every lost worker fails the job.
     s.min_workers =
         static_cast<int>(env_.GetInt("TANDEM_MIN_WORKERS", 0, 0, std::max(desc_.num_workers, 1)));
+    s.elastic_timeout = env_.GetSeconds("TANDEM_ELASTIC_TIMEOUT", s.elastic_timeout);
+    if (s.elastic_timeout > s.barrier_timeout) {
+      // The workers wait in a regroup, a barrier: it would time out first.
+      log_.Warn("TANDEM_ELASTIC_TIMEOUT ({} ms) is cut to TANDEM_BARRIER_TIMEOUT ({} ms)",
+                s.elastic_timeout.count(), s.barrier_timeout.count());
+      s.elastic_timeout = s.barrier_timeout;
+    }
     if (s.min_workers > 0 && s.min_workers < s.num_workers) {
       log_.Info(
           "elastic job: a lost worker leaves it while {} or more of {} workers remain "
-          "(TANDEM_MIN_WORKERS)",
-          s.min_workers, s.num_workers);
+          "(TANDEM_MIN_WORKERS){}",
+          s.min_workers, s.num_workers,
+          s.num_servers == 0 && s.elastic_timeout.count() > 0
+              ? fmt::format("; below that the job waits up to {:.0f} s for workers to join "
+                            "(TANDEM_ELASTIC_TIMEOUT)",
+                            std::chrono::duration<double>(s.elastic_timeout).count())
+              : std::string());
     }
     scheduler_ = std::make_unique<Scheduler>(s, *transport_, log_, clock_);
     dispatcher_.Register(msg::kRegister, msg::kSchedulerBoundLast, scheduler_.get());

@@ -266,6 +266,31 @@ bool Scheduler::Elastic() const {
   return options_.min_workers >= 1 && options_.min_workers < options_.num_workers;
 }
 
+bool Scheduler::WaitsBelowMinimum() const {
+  return Elastic() && options_.num_servers == 0 && options_.elastic_timeout.count() > 0;
+}
+
+bool Scheduler::BarrierReady(int groups, const BarrierState& b) const {
+  if (b.arrived.empty() || b.arrived.size() != MembersOf(groups).size()) return false;
+  if (groups != group::kWorkers || !b.admit || b.final || !below_minimum_since_) return true;
+  // A regroup below the minimum waits until it can admit a worker: the
+  // workers do not go on training with fewer than min_workers.
+  const std::vector<int> places = PlaceJoiners();
+  return std::any_of(places.begin(), places.end(), [](int place) { return place >= 0; });
+}
+
+void Scheduler::CompleteReadyBarriers(Outbox& out) {
+  std::vector<int> ready;
+  for (const auto& [groups, b] : barriers_) {
+    if (BarrierReady(groups, b)) ready.push_back(groups);
+  }
+  for (int groups : ready) {
+    log_.V1("scheduler: barrier #{} over {} complete", barriers_.at(groups).sequence,
+            GroupsName(groups));
+    CompleteBarrier(groups, out);
+  }
+}
+
 void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
   BarrierRequest req = BarrierRequest::Decode(msg.meta);
   const NodeInfo& who = table_->nodes[static_cast<size_t>(node)];
@@ -303,9 +328,16 @@ void Scheduler::HandleBarrier(int node, const net::Message& msg, Outbox& out) {
   b.arrived.emplace(node, msg.header.request_id);
   log_.V2("scheduler: barrier #{} over {}: {} arrived ({} of {})", b.sequence,
           GroupsName(req.groups), who.ToString(), b.arrived.size(), MembersOf(req.groups).size());
-  if (b.arrived.size() == MembersOf(req.groups).size()) {
+  if (BarrierReady(req.groups, b)) {
     log_.V1("scheduler: barrier #{} over {} complete", b.sequence, GroupsName(req.groups));
     CompleteBarrier(req.groups, out);
+  } else if (b.arrived.size() == MembersOf(req.groups).size()) {
+    log_.Info(
+        "scheduler: the workers' regroup #{} waits for a worker to join: {} of {} workers remain, "
+        "below the minimum of {} (gives up {:.0f} s after the job went below it, "
+        "TANDEM_ELASTIC_TIMEOUT)",
+        b.sequence, RemainingWorkers(), table_->num_workers, options_.min_workers,
+        Seconds(options_.elastic_timeout));
   }
 }
 
@@ -381,6 +413,8 @@ void Scheduler::QueueJoiner(net::ConnectionId conn, RegisterRequest req, const s
   log_.Info("scheduler: {} {}", who, text);
   out.sends.emplace_back(conn, MakeMessage(msg::kJoinQueued, -1, EncodeText(text)));
   AnnounceJoiners(out);
+  // A regroup held below the minimum can admit this worker now.
+  CompleteReadyBarriers(out);
 }
 
 std::vector<int> Scheduler::PlaceJoiners() const {
@@ -461,9 +495,25 @@ void Scheduler::AdmitJoiners(Outbox& out) {
     // from now on: its next barrier over that mask is that one.
     for (const auto& [groups, b] : barriers_)
       admission.barriers.emplace_back(groups, b.sequence - 1);
+    if (below_minimum_since_) {
+      admission.joined_below_minimum = joined_below_minimum_;
+      const auto at =
+          std::lower_bound(joined_below_minimum_.begin(), joined_below_minimum_.end(), n.rank);
+      if (at == joined_below_minimum_.end() || *at != n.rank)
+        joined_below_minimum_.insert(at, n.rank);
+    }
     out.sends.emplace_back(j.conn, MakeMessage(msg::kAdmitted, id, admission.Encode()));
   }
   joiners_ = std::move(waiting);
+  if (admitted && below_minimum_since_ && RemainingWorkers() >= options_.min_workers) {
+    log_.Warn("scheduler: back to {} workers, the minimum, after {:.1f} s below it",
+              RemainingWorkers(),
+              Seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
+                  clock_.Now() - *below_minimum_since_)));
+    below_minimum_since_.reset();
+    below_minimum_loss_.reset();
+    joined_below_minimum_.clear();
+  }
   AnnounceJoiners(out);
 }
 
@@ -518,7 +568,11 @@ void Scheduler::DeclareLost(int node, const std::string& reason, Outbox& out) {
     s.left = true;
     return;
   }
-  if (lost.role == Role::kWorker && Elastic() && RemainingWorkers() - 1 >= options_.min_workers) {
+  // Below the minimum the job waits for joiners where workers can join
+  // (WaitsBelowMinimum); the last worker's loss always ends it.
+  if (lost.role == Role::kWorker && Elastic() &&
+      (RemainingWorkers() - 1 >= options_.min_workers ||
+       (WaitsBelowMinimum() && RemainingWorkers() - 1 >= 1))) {
     DepartWorker(node, reason, out);
     return;
   }
@@ -528,8 +582,13 @@ void Scheduler::DeclareLost(int node, const std::string& reason, Outbox& out) {
   if (lost.role == Role::kWorker && Elastic()) {
     why += fmt::format(
         "; {} worker(s) would remain, below the minimum of {} (TANDEM_MIN_WORKERS, tandem launch "
-        "--workers MIN:MAX)",
-        RemainingWorkers() - 1, options_.min_workers);
+        "--workers MIN:MAX){}",
+        RemainingWorkers() - 1, options_.min_workers,
+        RemainingWorkers() - 1 == 0 ? ""
+        : options_.num_servers > 0
+            ? ", and a job with servers cannot wait for new workers (workers join only jobs "
+              "without servers so far)"
+            : ", and TANDEM_ELASTIC_TIMEOUT=0 waits for no new worker");
   }
   NodeLostNotice notice{lost, why};
   std::string meta = notice.Encode();
@@ -541,12 +600,41 @@ void Scheduler::DeclareLost(int node, const std::string& reason, Outbox& out) {
   FailJob(fmt::format("lost {}: {}", lost.ToString(), why), out);
 }
 
+void Scheduler::FailBelowMinimum(Outbox& out) {
+  const auto& [lost, reason] = *below_minimum_loss_;
+  // Below the minimum a place is free, so a joiner that waits could have
+  // been admitted.
+  const bool waiting = !joiners_.empty();
+  const std::string why = fmt::format(
+      "{}; {} of {} workers remained, below the minimum of {} (TANDEM_MIN_WORKERS, tandem launch "
+      "--workers MIN:MAX), and {} within {:.0f} s (TANDEM_ELASTIC_TIMEOUT)",
+      reason, RemainingWorkers(), table_->num_workers, options_.min_workers,
+      waiting ? "the workers did not regroup to admit the worker that waits to join (the elastic "
+                "loop's commits admit new workers)"
+              : "no worker joined",
+      Seconds(options_.elastic_timeout));
+  const std::string meta = NodeLostNotice{lost, why}.Encode();
+  for (size_t id = 0; id < states_.size(); ++id) {
+    if (states_[id].left) continue;
+    out.sends.emplace_back(states_[id].conn,
+                           MakeMessage(msg::kNodeLost, static_cast<int>(id), meta));
+  }
+  const std::string text = fmt::format("the job failed: lost {}: {}", lost.ToString(), why);
+  for (const Joiner& j : joiners_) {
+    out.sends.emplace_back(
+        j.conn, MakeMessage(msg::kStartTimedOut, -1, EncodeText(text), 0, net::flags::kError));
+  }
+  joiners_.clear();
+  FailJob(fmt::format("lost {}: {}", lost.ToString(), why), out);
+}
+
 void Scheduler::DepartWorker(int node, const std::string& reason, Outbox& out) {
   NodeState& s = states_[static_cast<size_t>(node)];
   const NodeInfo& gone = table_->nodes[static_cast<size_t>(node)];
   s.left = true;
   s.departed = true;
   ++departed_count_;
+  std::erase(joined_below_minimum_, gone.rank);
   ++epoch_;
   out.closes.push_back(s.conn);
   WorkerLeftNotice notice;
@@ -558,10 +646,21 @@ void Scheduler::DepartWorker(int node, const std::string& reason, Outbox& out) {
       notice.remaining.push_back(n.rank);
     }
   }
-  log_.Warn(
-      "scheduler: {} left the job: {}; {} of {} workers go on (membership epoch {}, minimum {})",
-      gone.ToString(), reason, notice.remaining.size(), table_->num_workers, epoch_,
-      options_.min_workers);
+  if (static_cast<int>(notice.remaining.size()) >= options_.min_workers) {
+    log_.Warn(
+        "scheduler: {} left the job: {}; {} of {} workers go on (membership epoch {}, minimum {})",
+        gone.ToString(), reason, notice.remaining.size(), table_->num_workers, epoch_,
+        options_.min_workers);
+  } else {
+    if (!below_minimum_since_) below_minimum_since_ = clock_.Now();
+    below_minimum_loss_ = {gone, reason};
+    log_.Warn(
+        "scheduler: {} left the job: {}; {} of {} workers remain, below the minimum of {}: the "
+        "job waits for workers to join and the workers' regroups wait with it, up to {:.0f} s "
+        "(TANDEM_ELASTIC_TIMEOUT) since it went below the minimum (membership epoch {})",
+        gone.ToString(), reason, notice.remaining.size(), table_->num_workers, options_.min_workers,
+        Seconds(options_.elastic_timeout), epoch_);
+  }
   std::string meta = notice.Encode();
   for (size_t id = 0; id < states_.size(); ++id) {
     if (states_[id].left) continue;
@@ -570,16 +669,8 @@ void Scheduler::DepartWorker(int node, const std::string& reason, Outbox& out) {
   }
   // A barrier that waited only for the departed worker completes now; one it
   // had already arrived at no longer counts it.
-  std::vector<int> complete;
-  for (auto& [groups, b] : barriers_) {
-    b.arrived.erase(node);
-    if (!b.arrived.empty() && b.arrived.size() == MembersOf(groups).size()) {
-      log_.V1("scheduler: barrier #{} over {} complete without {}", b.sequence, GroupsName(groups),
-              gone.ToString());
-      complete.push_back(groups);
-    }
-  }
-  for (int groups : complete) CompleteBarrier(groups, out);
+  for (auto& [groups, b] : barriers_) b.arrived.erase(node);
+  CompleteReadyBarriers(out);
   AnnounceJoiners(out);
   cv_.notify_all();
 }
@@ -704,6 +795,10 @@ void Scheduler::WatchdogLoop() {
         dropped = true;
       }
       if (dropped) AnnounceJoiners(out);
+      if (below_minimum_since_ && now - *below_minimum_since_ > options_.elastic_timeout &&
+          left_count_ + departed_count_ < static_cast<int>(table_->nodes.size())) {
+        FailBelowMinimum(out);
+      }
       for (size_t id = 0; id < states_.size(); ++id) {
         auto silent = duration_cast<milliseconds>(now - states_[id].last_seen);
         if (!states_[id].left && silent > options_.heartbeat_timeout) {
@@ -713,7 +808,7 @@ void Scheduler::WatchdogLoop() {
                       out);
         }
       }
-      for (auto it = barriers_.begin(); it != barriers_.end();) {
+      for (auto it = barriers_.begin(); it != barriers_.end() && !failure_;) {
         BarrierState& b = it->second;
         if (b.final || now - b.started <= options_.barrier_timeout) {
           ++it;
@@ -763,6 +858,11 @@ size_t Scheduler::Registered() const {
 size_t Scheduler::Joiners() const {
   std::lock_guard lock(mu_);
   return joiners_.size();
+}
+
+bool Scheduler::BelowMinimum() const {
+  std::lock_guard lock(mu_);
+  return below_minimum_since_.has_value();
 }
 
 size_t Scheduler::AtBarrier(int groups) const {

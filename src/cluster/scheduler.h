@@ -47,6 +47,12 @@ class Scheduler final : public net::TransportHandler {
     /// while at least min_workers remain, instead of failing it
     /// (TANDEM_MIN_WORKERS, docs/elastic.md). 0: every loss fails the job.
     int min_workers = 0;
+    /// Elastic, without servers: how long the job waits with fewer than
+    /// min_workers workers (at least one) for workers to join before it
+    /// fails (TANDEM_ELASTIC_TIMEOUT, horovodrun's --elastic-timeout);
+    /// meanwhile the workers' regroups wait. 0: a loss below min_workers
+    /// fails the job at once, as it always does with servers.
+    std::chrono::milliseconds elastic_timeout{600000};
     /// How often the wait for every node to register logs who is missing.
     std::chrono::milliseconds wait_report_interval = base::kDefaultWaitReportInterval;
   };
@@ -90,6 +96,10 @@ class Scheduler final : public net::TransportHandler {
   size_t AtBarrier(int groups) const;
   /// How many workers wait for a place in the running job. Any thread.
   size_t Joiners() const;
+  /// Whether the elastic job has fewer members than its minimum and waits
+  /// for workers to join (Options::elastic_timeout). Any thread; for tests
+  /// and monitoring.
+  bool BelowMinimum() const;
 
   void OnConnected(net::ConnectionId id, const net::PeerInfo& peer) override;
   void OnMessage(net::ConnectionId id, net::Message&& msg) override;
@@ -136,6 +146,20 @@ class Scheduler final : public net::TransportHandler {
   // to every remaining node, and the open barriers completed without it.
   void DepartWorker(int node, const std::string& reason, Outbox& out);  // requires mu_
   bool Elastic() const;
+  // Whether a loss that leaves fewer than min_workers (but some) workers
+  // waits for joiners rather than failing the job: elastic, no servers (the
+  // servers' rounds take no new worker) and elastic_timeout above 0.
+  bool WaitsBelowMinimum() const;
+  // Whether the open barrier over `groups` can be released: every member
+  // arrived, and it is not a regroup held while the job is below its
+  // minimum and no joiner can be admitted yet.
+  bool BarrierReady(int groups, const BarrierState& b) const;  // requires mu_
+  // Releases every open barrier that became ready (a member left, a
+  // joiner became admissible).
+  void CompleteReadyBarriers(Outbox& out);  // requires mu_
+  // The job has stayed below its minimum for elastic_timeout: tells every
+  // node and joiner why it fails.
+  void FailBelowMinimum(Outbox& out);  // requires mu_
   void Reject(net::ConnectionId conn, const std::string& reason, Outbox& out);
   void FinishBarrier(BarrierState& b, uint16_t type, bool timed_out, const std::string& text,
                      Outbox& out);
@@ -190,6 +214,13 @@ class Scheduler final : public net::TransportHandler {
   int left_count_ = 0;
   int departed_count_ = 0;
   uint32_t epoch_ = 0;  // membership changes so far
+  // While fewer than min_workers remain (WaitsBelowMinimum): since when,
+  // and the loss that took the job below it (the node as it was, and why).
+  std::optional<base::SteadyTime> below_minimum_since_;
+  std::optional<std::pair<NodeInfo, std::string>> below_minimum_loss_;
+  // The workers admitted while below the minimum, ascending
+  // (Admission::joined_below_minimum).
+  std::vector<int32_t> joined_below_minimum_;
 
   std::thread watchdog_;  // last: starts after everything above exists
 };

@@ -126,14 +126,27 @@ void CollectiveService::Start() {
     const Members members{membership_.epoch(), membership_.workers()};
     mesh_.ConnectJoining(membership_.table(), self.rank, self.id, membership_.admission_epoch(),
                          members.workers);
-    // This worker last, as the members' Regroup orders it.
-    std::lock_guard lock(world_mu_);
-    world_ = MakeWorld(members, {self.rank});
-    world_epoch_ = members.epoch;
-    log_.Info(
-        "collectives joined the running job over workers [{}] (membership epoch {}): this "
-        "worker is rank {} of {}",
-        fmt::join(world_->members(), ", "), members.epoch, world_->rank(), world_->size());
+    // This worker last, as the members' Regroup orders it, with those
+    // admitted before it since the job went below its minimum (which hold
+    // no state either).
+    std::vector<int> newcomers = membership_.joined_below_minimum();
+    newcomers.push_back(self.rank);
+    uint32_t joined_from;
+    int size;
+    {
+      std::lock_guard lock(world_mu_);
+      world_ = MakeWorld(members, newcomers);
+      world_epoch_ = joined_from = members.epoch;
+      size = world_->size();
+      log_.Info(
+          "collectives joined the running job over workers [{}] (membership epoch {}): this "
+          "worker is rank {} of {}",
+          fmt::join(world_->members(), ", "), members.epoch, world_->rank(), world_->size());
+    }
+    // Below the minimum the members regroup again until it is back
+    // (Regroup); this worker takes part in those regroups before the
+    // elastic loop's first Sync, still counted among the newcomers.
+    if (size < settings_.mesh.min_workers) RegroupFrom(joined_from, newcomers);
     return;
   }
   mesh_.Connect(membership_.table(), self.rank, self.id);
@@ -148,6 +161,32 @@ void CollectiveService::Start() {
 }
 
 Members CollectiveService::Regroup() {
+  uint32_t from;
+  {
+    std::lock_guard lock(world_mu_);
+    from = world_epoch_;
+  }
+  return RegroupFrom(from, {});
+}
+
+Members CollectiveService::RegroupFrom(uint32_t joined_after, const std::vector<int>& newcomers) {
+  while (true) {
+    const Members members = RegroupOnce(joined_after, newcomers);
+    if (!mesh_.elastic() ||
+        static_cast<int>(members.workers.size()) >= settings_.mesh.min_workers) {
+      return members;
+    }
+    // Below the minimum the scheduler holds the workers' regroup until a
+    // worker joins (TANDEM_ELASTIC_TIMEOUT): one is admitted per regroup,
+    // so regroup until the minimum is back.
+    log_.Info(
+        "collectives: {} worker(s) after the regroup (membership epoch {}), below the minimum of "
+        "{}: regrouping again, which waits for a worker to join (up to TANDEM_ELASTIC_TIMEOUT)",
+        members.workers.size(), members.epoch, settings_.mesh.min_workers);
+  }
+}
+
+Members CollectiveService::RegroupOnce(uint32_t joined_after, const std::vector<int>& newcomers) {
   // The barrier runs on a thread of its own while this one waits on the
   // mesh, which drains this process's mailbox: a piece a peer sent by
   // reference before it heard of the change is answered meanwhile. The
@@ -175,7 +214,9 @@ Members CollectiveService::Regroup() {
   // A worker admitted at this barrier connects now; the new world's first
   // operation waits for nothing but its pieces.
   mesh_.WaitJoined(std::chrono::steady_clock::now() + settings_.mesh.connect_timeout);
-  std::unique_ptr<Communicator> world = MakeWorld(members, mesh_.JoinedSince(world_epoch_));
+  std::vector<int> joined = mesh_.JoinedSince(joined_after);
+  joined.insert(joined.end(), newcomers.begin(), newcomers.end());
+  std::unique_ptr<Communicator> world = MakeWorld(members, joined);
   retired_worlds_.push_back(std::move(world_));
   world_ = std::move(world);
   world_epoch_ = members.epoch;

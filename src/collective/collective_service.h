@@ -79,6 +79,14 @@ class CollectiveService {
   // starts with): the members in worker-rank order, those in `joined` (that
   // joined since the last world) last.
   std::unique_ptr<Communicator> MakeWorld(const Members& members, const std::vector<int>& joined);
+  // Regroup, again while the members are fewer than the minimum (the
+  // scheduler holds each such regroup until it admits a worker). The
+  // workers admitted after membership epoch `joined_after`, and
+  // `newcomers`, come last in each new world: every member computes the
+  // same order, and rank 0 holds the job's state.
+  Members RegroupFrom(uint32_t joined_after, const std::vector<int>& newcomers);
+  // One regroup: the barrier, then a new world when its epoch is newer.
+  Members RegroupOnce(uint32_t joined_after, const std::vector<int>& newcomers);
   cluster::Membership& membership_;
   base::Logger& log_;
   CollectiveSettings settings_;

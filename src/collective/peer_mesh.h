@@ -570,6 +570,10 @@ class PeerMesh final : public net::TransportHandler {
   // This process joined a running job (ConnectJoining): no same-host copy
   // or mailbox on its links.
   std::atomic<bool> joining_{false};
+  // A joining process's own links formed (end of ConnectJoining): from then
+  // on it takes the join hellos of workers admitted after it, as every
+  // member does. Guarded by mu_.
+  bool join_formed_ = false;
   // Elastic: the workers admitted into departed ones' places, by rank,
   // with the epoch of their latest admission (guarded by mu_), and join
   // hellos that came before the admission's notice.

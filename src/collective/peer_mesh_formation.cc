@@ -63,6 +63,7 @@ void PeerMesh::ConnectJoining(const cluster::NodeTable& table, int self_rank, in
   SendHellos(peers, epoch, deadline);
   std::unique_lock lock(mu_);
   WaitFormedLocked(lock, deadline);
+  join_formed_ = true;
   log_.Info(
       "collective links formed with workers [{}] as worker rank {}, admitted at membership epoch "
       "{} (TCP only: a joining worker shares no memory with the others)",
@@ -318,7 +319,7 @@ void PeerMesh::OnHello(net::ConnectionId id, const net::Message& m) {
     std::string refuse;
     {
       std::lock_guard lock(mu_);
-      if (self_rank_ < 0 || joining_.load()) {
+      if (self_rank_ < 0 || (joining_.load() && !join_formed_)) {
         refuse = fmt::format("collective join hello from {} before this worker's links formed",
                              transport_.Peer(id).address.ToString());
       } else {

@@ -64,8 +64,8 @@ bool IsElastic(int min_workers, int num_workers) {
   return min_workers >= 1 && min_workers < num_workers;
 }
 
-WorkerLoss DecideWorkerLoss(const WorkerRange& range, int left_before,
-                            std::string_view description) {
+WorkerLoss DecideWorkerLoss(const WorkerRange& range, int left_before, std::string_view description,
+                            std::chrono::milliseconds replacement_wait) {
   WorkerLoss loss;
   loss.remaining = range.max - left_before - 1;
   loss.tolerated = loss.remaining >= range.min;
@@ -76,6 +76,15 @@ WorkerLoss DecideWorkerLoss(const WorkerRange& range, int left_before,
   }
   loss.report = fmt::format("{}, which leaves {} of {}, below the minimum of {} ({})", description,
                             loss.remaining, Workers(range.max), range.min, range.Flag());
+  if (loss.remaining >= 1 && replacement_wait.count() > 0) {
+    loss.tolerated = true;
+    loss.below_minimum = true;
+    loss.report += fmt::format(
+        ": the job waits up to {:g} s for its replacement to join "
+        "(--elastic-timeout)",
+        std::chrono::duration<double>(replacement_wait).count());
+    return loss;
+  }
   loss.shortfall = fmt::format("{} of {} remained, below the minimum of {} ({})", loss.remaining,
                                Workers(range.max), range.min, range.Flag());
   return loss;

@@ -14,8 +14,12 @@
 //    scheduler counts it until the job ends), so a worker's failure after
 //    another's clean exit is judged as the scheduler judges it.
 //  - A failure that would leave fewer than MIN fails the job, as every
-//    failure does without --workers; so do the failures of the scheduler
-//    and the servers.
+//    failure does without --workers, unless a replacement for the worker
+//    will start (below) and at least one worker remains: then the job
+//    waits, up to --elastic-timeout, for the replacement to join (the
+//    scheduler holds the workers' regroup meanwhile and fails the job at
+//    the time-out). The failures of the scheduler and the servers always
+//    fail the job.
 //  - The launcher starts all MAX workers together. In a job without
 //    servers, with --max-restarts, it starts a replacement for a worker
 //    that left (the same rank's environment), which joins the running job
@@ -25,6 +29,7 @@
 //    MAX less the departures plus the replacements started.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -62,6 +67,8 @@ bool IsElastic(int min_workers, int num_workers);
 struct WorkerLoss {
   /// True: the worker leaves and the job goes on. False: the job fails.
   bool tolerated = false;
+  /// With tolerated: the job is below MIN and waits for a replacement.
+  bool below_minimum = false;
   /// The workers that have not left once this one has.
   int remaining = 0;
   /// The launcher's line about it (without "[launcher] "):
@@ -69,7 +76,9 @@ struct WorkerLoss {
   /// 3 of 4 workers (--workers 3:4)" when tolerated, else "worker 2 (pid
   /// 11) exited with status 1, which leaves 2 of 4 workers, below the
   /// minimum of 3 (--workers 3:4)" (the supervisor adds "; tearing down the
-  /// job").
+  /// job"), or when it waits "worker 2 (pid 11) exited with status 1, which
+  /// leaves 2 of 4 workers, below the minimum of 3 (--workers 3:4): the job
+  /// waits up to 600 s for its replacement to join (--elastic-timeout)".
   std::string report;
   /// When not tolerated, why the job fails, for its final line: "2 of 4
   /// workers remained, below the minimum of 3 (--workers 3:4)".
@@ -79,9 +88,12 @@ struct WorkerLoss {
 /// Decides about the failure of a worker of `range`, described as
 /// `description` (ProcessExit::Describe(): "worker 3 (pid 12) killed by
 /// signal 9 (SIGKILL)"), after `left_before` workers have left the job.
-/// Requires: range.elastic(), 0 <= left_before < range.max. Pure.
-WorkerLoss DecideWorkerLoss(const WorkerRange& range, int left_before,
-                            std::string_view description);
+/// `replacement_wait` above 0: a replacement for this worker will start,
+/// and a job below MIN waits that long for it (--elastic-timeout); 0: a
+/// loss below MIN fails the job. Requires: range.elastic(), 0 <=
+/// left_before < range.max. Pure.
+WorkerLoss DecideWorkerLoss(const WorkerRange& range, int left_before, std::string_view description,
+                            std::chrono::milliseconds replacement_wait = {});
 
 /// The workers that left (their descriptions, in the order they left) as
 /// the launcher's final line names them: "worker 3 (pid 12) killed by

@@ -511,7 +511,12 @@ void ProcessSupervisor::OnExit(Child& child, const ExitStatus& status, TimePoint
   if (job_failure && phase_ == Phase::kRunning && !child.service) {
     // A worker of an elastic job may leave it (elastic_workers.h).
     if (const std::optional<WorkerRange> range = ElasticRange()) {
-      const WorkerLoss loss = DecideWorkerLoss(*range, absent_workers_, description);
+      // Below the minimum the job waits for a replacement that will come.
+      const std::chrono::milliseconds wait =
+          options_.replace_departed_workers && WhyNotReplace(child, reported.status).empty()
+              ? options_.elastic_timeout
+              : std::chrono::milliseconds(0);
+      const WorkerLoss loss = DecideWorkerLoss(*range, absent_workers_, description, wait);
       if (loss.tolerated) {
         reported.left = true;
         exits_.push_back(reported);
@@ -557,33 +562,36 @@ const ProcessSupervisor::Child* ProcessSupervisor::FinishedWorker() const {
   return nullptr;
 }
 
+std::string ProcessSupervisor::WhyNotReplace(const Child& child, const ExitStatus& status) const {
+  if (!child.spec) return "it has no process spec";
+  switch (ClassifyFailure(
+      options_.replace_after_any_failure ? RestartPolicy::kOnFailure : RestartPolicy::kExitCode,
+      status)) {
+    case FailureRetry::kSetup:
+      return fmt::format(
+          "its exit status {} names a problem of the job's set-up, which a new "
+          "process would meet again",
+          status.code);
+    case FailureRetry::kPermanent:
+      return "exit codes 1..127 are not retried under --restart-policy exit-code (on-failure "
+             "retries them)";
+    case FailureRetry::kRetry:
+      break;
+  }
+  const int used = replacements_started_ + static_cast<int>(pending_replacements_.size());
+  if (used >= options_.max_replacements) {
+    return fmt::format("no replacement left ({} of {} used)", used, options_.max_replacements);
+  }
+  if (const Child* done = FinishedWorker()) {
+    return fmt::format("{} has finished, so the job is ending", done->label);
+  }
+  return {};
+}
+
 void ProcessSupervisor::ScheduleReplacement(const Child& child, const ExitStatus& status,
                                             TimePoint now) {
   if (!options_.replace_departed_workers || !child.spec) return;
-  const std::string why_not = [&]() -> std::string {
-    switch (ClassifyFailure(
-        options_.replace_after_any_failure ? RestartPolicy::kOnFailure : RestartPolicy::kExitCode,
-        status)) {
-      case FailureRetry::kSetup:
-        return fmt::format(
-            "its exit status {} names a problem of the job's set-up, which a new "
-            "process would meet again",
-            status.code);
-      case FailureRetry::kPermanent:
-        return "exit codes 1..127 are not retried under --restart-policy exit-code (on-failure "
-               "retries them)";
-      case FailureRetry::kRetry:
-        break;
-    }
-    const int used = replacements_started_ + static_cast<int>(pending_replacements_.size());
-    if (used >= options_.max_replacements) {
-      return fmt::format("no replacement left ({} of {} used)", used, options_.max_replacements);
-    }
-    if (const Child* done = FinishedWorker()) {
-      return fmt::format("{} has finished, so the job is ending", done->label);
-    }
-    return {};
-  }();
+  const std::string why_not = WhyNotReplace(child, status);
   if (!why_not.empty()) {
     Log(fmt::format("not replacing {}: {}", child.label, why_not));
     return;

@@ -158,6 +158,12 @@ struct SupervisorOptions {
   /// (on-failure) any failure. Never the set-up codes (2, 76, 77, 78, 126,
   /// 127), which a new process would meet again.
   bool replace_after_any_failure = false;
+  /// With replace_departed_workers: a failure that leaves fewer than
+  /// min_workers (at least one) does not fail the job when a replacement
+  /// for the worker will start: the job waits this long for it to join
+  /// (the scheduler's TANDEM_ELASTIC_TIMEOUT, --elastic-timeout), and the
+  /// scheduler fails it at the time-out. 0: such a loss fails the job.
+  std::chrono::milliseconds elastic_timeout{0};
   /// The hosts of an elastic job's workers as they change (not owned; must
   /// outlive Run), or nullptr. With it, a worker on a host that is no
   /// longer listed, or beyond its host's slots (the newest first), gets
@@ -319,6 +325,9 @@ class ProcessSupervisor {
   // Starts a process (Start's work); `replacement`: a departed worker's
   // replacement, started while Run runs, its log file appended to.
   Child& StartChild(const ProcessSpec& spec, bool replacement);
+  // Why `child`, ended with `status`, gets no replacement (the policy, the
+  // budget, a finished worker); empty when it would get one.
+  std::string WhyNotReplace(const Child& child, const ExitStatus& status) const;
   // After `child` left an elastic job: schedules its replacement, or says
   // why there is none (SupervisorOptions::replace_departed_workers).
   void ScheduleReplacement(const Child& child, const ExitStatus& status, TimePoint now);

@@ -122,10 +122,13 @@ int main(int argc, char** argv) {
     }
     int64_t first_step = -1;  // of this process: 0 unless it joined the running job
     tandem::elastic::Run(*collectives, state, [&] {
-      if (first_step < 0) first_step = step;
-      std::printf("elastic_train: worker %d trains from step %lld rank %d size %d\n", worker,
+      const bool first_entry = first_step < 0;
+      if (first_entry) first_step = step;
+      // A process that joined the running job says so on its first start.
+      std::printf("elastic_train: worker %d trains from step %lld rank %d size %d%s\n", worker,
                   static_cast<long long>(step), collectives->world().rank(),
-                  collectives->world().size());
+                  collectives->world().size(),
+                  first_entry && collectives->cluster().joined_running_job() ? " (joined)" : "");
       std::fflush(stdout);
       while (step < args.steps) {
         tandem::Communicator& world = collectives->world();

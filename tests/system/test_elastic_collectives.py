@@ -316,6 +316,61 @@ def test_launcher_replaces_a_worker_that_left(launch, tandem_bin_dir):
     assert "joined the job in the place of a departed worker; 3 of 3 workers" in out, out
 
 
+def test_below_the_minimum_the_job_waits_for_the_replacements(launch, tandem_bin_dir):
+    """Three of four workers (--workers 3:4) SIGKILL themselves at step 4:
+    the losses leave 1 or 2, below the minimum of 3. With --max-restarts the
+    launcher replaces all three and the job waits for them instead of
+    failing: the survivors' regroup is held until one replacement joins,
+    and while still below, again until another does (one admission per
+    regroup), so no step runs below the minimum: two replacements train
+    from step 4, the third from a commit by step 7. Every
+    worker ends on the replay of each step's members (1e-12), the launcher
+    and the scheduler say the job waited, and nothing is left running."""
+    steps, dim = 12, 24
+    argv = [tandem_bin_dir / "elastic_train", "--steps", str(steps), "--dim", str(dim),
+            "--leave", "1:4", "--leave", "2:4", "--leave", "3:4", "--wait-join-at", "7"]
+    job = launch.start(4, 0, argv, extra_args=["--workers", "3:4", "--max-restarts", "3",
+                                               "--restart-delay", "0.2",
+                                               "--elastic-timeout", "60"])
+    code = job.wait(timeout=180)
+    job.assert_no_leftovers()
+    out = job.output
+    assert code == 0, job.describe()
+    # A replacement's first start (a later one follows each reset, and the
+    # worker it replaced may have started again at step 4 before it died).
+    joins = {}
+    for w in (1, 2, 3):
+        first = re.search(rf"\[worker {w}\] elastic_train: worker {w} trains from step "
+                          rf"(\d+) rank \d size \d \(joined\)", out)
+        assert first, (w, out)
+        joins[w] = int(first.group(1))
+    # The survivor waited for two replacements before its next step.
+    assert sorted(joins.values())[:2] == [4, 4], joins
+    assert 4 <= max(joins.values()) <= 7, joins
+    expected = _replay(4, steps, dim, {1: 4, 2: 4, 3: 4}, joins)
+    for w in range(4):
+        found = re.search(rf"elastic_train: worker {w} done rank \d size 4 step {steps} resets "
+                          rf"\d+ weights ([-0-9.e ]+)", out)
+        assert found, (w, out)
+        got = [float(x) for x in found.group(1).split()]
+        assert len(got) == dim, got
+        for i, (g, e) in enumerate(zip(got, expected)):
+            assert abs(g - e) <= 1e-12 * max(1.0, abs(e)), (w, i, g, e, joins)
+    # How far below depends on how the leavers' deaths interleave with the
+    # first admission (a leaver whose step barrier saw another's death
+    # regroups and dies at the step again).
+    assert re.search(r"\[launcher\] worker \d \(pid \d+\) killed by signal 9 \(SIGKILL\), "
+                     r"which leaves [12] of 4 workers, below the minimum of 3 \(--workers 3:4\): "
+                     r"the job waits up to 60 s for its replacement to join "
+                     r"\(--elastic-timeout\)", out), out
+    assert re.search(r"[12] of 4 workers remain, below the minimum of 3: the job waits for "
+                     r"workers to join", out), out
+    assert re.search(r"scheduler: back to 3 workers, the minimum, after \d+\.\d s below it",
+                     out), out
+    assert "job succeeded with 4 of 4 workers (--workers 3:4) after 3 replacements" in out, out
+    assert "restarting the job" not in out, out
+
+
 def test_launcher_replaces_a_torch_worker_that_left(launch, tandem_bin_dir):
     """The same through tandem.torch.elastic: worker 2 of 3 dies during step
     4's backward; the launcher's replacement (--max-restarts 2) joins at a

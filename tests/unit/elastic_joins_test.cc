@@ -124,6 +124,60 @@ TEST_P(ElasticJoins, AWorkerTakesTheDepartedPlaceAtARegroup) {
   }
 }
 
+// Below the minimum (2 of 3 workers lost, TANDEM_MIN_WORKERS=2) the job
+// waits: a plain barrier still passes, the survivors' regroup is held
+// until a worker registers, and that regroup admits it, back at the
+// minimum.
+TEST(ElasticJoinsBelowTheMinimum, TheRegroupWaitsForAWorkerToJoin) {
+  TestJob job(0, 3, {}, nullptr, {{"TANDEM_MIN_WORKERS", "2"}});
+  job.AddAll();
+  testing::TestNode* joiner = job.AddLate(Role::kWorker, "joiner-host");
+  std::atomic<bool> held{false};
+  auto joined = std::async(std::launch::async, [&]() -> std::exception_ptr {
+    try {
+      if (!WaitFor([&] { return held.load(); })) throw Timeout("the regroup was never held");
+      Membership& m = *joiner->membership;
+      joiner->node->Join();
+      EXPECT_EQ(m.self().rank, 1);  // the lowest departed place
+      EXPECT_EQ(m.epoch(), 3U);
+      EXPECT_EQ(m.workers(), (std::vector<int>{0, 1}));
+      m.Finalize();
+      return nullptr;
+    } catch (...) {
+      return std::current_exception();
+    }
+  });
+  auto errors = job.RunAll([&](Membership& m) {
+    m.Barrier(group::kAll);
+    if (m.self().role == Role::kScheduler) {
+      m.Finalize();
+      return;
+    }
+    if (m.self().rank != 0) {
+      m.Close();
+      return;
+    }
+    ASSERT_TRUE(WaitFor([&] { return m.epoch() == 2; }));
+    const Members plain = m.Barrier(group::kWorkers);
+    EXPECT_EQ(plain.workers, (std::vector<int>{0}));
+    auto regroup = std::async(std::launch::async,
+                              [&] { return m.Barrier(group::kWorkers, false, /*admit=*/true); });
+    ASSERT_TRUE(
+        WaitFor([&] { return job.scheduler().scheduler->AtBarrier(group::kWorkers) == 1; }));
+    // Every member arrived, and still it waits: nobody to admit yet.
+    EXPECT_EQ(regroup.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+    held = true;
+    const Members after = regroup.get();
+    EXPECT_EQ(after.epoch, 3U);
+    EXPECT_EQ(after.workers, (std::vector<int>{0, 1}));
+    m.Finalize();
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, nullptr) << What(e);
+  std::exception_ptr joiner_error = joined.get();
+  EXPECT_EQ(joiner_error, nullptr) << What(joiner_error);
+  EXPECT_FALSE(job.scheduler().scheduler->failure().has_value());
+}
+
 INSTANTIATE_TEST_SUITE_P(Leaver, ElasticJoins, ::testing::Values(0, 2),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "worker_" + std::to_string(info.param) + "_replaced";
@@ -240,6 +294,14 @@ TEST(WorkerJoinedCodecs, RoundTripAndRefuseInconsistentMessages) {
   EXPECT_EQ(b.epoch, 2U);
   EXPECT_EQ(b.workers, a.workers);
   EXPECT_EQ(b.barriers, a.barriers);
+  EXPECT_TRUE(b.joined_below_minimum.empty());
+  Admission below = a;
+  below.joined_below_minimum = {0};
+  EXPECT_EQ(Admission::Decode(below.Encode()).joined_below_minimum, std::vector<int32_t>{0});
+  below.joined_below_minimum = {1, 0};  // out of order
+  EXPECT_THROW(Admission::Decode(below.Encode()), ProtocolError);
+  below.joined_below_minimum = {5};  // not a member
+  EXPECT_THROW(Admission::Decode(below.Encode()), ProtocolError);
   Admission outside = a;
   outside.workers = {0, 2};
   EXPECT_THROW(Admission::Decode(outside.Encode()), ProtocolError);

@@ -114,8 +114,9 @@ INSTANTIATE_TEST_SUITE_P(Changes, ElasticMembership,
                                            ElasticCase{1, 5, 1, {4, 2, 1, 0}}),
                          CaseName);
 
-// A loss that would leave fewer workers than the minimum fails the job, on
-// every node, naming the worker and the minimum.
+// A loss that would leave fewer workers than the minimum fails a job with
+// servers at once (workers cannot join it, so it waits for none), on every
+// node, naming the worker and the minimum.
 TEST(ElasticMembershipLimits, ALossBelowTheMinimumFailsTheJob) {
   TestJob job(1, 3, {}, nullptr, {{"TANDEM_MIN_WORKERS", "2"}});
   job.AddAll();
@@ -139,6 +140,9 @@ TEST(ElasticMembershipLimits, ALossBelowTheMinimumFailsTheJob) {
     EXPECT_TRUE(Is<PeerLost>(e)) << What(e);
     EXPECT_NE(What(e).find("lost worker 0"), std::string::npos) << What(e);
     EXPECT_NE(What(e).find("1 worker(s) would remain, below the minimum of 2"), std::string::npos)
+        << What(e);
+    // The workers that could come would have nowhere to go: no waiting.
+    EXPECT_NE(What(e).find("a job with servers cannot wait for new workers"), std::string::npos)
         << What(e);
   }
   EXPECT_EQ(failed, 3);  // the server, worker 1, the scheduler's node

@@ -134,6 +134,28 @@ INSTANTIATE_TEST_SUITE_P(
                  "4 of 8 workers remained, below the minimum of 5 (--workers 5:8)"}),
     [](const auto& param_info) { return std::string(param_info.param.name); });
 
+// A replacement that will come (--max-restarts, --elastic-timeout) makes a
+// loss below the minimum a wait, unless no worker would remain.
+TEST(DecideWorkerLossWaits, BelowTheMinimumWithAReplacementComing) {
+  const std::string killed = "worker 3 (pid 12) killed by signal 9 (SIGKILL)";
+  const WorkerLoss waits =
+      DecideWorkerLoss(WorkerRange{3, 4}, 1, killed, std::chrono::seconds(600));
+  EXPECT_TRUE(waits.tolerated);
+  EXPECT_TRUE(waits.below_minimum);
+  EXPECT_EQ(waits.remaining, 2);
+  EXPECT_EQ(waits.report, killed +
+                              ", which leaves 2 of 4 workers, below the minimum of 3 (--workers "
+                              "3:4): the job waits up to 600 s for its replacement to join "
+                              "(--elastic-timeout)");
+  EXPECT_EQ(waits.shortfall, "");
+  const WorkerLoss above = DecideWorkerLoss(WorkerRange{3, 4}, 0, killed, std::chrono::seconds(1));
+  EXPECT_TRUE(above.tolerated);
+  EXPECT_FALSE(above.below_minimum);
+  const WorkerLoss last = DecideWorkerLoss(WorkerRange{1, 3}, 2, killed, std::chrono::seconds(600));
+  EXPECT_FALSE(last.tolerated);
+  EXPECT_EQ(last.shortfall, "0 of 3 workers remained, below the minimum of 1 (--workers 1:3)");
+}
+
 TEST(ElasticLinesTest, TheSuccessLineCountsAndNamesTheWorkersThatLeft) {
   EXPECT_EQ(
       ElasticSuccessLine(WorkerRange{3, 4}, {"worker 3 (pid 12) killed by signal 9 (SIGKILL)"}),

@@ -1460,6 +1460,63 @@ INSTANTIATE_TEST_SUITE_P(
                 kPid + " killed by signal 9 \\(SIGKILL\\)"}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Two of three workers (MIN 2) are killed: the second loss is below the
+// minimum. With elastic_timeout (--elastic-timeout) the job waits for the
+// replacements, which start and let it succeed; with 0 it fails at once,
+// as without replacements.
+TEST(WorkerReplacementTest, BelowTheMinimumTheJobWaitsForTheReplacementsWhenAllowed) {
+  for (const milliseconds timeout : {milliseconds(60000), milliseconds(0)}) {
+    SCOPED_TRACE("elastic_timeout " + std::to_string(timeout.count()) + " ms");
+    MemoryFile out, err;
+    SupervisorOptions options = ReplacingOptions(out, err, 2, milliseconds(50));
+    options.min_workers = 2;
+    options.elastic_timeout = timeout;
+    char dir_template[] = "/tmp/tandem-replace-XXXXXX";
+    ASSERT_NE(::mkdtemp(dir_template), nullptr);
+    std::map<std::string, std::string> env = BaseEnv();
+    env["DONE"] = std::string(dir_template) + "/done";
+    env["TANDEM_RESTART_COUNT"] = "0";
+    // The replacements finish the job only once both workers were killed,
+    // so that the second loss meets a job that is still running.
+    const std::string leaver =
+        "if [ $TANDEM_RESTART_COUNT = 0 ]; then touch \"$DONE.left.$$\"; kill -9 $$; fi; "
+        "for i in $(seq 500); do [ $(ls \"$DONE\".left.* | wc -l) = 2 ] && break; sleep 0.02; "
+        "done; touch \"$DONE\"";
+    JobOutcome outcome;
+    {
+      ProcessSupervisor supervisor(options);
+      supervisor.Start(Shell("worker 0", kWaitForDone, env));
+      supervisor.Start(Shell("worker 1", leaver, env));
+      supervisor.Start(Shell("worker 2", leaver, env));
+      outcome = supervisor.Run();
+    }
+    std::filesystem::remove_all(dir_template);
+    const std::vector<std::string> lines = err.Lines();
+    const std::regex below("\\[launcher\\] worker [12] " + kPid +
+                           " killed by signal 9 \\(SIGKILL\\), which leaves 1 of 3 workers, "
+                           "below the minimum of 2 \\(--workers 2:3\\)(.*)");
+    std::smatch tail;
+    const auto line = std::find_if(lines.begin(), lines.end(), [&](const std::string& l) {
+      return std::regex_match(l, tail, below);
+    });
+    ASSERT_NE(line, lines.end()) << err.Text();
+    std::regex_match(*line, tail, below);
+    if (timeout.count() > 0) {
+      EXPECT_EQ(tail[1].str(),
+                ": the job waits up to 60 s for its replacement to join (--elastic-timeout)");
+      EXPECT_EQ(outcome.exit_code, 0) << err.Text();
+      EXPECT_EQ(outcome.replacements, 2) << err.Text();
+      EXPECT_TRUE(std::regex_match(lines.back(),
+                                   std::regex("\\[launcher\\] job succeeded with 3 of 3 workers "
+                                              "\\(--workers 2:3\\) after 2 replacements; .*")))
+          << err.Text();
+    } else {
+      EXPECT_EQ(tail[1].str(), "; tearing down the job");
+      EXPECT_NE(outcome.exit_code, 0) << err.Text();
+    }
+  }
+}
+
 TEST(WorkerReplacementTest, AReplacementDueAfterAWorkerFinishedDoesNotStart) {
   MemoryFile out, err;
   SupervisorOptions options = ReplacingOptions(out, err, 3, milliseconds(3000));

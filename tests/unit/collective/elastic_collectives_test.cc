@@ -190,12 +190,14 @@ INSTANTIATE_TEST_SUITE_P(Changes, ElasticCollectives, ::testing::ValuesIn(Cases(
 
 // A group made before a change is retired with the world, even without the
 // worker that left; a group naming that worker is refused afterwards; and a
-// loss that leaves fewer than TANDEM_MIN_WORKERS fails the job as in a fixed
-// one (PeerLost, not MembershipChanged).
+// loss that leaves fewer than TANDEM_MIN_WORKERS fails the job at once, as in
+// a fixed one, when TANDEM_ELASTIC_TIMEOUT=0 (PeerLost, not
+// MembershipChanged).
 TEST(ElasticCollectivesGroups, OldGroupsRetireNewOnesRefuseTheLeaverAndBelowMinimumFails) {
   CollectiveSettings settings = testing::TestSettings();
   settings.mesh.min_workers = 3;
-  CollectiveJob job(5, settings, {}, 0, {{"TANDEM_MIN_WORKERS", "3"}});
+  CollectiveJob job(5, settings, {}, 0,
+                    {{"TANDEM_MIN_WORKERS", "3"}, {"TANDEM_ELASTIC_TIMEOUT", "0"}});
   job.RunOk([&](int rank, CollectiveService& s) {
     std::unique_ptr<Communicator> low;
     if (rank <= 1) low = s.NewGroup({0, 1});
@@ -255,8 +257,45 @@ TEST(ElasticCollectivesGroups, OldGroupsRetireNewOnesRefuseTheLeaverAndBelowMini
       ADD_FAILURE() << "rank " << rank << ": below the minimum, got a change: " << e.what();
     } catch (const PeerLost& e) {
       EXPECT_NE(std::string(e.what()).find("minimum"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("TANDEM_ELASTIC_TIMEOUT=0 waits for no new worker"),
+                std::string::npos)
+          << e.what();
     }
   });
+}
+
+// Below the minimum the survivors' regroup waits for workers to join, up to
+// TANDEM_ELASTIC_TIMEOUT; when none comes the job fails on every survivor
+// with PeerLost naming the loss, the minimum and the time-out, not before
+// the time-out.
+TEST(ElasticCollectivesGroups, BelowTheMinimumTheRegroupWaitsThenFailsNamingTheTimeout) {
+  CollectiveSettings settings = testing::TestSettings();
+  settings.mesh.min_workers = 3;
+  CollectiveJob job(4, settings, {}, 0,
+                    {{"TANDEM_MIN_WORKERS", "3"}, {"TANDEM_ELASTIC_TIMEOUT", "1.5"}});
+  job.RunOk([&](int rank, CollectiveService& s) {
+    EXPECT_EQ(s.Regroup().epoch, 0u);
+    if (rank >= 2) {
+      job.node(rank).transport->Shutdown();  // 2 remain, below 3
+      return;
+    }
+    Buffer b(DType::kF32, 10);
+    EXPECT_THROW(s.World().AllReduce(b.view(), b.view(), {}), MembershipChanged) << rank;
+    const auto since = std::chrono::steady_clock::now();
+    try {
+      s.Regroup();
+      ADD_FAILURE() << "rank " << rank << ": a regroup below the minimum passed";
+    } catch (const PeerLost& e) {
+      const std::string what = e.what();
+      EXPECT_GE(std::chrono::steady_clock::now() - since, std::chrono::milliseconds(1000)) << what;
+      EXPECT_NE(what.find("2 of 4 workers remained, below the minimum of 3"), std::string::npos)
+          << what;
+      EXPECT_NE(what.find("no worker joined within 2 s (TANDEM_ELASTIC_TIMEOUT)"),
+                std::string::npos)
+          << what;
+    }
+  });
+  EXPECT_NE(job.scheduler().scheduler->failure(), std::nullopt);
 }
 
 }  // namespace

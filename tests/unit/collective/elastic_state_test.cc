@@ -123,6 +123,11 @@ struct ElasticRunCase {
   // A worker joins once the first has left, admitted at the commit that
   // ends step join_at - 1 (it trains from step join_at); 0: none joins.
   int64_t join_at = 0;
+  // TANDEM_MIN_WORKERS; 0: the workers less the leavers. Above that the
+  // losses take the job below its minimum: the survivors' regroup waits
+  // until `joiners` workers joined, and no step runs below the minimum.
+  int min_workers = 0;
+  int joiners = 1;  // with join_at > 0: how many join (the lowest departed places)
 };
 
 std::string RunCaseName(const ::testing::TestParamInfo<ElasticRunCase>& info) {
@@ -131,23 +136,40 @@ std::string RunCaseName(const ::testing::TestParamInfo<ElasticRunCase>& info) {
     name += "_worker_" + std::to_string(l.worker) + "_at_" +
             (l.before_step < 0 ? std::string("start") : std::to_string(l.before_step));
   }
-  if (info.param.join_at > 0) name += "_joiner_at_" + std::to_string(info.param.join_at);
+  if (info.param.join_at > 0) {
+    name += "_" + std::to_string(info.param.joiners) + "_joiner_at_" +
+            std::to_string(info.param.join_at);
+  }
+  if (info.param.min_workers > 0) name += "_min_" + std::to_string(info.param.min_workers);
   return name;
 }
 
+// The places the joiners take: the lowest departed worker ranks.
+std::vector<int> JoinedPlaces(const ElasticRunCase& c) {
+  std::vector<int> places;
+  for (const Leaving& l : c.leaving) places.push_back(l.worker);
+  std::sort(places.begin(), places.end());
+  places.resize(c.join_at > 0 ? static_cast<size_t>(c.joiners) : 0);
+  return places;
+}
+
 // The members of each step: every worker, less those that left before it,
-// and the departed place filled again from join_at on (the step a joiner
+// and the departed places filled again from join_at on (the step a joiner
 // trained from, which can be earlier than the case's: it is admitted at the
 // first commit after it registered).
 std::vector<std::vector<int>> MembersByStep(ElasticRunCase c, int64_t joined_from = 0) {
   if (joined_from > 0) c.join_at = joined_from;
+  const std::vector<int> joined = JoinedPlaces(c);
   std::vector<std::vector<int>> out;
   for (int64_t step = 0; step < kSteps; ++step) {
     std::vector<int> members;
     for (int r = 0; r < c.workers; ++r) {
       bool gone = false;
       for (const Leaving& l : c.leaving) gone = gone || (l.worker == r && l.before_step <= step);
-      if (c.join_at > 0 && step >= c.join_at && r == c.leaving.front().worker) gone = false;
+      if (c.join_at > 0 && step >= c.join_at &&
+          std::find(joined.begin(), joined.end(), r) != joined.end()) {
+        gone = false;
+      }
       if (!gone) members.push_back(r);
     }
     out.push_back(members);
@@ -182,7 +204,7 @@ class ElasticTraining {
         settings_(Settings(c)),
         job_(c.workers, settings_, {}, 0,
              {{"TANDEM_MIN_WORKERS", std::to_string(settings_.mesh.min_workers)}},
-             c.join_at > 0 ? 1 : 0),
+             c.join_at > 0 ? c.joiners : 0),
         committed_(static_cast<size_t>(c.workers)) {
     for (auto& k : committed_) k = -1;
   }
@@ -279,32 +301,49 @@ class ElasticTraining {
   }
 
   void Run() {
-    std::future<std::exception_ptr> joined;
-    if (c_.join_at > 0) {
-      joined = std::async(std::launch::async, [this]() -> std::exception_ptr {
+    std::vector<std::future<std::exception_ptr>> joined;
+    for (int j = 0; j < (c_.join_at > 0 ? c_.joiners : 0); ++j) {
+      joined.push_back(std::async(std::launch::async, [this, j]() -> std::exception_ptr {
+        const Leaving& first = c_.leaving.front();
+        const int lowest = members_at_[static_cast<size_t>(first.before_step)].front();
         // Once the survivors committed the step the first departure
         // interrupted: the job formed, a place is free, and the regroup of
         // the departure is over (a joiner waiting then would be admitted
-        // by it).
-        const Leaving& first = c_.leaving.front();
-        const int lowest = members_at_[static_cast<size_t>(first.before_step)].front();
+        // by it). Below the minimum the survivors commit nothing until the
+        // joiners came: once the job is below it (a leaver may still be in
+        // the held regroup then, and die at the step after the first
+        // admission).
+        const bool below = c_.min_workers > 0;
         if (!tandem::testing::WaitFor(
-                [&] { return committed_[static_cast<size_t>(lowest)] >= first.before_step; },
+                [&] {
+                  return below ? job_.scheduler().scheduler->BelowMinimum()
+                               : committed_[static_cast<size_t>(lowest)] >= first.before_step;
+                },
                 std::chrono::seconds(60))) {
-          return std::make_exception_ptr(Timeout(fmt::format(
-              "worker {} did not commit step {} within 60 s", lowest, first.before_step)));
+          return std::make_exception_ptr(Timeout(
+              below ? std::string("the job did not go below its minimum within 60 s")
+                    : fmt::format("worker {} did not commit step {} within 60 s", lowest,
+                                  first.before_step)));
         }
         return job_.RunJoiner(
-            0, [this](int rank, CollectiveService& s) { Worker(rank, s, /*joiner=*/true); });
-      });
+            j, [this](int rank, CollectiveService& s) { Worker(rank, s, /*joiner=*/true); });
+      }));
     }
     job_.RunOk([this](int rank, CollectiveService& s) { Worker(rank, s, false); });
-    if (joined.valid()) {
-      std::exception_ptr e = joined.get();
-      EXPECT_EQ(e, nullptr) << "the joiner: " << testing::What(e);
-      EXPECT_EQ(job_.joiner(0).membership->self().rank, c_.leaving.front().worker);
+    std::vector<int> joiner_ranks;
+    for (size_t j = 0; j < joined.size(); ++j) {
+      std::exception_ptr e = joined[j].get();
+      EXPECT_EQ(e, nullptr) << "joiner " << j << ": " << testing::What(e);
+      joiner_ranks.push_back(job_.joiner(static_cast<int>(j)).membership->self().rank);
     }
+    std::sort(joiner_ranks.begin(), joiner_ranks.end());
+    EXPECT_EQ(joiner_ranks, JoinedPlaces(c_));
     EXPECT_EQ(finished_.load(), static_cast<int>(members_at_.back().size()));
+    if (c_.min_workers > 0) {
+      // Below the minimum the survivors waited in their regroup: the
+      // joiners trained from the very step the losses interrupted.
+      EXPECT_EQ(joined_from_.load(), c_.leaving.front().before_step);
+    }
     if (c_.join_at > 0) {
       // Admitted at the first commit after it registered, at the latest the
       // one of step join_at - 1, where the survivors wait for it.
@@ -323,7 +362,8 @@ class ElasticTraining {
  private:
   static CollectiveSettings Settings(const ElasticRunCase& c) {
     CollectiveSettings settings = testing::TestSettings();
-    settings.mesh.min_workers = c.workers - static_cast<int>(c.leaving.size());
+    settings.mesh.min_workers =
+        c.min_workers > 0 ? c.min_workers : c.workers - static_cast<int>(c.leaving.size());
     settings.mesh.verdict_wait = std::chrono::seconds(20);
     return settings;
   }
@@ -387,6 +427,16 @@ INSTANTIATE_TEST_SUITE_P(Joins, ElasticRun,
                          ::testing::Values(ElasticRunCase{4, {{3, 4}}, 7},
                                            ElasticRunCase{4, {{0, 3}}, 6},
                                            ElasticRunCase{3, {{1, 2}}, 9}),
+                         RunCaseName);
+
+// Losses that take the job below its minimum: the survivors' regroup waits
+// (the scheduler holds it) until workers join; with two places to fill, one
+// worker is admitted per regroup and the members (the first joiner too)
+// regroup again until the minimum is back. No step runs below it.
+INSTANTIATE_TEST_SUITE_P(BelowTheMinimum, ElasticRun,
+                         ::testing::Values(ElasticRunCase{3, {{1, 4}, {2, 4}}, 4, 2, 1},
+                                           ElasticRunCase{4, {{1, 4}, {2, 4}, {3, 4}}, 4, 3, 2},
+                                           ElasticRunCase{4, {{0, 5}, {2, 5}}, 5, 3, 1}),
                          RunCaseName);
 
 }  // namespace
