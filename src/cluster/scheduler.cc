@@ -506,7 +506,7 @@ void Scheduler::AdmitJoiners(Outbox& out) {
   }
   joiners_ = std::move(waiting);
   if (admitted && below_minimum_since_ && RemainingWorkers() >= options_.min_workers) {
-    log_.Warn("scheduler: back to {} workers, the minimum, after {:.1f} s below it",
+    log_.Warn("scheduler: back to {} workers, the minimum, after {:.3f} s below it",
               RemainingWorkers(),
               Seconds(std::chrono::duration_cast<std::chrono::milliseconds>(
                   clock_.Now() - *below_minimum_since_)));

@@ -365,7 +365,7 @@ def test_below_the_minimum_the_job_waits_for_the_replacements(launch, tandem_bin
                      r"\(--elastic-timeout\)", out), out
     assert re.search(r"[12] of 4 workers remain, below the minimum of 3: the job waits for "
                      r"workers to join", out), out
-    assert re.search(r"scheduler: back to 3 workers, the minimum, after \d+\.\d s below it",
+    assert re.search(r"scheduler: back to 3 workers, the minimum, after \d+\.\d{3} s below it",
                      out), out
     assert "job succeeded with 4 of 4 workers (--workers 3:4) after 3 replacements" in out, out
     assert "restarting the job" not in out, out
