@@ -320,10 +320,10 @@ class ElasticTraining {
                                : committed_[static_cast<size_t>(lowest)] >= first.before_step;
                 },
                 std::chrono::seconds(60))) {
-          return std::make_exception_ptr(Timeout(
-              below ? std::string("the job did not go below its minimum within 60 s")
-                    : fmt::format("worker {} did not commit step {} within 60 s", lowest,
-                                  first.before_step)));
+          return std::make_exception_ptr(
+              Timeout(below ? std::string("the job did not go below its minimum within 60 s")
+                            : fmt::format("worker {} did not commit step {} within 60 s", lowest,
+                                          first.before_step)));
         }
         return job_.RunJoiner(
             j, [this](int rank, CollectiveService& s) { Worker(rank, s, /*joiner=*/true); });
