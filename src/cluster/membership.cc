@@ -280,8 +280,10 @@ void Membership::OnMessage(net::ConnectionId id, net::Message&& msg) {
         }
         epoch_ = notice.epoch;
         workers_ = std::move(expected);
-        log_.Warn("{} left the job: {}; {} workers go on (membership epoch {})",
-                  notice.node.ToString(), notice.reason, workers_.size(), epoch_);
+        // Not "go on": below the minimum the members wait for joiners.
+        log_.Warn("{} left the job: {}; {} worker{} remain{} (membership epoch {})",
+                  notice.node.ToString(), notice.reason, workers_.size(),
+                  workers_.size() == 1 ? "" : "s", workers_.size() == 1 ? "s" : "", epoch_);
         for (const auto& listener : worker_left_listeners_) listener(notice);
         break;
       }
