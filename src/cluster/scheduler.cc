@@ -497,10 +497,10 @@ void Scheduler::AdmitJoiners(Outbox& out) {
       admission.barriers.emplace_back(groups, b.sequence - 1);
     if (below_minimum_since_) {
       admission.joined_below_minimum = joined_below_minimum_;
-      const auto at =
-          std::lower_bound(joined_below_minimum_.begin(), joined_below_minimum_.end(), n.rank);
-      if (at == joined_below_minimum_.end() || *at != n.rank)
-        joined_below_minimum_.insert(at, n.rank);
+      // Never there yet: a departure takes its rank out of the list.
+      joined_below_minimum_.insert(
+          std::upper_bound(joined_below_minimum_.begin(), joined_below_minimum_.end(), n.rank),
+          n.rank);
     }
     out.sends.emplace_back(j.conn, MakeMessage(msg::kAdmitted, id, admission.Encode()));
   }

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -242,6 +243,69 @@ StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal
   }
   throw IoError(fmt::format("cannot start {} ({}): {}: {}", spec.label, path,
                             StepName(failure.step), std::strerror(failure.error)));
+}
+
+std::vector<FinishedRun> RunToEnd(const std::vector<ProcessSpec>& specs,
+                                  std::chrono::milliseconds timeout, size_t max_output) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  sigset_t none;
+  sigemptyset(&none);
+  std::vector<StartedProcess> started;
+  std::vector<FinishedRun> runs(specs.size());
+  try {
+    for (const ProcessSpec& spec : specs) started.push_back(StartChildProcess(spec, none));
+  } catch (...) {
+    for (const StartedProcess& p : started) {
+      ::kill(-p.pid, SIGKILL);
+      ::waitpid(p.pid, nullptr, 0);
+    }
+    throw;
+  }
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<std::pair<base::UniqueFd*, std::string*>> owner;
+    for (size_t i = 0; i < started.size(); ++i) {
+      for (auto [fd, text] : {std::pair{&started[i].stdout_pipe, &runs[i].out},
+                              std::pair{&started[i].stderr_pipe, &runs[i].err}}) {
+        if (!*fd) continue;
+        fds.push_back({fd->get(), POLLIN, 0});
+        owner.emplace_back(fd, text);
+      }
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (fds.empty() || left.count() <= 0) break;
+    ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].revents == 0) continue;
+      auto [fd, text] = owner[k];
+      char buf[4096];
+      const ssize_t n = ::read(fd->get(), buf, sizeof(buf));
+      if (n > 0) {
+        if (text->size() < max_output) text->append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+        fd->Reset();
+      }
+    }
+  }
+  for (size_t i = 0; i < started.size(); ++i) {
+    pid_t reaped = ::waitpid(started[i].pid, &runs[i].status, WNOHANG);
+    // Its output ended; its exit follows at once unless it hangs.
+    while (reaped == 0 && Clock::now() < deadline) {
+      ::usleep(2000);
+      reaped = ::waitpid(started[i].pid, &runs[i].status, WNOHANG);
+    }
+    if (reaped < 0) {
+      throw IoError(fmt::format("waiting for {} failed: {}", specs[i].label, std::strerror(errno)));
+    }
+    if (reaped == 0) {
+      runs[i].timed_out = true;
+      ::kill(-started[i].pid, SIGKILL);  // its group, with whatever it started
+      ::waitpid(started[i].pid, &runs[i].status, 0);
+    }
+  }
+  return runs;
 }
 
 }  // namespace tandem::launch

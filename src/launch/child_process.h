@@ -108,4 +108,22 @@ std::string FindExecutable(const std::string& program,
 /// not exec has been reaped when it throws.
 StartedProcess StartChildProcess(const ProcessSpec& spec, const sigset_t& signal_mask);
 
+/// What a short command run by RunToEnd did. Thread-safety: a value type.
+struct FinishedRun {
+  std::string out;         ///< its stdout, the first `max_output` bytes
+  std::string err;         ///< its stderr, likewise
+  bool timed_out = false;  ///< still running at the time-out: its group was killed
+  int status = 0;          ///< its waitpid status, when not timed out
+};
+
+/// Runs every spec at once (no signal blocked), reads their output until
+/// it ends, and waits for their exits, all within `timeout`; the process
+/// group of one still running then gets SIGKILL and is reaped. Returns one
+/// FinishedRun per spec, in order. For short commands whose output is an
+/// answer (a host check, a host list). Throws what StartChildProcess
+/// throws, after reaping the ones already started. Any thread (it waits
+/// for its own children only).
+std::vector<FinishedRun> RunToEnd(const std::vector<ProcessSpec>& specs,
+                                  std::chrono::milliseconds timeout, size_t max_output);
+
 }  // namespace tandem::launch

@@ -21,6 +21,8 @@ struct HostSlots {
   std::string login;  ///< what ssh is given: "alice@node4", "node1", "fd00::5"
   std::string host;   ///< the address part: "node4", "node1", "fd00::5"
   int slots = 1;      ///< >= 1
+
+  bool operator==(const HostSlots&) const = default;
 };
 
 /// Parses `text`, read from `source` (named in errors). Throws

@@ -2,13 +2,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <memory>
-#include <thread>
 
 #include "launch/elastic_workers.h"
 #include "launch/host_discovery.h"
@@ -51,15 +49,6 @@ std::vector<std::string> SshArgv(const SshJobOptions& o, const HostSlots& host,
   argv.push_back(remote_command);
   return argv;
 }
-
-// Runs `argv` with `env`, collecting its output, killed at `deadline`.
-struct Probe {
-  pid_t pid = -1;
-  StartedProcess started;
-  std::string output;
-  bool done = false;
-  int code = -1;
-};
 
 }  // namespace
 
@@ -148,74 +137,31 @@ namespace {
 // version. Returns one line per failing host.
 std::vector<std::string> CheckHosts(const SshJobOptions& o, const std::string& tandem,
                                     const std::map<std::string, std::string>& env) {
-  std::vector<Probe> probes(o.hosts.size());
-  sigset_t none;
-  sigemptyset(&none);
-  for (size_t h = 0; h < o.hosts.size(); ++h) {
+  std::vector<ProcessSpec> specs;
+  for (const HostSlots& host : o.hosts) {
     ProcessSpec spec;
-    spec.label = "check " + o.hosts[h].login;
+    spec.label = "check " + host.login;
     spec.env = env;
-    spec.argv = SshArgv(o, o.hosts[h], "exec " + ShellQuote(tandem) + " --version");
+    spec.argv = SshArgv(o, host, "exec " + ShellQuote(tandem) + " --version");
     std::vector<std::string> with_timeout = {
         spec.argv[0], "-o",
         fmt::format("ConnectTimeout={}", std::max<int64_t>(1, o.check_timeout.count() / 1000))};
     with_timeout.insert(with_timeout.end(), spec.argv.begin() + 1, spec.argv.end());
     spec.argv = with_timeout;
-    probes[h].started = StartChildProcess(spec, none);
-    probes[h].pid = probes[h].started.pid;
+    specs.push_back(std::move(spec));
   }
-  auto deadline = std::chrono::steady_clock::now() + o.check_timeout;
-  while (true) {
-    std::vector<pollfd> fds;
-    std::vector<size_t> owner;
-    for (size_t h = 0; h < probes.size(); ++h) {
-      for (auto* fd : {&probes[h].started.stdout_pipe, &probes[h].started.stderr_pipe}) {
-        if (*fd) {
-          fds.push_back({fd->get(), POLLIN, 0});
-          owner.push_back(h);
-        }
-      }
-    }
-    if (fds.empty()) break;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) break;
-    ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
-    for (size_t k = 0; k < fds.size(); ++k) {
-      if (fds[k].revents == 0) continue;
-      char buf[1024];
-      ssize_t n = ::read(fds[k].fd, buf, sizeof(buf));
-      Probe& p = probes[owner[k]];
-      if (n > 0) {
-        if (p.output.size() < 4096) p.output.append(buf, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-        if (fds[k].fd == p.started.stdout_pipe.get()) {
-          p.started.stdout_pipe.Reset();
-        } else {
-          p.started.stderr_pipe.Reset();
-        }
-      }
-    }
-  }
+  const std::vector<FinishedRun> runs = RunToEnd(specs, o.check_timeout, 4096);
   std::vector<std::string> failures;
   const std::string want = fmt::format("tandem {}", TANDEM_VERSION);
-  for (size_t h = 0; h < probes.size(); ++h) {
-    Probe& p = probes[h];
-    int status = 0;
-    pid_t r = ::waitpid(p.pid, &status, WNOHANG);
-    // Its output ended; the exit follows at once, unless it hangs.
-    while (r == 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      r = ::waitpid(p.pid, &status, WNOHANG);
-    }
-    if (r == 0) {
-      ::kill(p.pid, SIGKILL);
-      ::waitpid(p.pid, &status, 0);
+  for (size_t h = 0; h < runs.size(); ++h) {
+    const FinishedRun& p = runs[h];
+    if (p.timed_out) {
       failures.push_back(fmt::format("{}: no answer within {} ms (ssh or the host hangs)",
                                      o.hosts[h].login, o.check_timeout.count()));
       continue;
     }
-    std::string out = p.output;
+    const int status = p.status;
+    std::string out = p.out + p.err;
     while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
     int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code == 255) {
